@@ -1,0 +1,73 @@
+// Package dataplane is the node-side seam between the agent's operation state
+// machine and the kernel/OVS drivers in pkg/.
+//
+// A Backend changes one node's overlay tunnel port exactly and reversibly.
+// The agent persists the Snapshot a backend returns before any effect takes
+// place, and hands it back after a restart, so every method must be
+// idempotent and must work from the Snapshot alone (no in-memory state is
+// required for correctness; a backend may cache pre-built messages for speed).
+//
+// This package must not know about gRPC, operations or clocks.
+package dataplane
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// State is the tunnel state read back from the dataplane itself.
+type State struct {
+	Backend string            `json:"backend"`
+	Device  string            `json:"device"`
+	Port    uint16            `json:"port"`
+	Detail  map[string]string `json:"detail,omitempty"` // e.g. ofport, error, vni
+}
+
+// Snapshot records the prior state of a change: enough to redo or undo it
+// after a restart. Data is backend-specific (a kernel device dump, say).
+type Snapshot struct {
+	Backend  string          `json:"backend"`
+	Device   string          `json:"device"`
+	FromPort uint16          `json:"from_port"`
+	ToPort   uint16          `json:"to_port"`
+	Data     json.RawMessage `json:"data,omitempty"`
+}
+
+// Check is the outcome of a preflight on one node.
+type Check struct {
+	CurrentPort  uint16
+	TargetFree   bool
+	TargetHolder string   // who holds the target port when it is not free
+	Problems     []string // empty when this node can go ahead
+	Actions      []string // what prepare and commit would do, in order
+}
+
+// Backend is one kind of overlay (OVS vxlan0, kernel VXLAN device).
+type Backend interface {
+	// Name is "ovs" or "kernel-vxlan".
+	Name() string
+	// Device names the tunnel device or interface the backend manages.
+	Device() string
+	// Read returns the effective state, read back from the dataplane.
+	Read(ctx context.Context) (State, error)
+	// Preflight checks a change to port to. It changes nothing.
+	Preflight(ctx context.Context, to uint16) (Check, error)
+	// Snapshot records the prior state for a change from → to. It changes
+	// nothing and fails if the current port is not from.
+	Snapshot(ctx context.Context, from, to uint16) (Snapshot, error)
+	// Prepare opens the target port in the firewall and pre-builds the
+	// change. Nothing flips.
+	Prepare(ctx context.Context, s Snapshot) error
+	// Commit applies the change and reads it back. It must be fast: all
+	// validation happened in Prepare.
+	Commit(ctx context.Context, s Snapshot) (State, error)
+	// Revert puts the prior port back (a no-op when already there) and
+	// removes the firewall opening Prepare added.
+	Revert(ctx context.Context, s Snapshot) (State, error)
+	// Abort undoes Prepare before any commit.
+	Abort(ctx context.Context, s Snapshot) error
+	// Finalize removes the old port's firewall rules after a confirmed change.
+	Finalize(ctx context.Context, s Snapshot) error
+	// Ready reports what is not ready, by name (empty: ready). Used by /readyz.
+	Ready(ctx context.Context) []string
+}
