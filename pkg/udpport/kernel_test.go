@@ -153,4 +153,3 @@ func TestHandleWithoutSockDiag(t *testing.T) {
 		t.Fatalf("Free with a route-only handle: err = %v, want a refusal naming NETLINK_INET_DIAG", err)
 	}
 }
-
