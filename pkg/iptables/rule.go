@@ -154,17 +154,14 @@ func (r Rule) String() string {
 	return b.String()
 }
 
+const noQuoteChars = "_-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
 // saveQuote mimics libxtables' xtables_save_string: bare when the value holds
 // only [A-Za-z0-9_-], double-quoted otherwise (Validate rules out the
 // characters that would need escaping).
 func saveQuote(s string) string {
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return `"` + s + `"`
-		}
-	}
-	if s == "" {
-		return `""`
+	if s == "" || strings.TrimLeft(s, noQuoteChars) != "" {
+		return `"` + s + `"`
 	}
 	return s
 }
