@@ -1,0 +1,514 @@
+// Package barrier is the coordinator's planning and barrier core: a
+// deterministic state machine that decides, for one operation, which step
+// to send to which agents next and what the outcome is.
+//
+// It is fed events (an agent answered ok or failed for a step, a call timed
+// out, a step's deadline passed, the operator asked for a rollback) and
+// returns actions (send step S to agents X within D, declare the outcome).
+// It is modelled on etcd-io/raft's Step/quorum: it owns no sockets, reads
+// no clock and starts no goroutines, so every interleaving can be replayed
+// from a script (testdata/*.txt) and explored at random.
+//
+// The plan of an operation is prepare → commit → verify → confirm →
+// finalize. Preflight is read-only and runs before an operation exists (a
+// failed preflight leaves no operation behind), so it is not a step here.
+//
+// Rules the machine enforces:
+//
+//   - A step is a barrier: it completes only when every agent sent that
+//     step has answered or timed out. Only then does the machine move on,
+//     abort or roll back, so a Rollback never overtakes a Prepare or Commit
+//     still in flight to the same agent.
+//   - I2: Commit is sent only after every target answered Prepare ok.
+//   - Any prepare failure or timeout → abort: Rollback to every agent that
+//     was sent Prepare (a failed or timed-out prepare may have done part
+//     of its work; Rollback is idempotent on the agent). Nothing flipped.
+//   - Any commit, verify or confirm failure or timeout → rollback: Rollback
+//     to every agent that was sent Prepare, which includes every agent that
+//     may have committed (a commit that timed out may have applied).
+//   - Finalize failures do not change the outcome (the change is confirmed
+//     everywhere; only the old port's firewall rules remain) but are
+//     recorded per node.
+//   - An abort or rollback that cannot reach everyone is retried (only to
+//     the agents not yet reached) up to Config.RollbackAttempts times, then
+//     the outcome is Failed, naming the unreached nodes.
+//   - Duplicate replies, replies for an earlier step or attempt, and
+//     replies after a timeout change nothing.
+//   - An operator's rollback request takes effect at the next barrier.
+//
+// This package must not do I/O, read clocks or know about gRPC.
+package barrier
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Step is one step of an operation's plan.
+type Step string
+
+// The steps. Abort and Rollback both send the agent Rollback RPC; they are
+// distinct steps because they lead to distinct outcomes.
+const (
+	Prepare  Step = "prepare"
+	Commit   Step = "commit"
+	Verify   Step = "verify"
+	Confirm  Step = "confirm"
+	Finalize Step = "finalize"
+	Abort    Step = "abort"
+	Rollback Step = "rollback"
+	Done     Step = "done" // terminal: no step in flight
+)
+
+// Outcome is the result of an operation.
+type Outcome int
+
+// Outcomes. Failed means an abort or rollback could not reach every agent:
+// an operator is needed, and Unreached names the nodes.
+const (
+	Pending Outcome = iota
+	Succeeded
+	Aborted
+	RolledBack
+	Failed
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Pending:
+		return "pending"
+	case Succeeded:
+		return "succeeded"
+	case Aborted:
+		return "aborted"
+	case RolledBack:
+		return "rolled-back"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// Config describes one operation.
+type Config struct {
+	Nodes []string // the target agents, by node name
+	// StepTimeout is handed out with every Send as a relative deadline; the
+	// caller enforces it (the core has no clock).
+	StepTimeout time.Duration
+	// RollbackAttempts is how many times an abort or rollback is sent to an
+	// agent that did not acknowledge it before the outcome is Failed.
+	RollbackAttempts int
+}
+
+// Event is something that happened, fed to Op.Step.
+type Event interface{ isEvent() }
+
+// Reply is an agent's answer to a step.
+type Reply struct {
+	Node    string
+	Step    Step
+	Attempt int // the Send.Attempt it answers
+	OK      bool
+	Err     string // why not OK
+}
+
+// Timeout is a single call that got no answer within its deadline.
+type Timeout struct {
+	Node    string
+	Step    Step
+	Attempt int
+}
+
+// Deadline is the whole step's deadline passing: every agent that has not
+// answered counts as timed out.
+type Deadline struct {
+	Step    Step
+	Attempt int
+}
+
+// StepFailed is an operation-wide failure of a step (the probe mesh said
+// the overlay is broken, say), not attributable to one agent.
+type StepFailed struct {
+	Step   Step
+	Reason string
+}
+
+// RollbackRequested is the operator asking to put everything back.
+type RollbackRequested struct{ Reason string }
+
+func (Reply) isEvent()             {}
+func (Timeout) isEvent()           {}
+func (Deadline) isEvent()          {}
+func (StepFailed) isEvent()        {}
+func (RollbackRequested) isEvent() {}
+
+// Action is something the caller must do.
+type Action interface{ isAction() }
+
+// Send asks the caller to send Step to Nodes in parallel, each call within
+// Timeout, and to feed back one Reply or Timeout per node.
+type Send struct {
+	Step    Step
+	Attempt int
+	Nodes   []string
+	Timeout time.Duration
+}
+
+// Declare announces the final outcome. Unreached is set when Outcome is
+// Failed.
+type Declare struct {
+	Outcome   Outcome
+	Reason    string
+	Unreached []string
+}
+
+func (Send) isAction()    {}
+func (Declare) isAction() {}
+
+func (s Send) String() string {
+	return fmt.Sprintf("send %s#%d to %s within %s", s.Step, s.Attempt, strings.Join(s.Nodes, ","), s.Timeout)
+}
+
+func (d Declare) String() string {
+	s := "declare " + d.Outcome.String()
+	if d.Reason != "" {
+		s += fmt.Sprintf(" reason=%q", d.Reason)
+	}
+	if len(d.Unreached) > 0 {
+		s += " unreached=" + strings.Join(d.Unreached, ",")
+	}
+	return s
+}
+
+// Status of one agent in one step.
+type Status string
+
+// Per-step statuses of an agent.
+const (
+	StatusPending Status = "pending"
+	StatusOK      Status = "ok"
+	StatusFailed  Status = "failed"
+	StatusTimeout Status = "timeout"
+)
+
+// NodeStep is what one agent did in one step.
+type NodeStep struct {
+	Step   Step
+	Status Status
+	Err    string
+}
+
+// Resume says where a restarted coordinator picks an operation up.
+type Resume int
+
+// Resume points.
+const (
+	// ResumeAbort: the operation never reached commit: abort it.
+	ResumeAbort Resume = iota
+	// ResumeVerify: commit was reached and every agent reports committed on
+	// the target: verify, confirm and finalize.
+	ResumeVerify
+	// ResumeRollback: commit was reached but not every agent is committed
+	// (or the caller could not tell): roll back.
+	ResumeRollback
+)
+
+// Op is one operation's state machine. It is not safe for concurrent use.
+type Op struct {
+	cfg      Config
+	step     Step
+	attempt  int
+	attempts map[Step]int      // monotonic per step, so late replies of an earlier attempt never match
+	pending  map[string]Status // this step's agents
+	errs     map[string]string // this step's failure messages
+	outcome  Outcome
+	reason   string // why the operation is aborting, rolling back or failed
+
+	sentPrepare bool // Prepare went out: Rollback targets everyone
+	sentCommit  bool // Commit went out: some agent may have flipped
+	rollbackReq string
+	attemptsLft int
+	failed      bool // some agent failed (not just finalize)
+	unreached   []string
+
+	history map[string][]NodeStep // per node, in order
+}
+
+// New returns an operation over cfg.Nodes that has not started.
+func New(cfg Config) *Op {
+	nodes := slices.Clone(cfg.Nodes)
+	slices.Sort(nodes)
+	cfg.Nodes = slices.Compact(nodes)
+	if cfg.RollbackAttempts < 1 {
+		cfg.RollbackAttempts = 1
+	}
+	return &Op{cfg: cfg, history: map[string][]NodeStep{}, attempts: map[Step]int{}}
+}
+
+// Start begins the plan: Prepare to every target.
+func (o *Op) Start() []Action {
+	if o.step != "" {
+		return nil
+	}
+	return o.send(Prepare, o.cfg.Nodes)
+}
+
+// ResumeAt starts a restarted operation at the given point. Every agent is
+// assumed to have been sent Prepare (and, except for ResumeAbort, Commit).
+func (o *Op) ResumeAt(r Resume) []Action {
+	if o.step != "" {
+		return nil
+	}
+	o.sentPrepare = true
+	switch r {
+	case ResumeAbort:
+		o.reason = "coordinator restarted before commit"
+		return o.undo(Abort, o.cfg.Nodes)
+	case ResumeVerify:
+		o.sentCommit = true
+		return o.send(Verify, o.cfg.Nodes)
+	default:
+		o.sentCommit = true
+		o.reason = "coordinator restarted after commit and not every agent is committed"
+		return o.undo(Rollback, o.cfg.Nodes)
+	}
+}
+
+// Step feeds one event and returns the actions it causes.
+func (o *Op) Step(ev Event) []Action {
+	switch e := ev.(type) {
+	case Reply:
+		st := StatusOK
+		if !e.OK {
+			st = StatusFailed
+		}
+		return o.resolve(e.Node, e.Step, e.Attempt, st, e.Err)
+	case Timeout:
+		return o.resolve(e.Node, e.Step, e.Attempt, StatusTimeout, "no answer within the step deadline")
+	case Deadline:
+		if e.Step != o.step || e.Attempt != o.attempt {
+			return nil
+		}
+		var acts []Action
+		for _, n := range o.pendingNodes() {
+			acts = append(acts, o.resolve(n, e.Step, e.Attempt, StatusTimeout, "step deadline passed")...)
+		}
+		return acts
+	case StepFailed:
+		if e.Step != o.step || o.outcome != Pending {
+			return nil
+		}
+		o.failed = true
+		if o.reason == "" {
+			o.reason = fmt.Sprintf("%s failed: %s", e.Step, e.Reason)
+		}
+		if len(o.pendingNodes()) == 0 {
+			return o.advance()
+		}
+		return nil
+	case RollbackRequested:
+		return o.requestRollback(e.Reason)
+	}
+	return nil
+}
+
+func (o *Op) requestRollback(reason string) []Action {
+	if reason == "" {
+		reason = "operator requested rollback"
+	}
+	switch {
+	case o.step == "":
+		// Never started: nothing to undo.
+		o.step, o.outcome, o.reason = Done, Aborted, reason
+		return []Action{Declare{Outcome: Aborted, Reason: reason}}
+	case o.step == Abort || o.step == Rollback:
+		return nil
+	case o.step == Done:
+		switch o.outcome {
+		case Succeeded:
+			o.reason = reason
+			o.outcome = Pending
+			return o.undo(Rollback, o.cfg.Nodes)
+		case Failed:
+			// Retry reaching the nodes the last attempt missed.
+			st := Rollback
+			if !o.sentCommit {
+				st = Abort
+			}
+			o.outcome = Pending
+			nodes := o.unreached
+			o.unreached = nil
+			return o.undo(st, nodes)
+		}
+		return nil
+	default:
+		if o.rollbackReq == "" {
+			o.rollbackReq = reason
+		}
+		return nil
+	}
+}
+
+func (o *Op) pendingNodes() []string {
+	var ns []string
+	for _, n := range o.cfg.Nodes {
+		if o.pending[n] == StatusPending {
+			ns = append(ns, n)
+		}
+	}
+	return ns
+}
+
+func (o *Op) resolve(node string, step Step, attempt int, st Status, msg string) []Action {
+	if step != o.step || attempt != o.attempt {
+		return nil // late: an earlier step or attempt
+	}
+	cur, ok := o.pending[node]
+	if !ok || cur != StatusPending {
+		return nil // not a target of this step, or a duplicate
+	}
+	o.pending[node] = st
+	h := o.history[node]
+	h[len(h)-1] = NodeStep{Step: step, Status: st}
+	if st != StatusOK {
+		o.errs[node] = msg
+		h[len(h)-1].Err = msg
+	}
+	if len(o.pendingNodes()) > 0 {
+		return nil
+	}
+	return o.advance()
+}
+
+// advance runs when every agent of the current step has resolved.
+func (o *Op) advance() []Action {
+	var bad []string
+	for _, n := range o.cfg.Nodes {
+		if s, ok := o.pending[n]; ok && s != StatusOK {
+			bad = append(bad, n)
+		}
+	}
+	switch o.step {
+	case Prepare, Commit, Verify, Confirm:
+		if len(bad) > 0 && o.reason == "" {
+			o.reason = fmt.Sprintf("%s failed on %s: %s", o.step, bad[0], o.errs[bad[0]])
+			if len(bad) > 1 {
+				o.reason += fmt.Sprintf(" (and %d more)", len(bad)-1)
+			}
+		}
+		if len(bad) > 0 {
+			o.failed = true
+		}
+		if o.failed || o.rollbackReq != "" {
+			if o.reason == "" {
+				o.reason = o.rollbackReq
+			}
+			if o.sentCommit {
+				return o.undo(Rollback, o.cfg.Nodes)
+			}
+			return o.undo(Abort, o.cfg.Nodes)
+		}
+		next := map[Step]Step{Prepare: Commit, Commit: Verify, Verify: Confirm, Confirm: Finalize}[o.step]
+		return o.send(next, o.cfg.Nodes)
+	case Finalize:
+		o.step, o.outcome = Done, Succeeded
+		if o.rollbackReq != "" {
+			// Asked during finalize: the change is complete; undo it now.
+			o.reason = o.rollbackReq
+			o.rollbackReq = ""
+			o.outcome = Pending
+			return o.undo(Rollback, o.cfg.Nodes)
+		}
+		return []Action{Declare{Outcome: Succeeded}}
+	case Abort, Rollback:
+		if len(bad) == 0 {
+			out := Aborted
+			if o.step == Rollback {
+				out = RolledBack
+			}
+			o.step, o.outcome, o.unreached = Done, out, nil
+			return []Action{Declare{Outcome: out, Reason: o.reason}}
+		}
+		if o.attemptsLft > 0 {
+			o.attemptsLft--
+			return o.send(o.step, bad)
+		}
+		o.step, o.outcome, o.unreached = Done, Failed, bad
+		return []Action{Declare{Outcome: Failed, Reason: o.reason, Unreached: bad}}
+	}
+	return nil
+}
+
+// undo starts an abort or rollback with a fresh retry budget.
+func (o *Op) undo(step Step, nodes []string) []Action {
+	o.attemptsLft = o.cfg.RollbackAttempts - 1
+	return o.send(step, nodes)
+}
+
+func (o *Op) send(step Step, nodes []string) []Action {
+	o.attempts[step]++
+	o.step, o.attempt = step, o.attempts[step]
+	switch step {
+	case Prepare:
+		o.sentPrepare = true
+	case Commit:
+		o.sentCommit = true
+	}
+	o.pending = make(map[string]Status, len(nodes))
+	o.errs = map[string]string{}
+	for _, n := range nodes {
+		o.pending[n] = StatusPending
+		o.history[n] = append(o.history[n], NodeStep{Step: step, Status: StatusPending})
+	}
+	return []Action{Send{Step: step, Attempt: o.attempt, Nodes: slices.Clone(nodes), Timeout: o.cfg.StepTimeout}}
+}
+
+// Phase is the step in flight (Done when terminal, "" before Start).
+func (o *Op) Phase() Step { return o.step }
+
+// Attempt is the current step's attempt number.
+func (o *Op) Attempt() int { return o.attempt }
+
+// Outcome is Pending until a Declare was emitted.
+func (o *Op) Outcome() Outcome { return o.outcome }
+
+// Reason explains an abort, rollback or failure.
+func (o *Op) Reason() string { return o.reason }
+
+// CommitSent reports whether Commit went out: from then on an agent may
+// have flipped and undoing is a rollback, not an abort.
+func (o *Op) CommitSent() bool { return o.sentCommit }
+
+// Unreached names the agents a failed abort or rollback did not reach.
+func (o *Op) Unreached() []string { return slices.Clone(o.unreached) }
+
+// Nodes returns the targets, sorted.
+func (o *Op) Nodes() []string { return slices.Clone(o.cfg.Nodes) }
+
+// History returns what node did, step by step.
+func (o *Op) History(node string) []NodeStep { return slices.Clone(o.history[node]) }
+
+// String dumps the state canonically (for golden files and logs).
+func (o *Op) String() string {
+	var b strings.Builder
+	step := o.step
+	if step == "" {
+		step = "new"
+	}
+	fmt.Fprintf(&b, "step=%s#%d outcome=%s commit-sent=%t", step, o.attempt, o.outcome, o.sentCommit)
+	if o.reason != "" {
+		fmt.Fprintf(&b, " reason=%q", o.reason)
+	}
+	if len(o.unreached) > 0 {
+		fmt.Fprintf(&b, " unreached=%s", strings.Join(o.unreached, ","))
+	}
+	for _, n := range o.cfg.Nodes {
+		fmt.Fprintf(&b, "\n  %s:", n)
+		for _, h := range o.history[n] {
+			fmt.Fprintf(&b, " %s=%s", h.Step, h.Status)
+		}
+	}
+	return b.String()
+}

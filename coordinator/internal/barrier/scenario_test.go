@@ -1,0 +1,157 @@
+package barrier
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actual output")
+
+// TestScenarios replays every testdata/*.txt script. A script is a series of
+// blocks: one command line, a "----" line, the expected output, a blank
+// line. Lines starting with # are comments. Commands:
+//
+//	new n1,n2,n3 [attempts=N]    a new operation (timeout 10s)
+//	start                        Start
+//	resume abort|verify|rollback ResumeAt
+//	ok NODE STEP[#ATTEMPT]       Reply OK (attempt defaults to 1)
+//	fail NODE STEP[#A] MESSAGE   Reply not OK
+//	timeout NODE STEP[#A]        Timeout
+//	deadline STEP[#A]            Deadline
+//	stepfail STEP REASON         StepFailed
+//	rollback [REASON]            RollbackRequested
+//	state                        dump the state
+//
+// Every event's output is the actions it caused, then the state line.
+// Run with -rewrite to regenerate the expected output.
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios: %v", err)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScenario(t, f) })
+	}
+}
+
+type block struct {
+	comments []string
+	cmd      string
+	want     string
+}
+
+func parseScenario(t *testing.T, text string) []block {
+	var bs []block
+	lines := strings.Split(text, "\n")
+	var cur block
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		switch {
+		case strings.HasPrefix(l, "#") || (strings.TrimSpace(l) == "" && cur.cmd == ""):
+			cur.comments = append(cur.comments, l)
+		case cur.cmd == "":
+			cur.cmd = l
+			if i+1 >= len(lines) || lines[i+1] != "----" {
+				t.Fatalf("line %d: command %q not followed by ----", i+1, l)
+			}
+			i++
+			var out []string
+			for i+1 < len(lines) && lines[i+1] != "" {
+				i++
+				out = append(out, lines[i])
+			}
+			cur.want = strings.Join(out, "\n")
+			bs = append(bs, cur)
+			cur = block{}
+		}
+	}
+	return bs
+}
+
+func parseStep(t *testing.T, s string) (Step, int) {
+	name, att, found := strings.Cut(s, "#")
+	a := 1
+	if found {
+		var err error
+		if a, err = strconv.Atoi(att); err != nil {
+			t.Fatalf("bad attempt in %q", s)
+		}
+	}
+	return Step(name), a
+}
+
+func runScenario(t *testing.T, path string) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := parseScenario(t, string(raw))
+	var op *Op
+	var out strings.Builder
+	for _, b := range blocks {
+		f := strings.Fields(b.cmd)
+		var got []string
+		emit := func(acts []Action) {
+			for _, a := range acts {
+				got = append(got, fmt.Sprint(a))
+			}
+			if len(acts) == 0 {
+				got = append(got, "(no action)")
+			}
+			got = append(got, strings.SplitN(op.String(), "\n", 2)[0])
+		}
+		switch f[0] {
+		case "new":
+			cfg := Config{Nodes: strings.Split(f[1], ","), StepTimeout: 10 * time.Second, RollbackAttempts: 1}
+			for _, kv := range f[2:] {
+				if v, ok := strings.CutPrefix(kv, "attempts="); ok {
+					cfg.RollbackAttempts, _ = strconv.Atoi(v)
+				}
+			}
+			op = New(cfg)
+			got = append(got, op.String())
+		case "start":
+			emit(op.Start())
+		case "resume":
+			r := map[string]Resume{"abort": ResumeAbort, "verify": ResumeVerify, "rollback": ResumeRollback}[f[1]]
+			emit(op.ResumeAt(r))
+		case "ok", "fail", "timeout":
+			s, a := parseStep(t, f[2])
+			var ev Event = Reply{Node: f[1], Step: s, Attempt: a, OK: f[0] == "ok", Err: strings.Join(f[3:], " ")}
+			if f[0] == "timeout" {
+				ev = Timeout{Node: f[1], Step: s, Attempt: a}
+			}
+			emit(op.Step(ev))
+		case "deadline":
+			s, a := parseStep(t, f[1])
+			emit(op.Step(Deadline{Step: s, Attempt: a}))
+		case "stepfail":
+			emit(op.Step(StepFailed{Step: Step(f[1]), Reason: strings.Join(f[2:], " ")}))
+		case "rollback":
+			emit(op.Step(RollbackRequested{Reason: strings.Join(f[1:], " ")}))
+		case "state":
+			got = append(got, op.String())
+		default:
+			t.Fatalf("%s: unknown command %q", path, b.cmd)
+		}
+		g := strings.Join(got, "\n")
+		if !*rewrite && g != b.want {
+			t.Errorf("%s: %s\n got:\n%s\nwant:\n%s", path, b.cmd, g, b.want)
+		}
+		for _, c := range b.comments {
+			out.WriteString(c + "\n")
+		}
+		fmt.Fprintf(&out, "%s\n----\n%s\n", b.cmd, g)
+	}
+	if *rewrite {
+		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
