@@ -135,7 +135,9 @@ func (c *Client) dispatch(m *message) error {
 			if len(params) == 0 {
 				params = json.RawMessage("[]")
 			}
-			go func() { _ = c.write(context.Background(), &message{Result: params, Error: json.RawMessage("null"), ID: m.ID}) }()
+			go func() {
+				_ = c.write(context.Background(), &message{Result: params, Error: json.RawMessage("null"), ID: m.ID})
+			}()
 		case m.Method == "update" && !hasID:
 			c.deliverUpdate(m.Params)
 		case hasID:

@@ -90,9 +90,10 @@ func FuzzDispatch(f *testing.F) {
 		ch := make(chan response, 1)
 		c.pending[1] = ch
 		c.monitors["m"] = &Monitor{id: "m", c: c, notify: make(chan struct{}, 1)}
-		if m.Method == "" {
+		switch m.Method {
+		case "":
 			_ = c.dispatch(&m) // requests would write to a nil conn
-		} else if m.Method == "update" {
+		case "update":
 			c.deliverUpdate(m.Params)
 		}
 	})
