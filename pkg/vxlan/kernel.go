@@ -1,0 +1,480 @@
+package vxlan
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"time"
+
+	"github.com/cutover-dev/cutover/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Kernel drives the VXLAN devices of one network namespace through netlink
+// sockets opened in that namespace, so the caller's threads never move.
+type Kernel struct {
+	H    *netlink.Handle
+	sock *nl.SocketHandle
+	// Strategy is StrategyPrebuilt (default when empty) or StrategyDeleteFirst.
+	Strategy string
+	// now is the clock for Window; tests may stub it.
+	now func() time.Time
+}
+
+var _ Interface = (*Kernel)(nil)
+
+// Open returns a Kernel for the named namespace; "" means the caller's own
+// (the host namespace for the agent).
+func Open(nsName string) (*Kernel, error) {
+	if nsName == "" {
+		return New(netns.None())
+	}
+	ns, err := netns.GetFromName(nsName)
+	if err != nil {
+		return nil, fmt.Errorf("vxlan: netns %q: %w", nsName, err)
+	}
+	defer ns.Close()
+	return New(ns)
+}
+
+// New returns a Kernel for the namespace ns (netns.None() for the caller's
+// own). The caller may close ns afterwards; the sockets keep the namespace.
+func New(ns netns.NsHandle) (*Kernel, error) {
+	var h *netlink.Handle
+	var err error
+	if ns.IsOpen() {
+		h, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	} else {
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("vxlan: netlink handle: %w", err)
+	}
+	s, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("vxlan: route socket: %w", err)
+	}
+	return &Kernel{H: h, sock: &nl.SocketHandle{Socket: s}, now: time.Now}, nil
+}
+
+// Close releases the netlink sockets.
+func (k *Kernel) Close() {
+	k.H.Close()
+	k.sock.Close()
+}
+
+func isDumpInterrupted(err error) bool { return errors.Is(err, netlink.ErrDumpInterrupted) }
+
+// link returns the named link as a VXLAN device, with typed errors.
+func (k *Kernel) link(op, name string) (*netlink.Vxlan, error) {
+	l, err := netlinksafe.LinkByName(k.H, name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil, &Error{Op: op, Device: name, Err: fmt.Errorf("%w (%v)", ErrNotFound, err)}
+		}
+		return nil, &Error{Op: op, Device: name, Err: err}
+	}
+	v, ok := l.(*netlink.Vxlan)
+	if !ok {
+		return nil, &Error{Op: op, Device: name, Err: fmt.Errorf("%w: link type is %q", ErrNotVXLAN, l.Type())}
+	}
+	return v, nil
+}
+
+// Snapshot implements Interface.
+func (k *Kernel) Snapshot(name string) (Snapshot, error) {
+	v, err := k.link("snapshot", name)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	wrap := func(err error) error { return &Error{Op: "snapshot", Device: name, Err: err} }
+	a := v.Attrs()
+	s := Snapshot{Device: Device{
+		Name: a.Name, Index: a.Index, MTU: a.MTU, MAC: a.HardwareAddr.String(), TxQLen: a.TxQLen,
+		Up:  a.Flags&net.FlagUp != 0,
+		VNI: v.VxlanId, Port: v.Port, Local: v.SrcAddr, Group: v.Group, TTL: v.TTL, TOS: v.TOS,
+		Learning: v.Learning, Proxy: v.Proxy, RSC: v.RSC, L2Miss: v.L2miss, L3Miss: v.L3miss,
+		UDPCsum: v.UDPCSum, UDP6ZeroTx: v.UDP6ZeroCSumTx, UDP6ZeroRx: v.UDP6ZeroCSumRx,
+		NoAge: v.NoAge, GBP: v.GBP, FlowBased: v.FlowBased, Age: v.Age, Limit: v.Limit,
+		SrcPortLow: v.PortLow, SrcPortHigh: v.PortHigh,
+	}}
+	if v.VtepDevIndex != 0 {
+		p, err := netlinksafe.LinkByIndex(k.H, v.VtepDevIndex)
+		if err != nil {
+			return Snapshot{}, wrap(fmt.Errorf("vtep device index %d: %w", v.VtepDevIndex, err))
+		}
+		s.Device.VtepDev = p.Attrs().Name
+	}
+	addrs, err := netlinksafe.AddrList(k.H, v, netlink.FAMILY_ALL)
+	if err != nil {
+		return Snapshot{}, wrap(err)
+	}
+	for _, ad := range addrs {
+		if ad.IP.To4() == nil && ad.IP.IsLinkLocalUnicast() {
+			continue // generated from the MAC, which the new device keeps
+		}
+		x := Addr{CIDR: ad.IPNet.String(), Scope: ad.Scope, Flags: ad.Flags &^ transientAddrFlags}
+		if ad.Peer != nil && !ad.Peer.IP.Equal(ad.IP) {
+			x.Peer = ad.Peer.String()
+		}
+		s.Addrs = append(s.Addrs, x)
+	}
+	if s.FDB, err = k.fdbList(a.Index); err != nil {
+		return Snapshot{}, wrap(err)
+	}
+	// Per family: an AF_UNSPEC neighbour dump would also return the bridge FDB.
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		ns, err := netlinksafe.NeighList(k.H, a.Index, fam)
+		if err != nil {
+			return Snapshot{}, wrap(err)
+		}
+		for _, n := range ns {
+			if len(n.HardwareAddr) == 0 || n.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED|netlink.NUD_NOARP) != 0 {
+				continue // nothing worth restoring
+			}
+			s.Neighbors = append(s.Neighbors, Neighbor{IP: n.IP, MAC: n.HardwareAddr.String(), State: n.State, Flags: n.Flags})
+		}
+	}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := netlinksafe.RouteListFiltered(k.H, fam, &netlink.Route{LinkIndex: a.Index, Table: unix.RT_TABLE_UNSPEC},
+			netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return Snapshot{}, wrap(err)
+		}
+		for _, r := range rs {
+			if r.Protocol == unix.RTPROT_KERNEL || r.Table == unix.RT_TABLE_LOCAL {
+				continue // derived from addresses; they come back with them
+			}
+			x := Route{Dst: "default", Gw: r.Gw, Src: r.Src, Family: r.Family, Table: r.Table, Protocol: int(r.Protocol),
+				Scope: int(r.Scope), Type: r.Type, Priority: r.Priority, Flags: r.Flags, MTU: r.MTU}
+			if r.Dst != nil {
+				x.Dst = r.Dst.String()
+			}
+			s.Routes = append(s.Routes, x)
+		}
+	}
+	return s, nil
+}
+
+// Addresses flags that describe a moment (DAD in progress), not configuration.
+const transientAddrFlags = unix.IFA_F_TENTATIVE | unix.IFA_F_DADFAILED | unix.IFA_F_OPTIMISTIC
+
+// tmpName is where the new device is built. Derived from the name so that a
+// leftover from an interrupted Recreate is found and removed on replay.
+func tmpName(name string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return fmt.Sprintf("cotx%08x", h.Sum32())
+}
+
+func newLink(d Device, name string, port int, vtepIndex int) (*netlink.Vxlan, error) {
+	mac, err := net.ParseMAC(d.MAC)
+	if err != nil {
+		return nil, fmt.Errorf("device.mac %q: %w", d.MAC, err)
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name, la.MTU, la.HardwareAddr, la.TxQLen = name, d.MTU, mac, d.TxQLen
+	return &netlink.Vxlan{
+		LinkAttrs: la, VxlanId: d.VNI, VtepDevIndex: vtepIndex, SrcAddr: d.Local, Group: d.Group,
+		TTL: d.TTL, TOS: d.TOS, Learning: d.Learning, Proxy: d.Proxy, RSC: d.RSC, L2miss: d.L2Miss, L3miss: d.L3Miss,
+		UDPCSum: d.UDPCsum, UDP6ZeroCSumTx: d.UDP6ZeroTx, UDP6ZeroCSumRx: d.UDP6ZeroRx, NoAge: d.NoAge, GBP: d.GBP,
+		FlowBased: d.FlowBased, Age: d.Age, Limit: d.Limit, Port: port, PortLow: d.SrcPortLow, PortHigh: d.SrcPortHigh,
+	}, nil
+}
+
+// Recreate implements Interface. See the package documentation for the
+// strategies and what they measured.
+func (k *Kernel) Recreate(snap Snapshot, newPort int) (Window, error) {
+	name := snap.Device.Name
+	if err := snap.Validate(); err != nil {
+		return Window{}, err
+	}
+	if err := validPort("newPort", newPort); err != nil {
+		return Window{}, &Error{Op: "recreate", Device: name, Err: err}
+	}
+	fail := func(err error) (Window, error) { return Window{}, &Error{Op: "recreate", Device: name, Err: err} }
+
+	old, err := k.link("recreate", name)
+	switch {
+	case IsNotFound(err):
+		old = nil // a replay after the delete: build it again
+	case err != nil:
+		return Window{}, err
+	default:
+		// Replay after success: nothing to do, and no window to pay.
+		if cur, err := k.Snapshot(name); err == nil && cur.Text() == withPort(snap, newPort).Text() {
+			return Window{Strategy: "noop"}, nil
+		}
+	}
+	vtep := 0
+	if snap.Device.VtepDev != "" {
+		p, err := netlinksafe.LinkByName(k.H, snap.Device.VtepDev)
+		if err != nil {
+			return fail(fmt.Errorf("device.vtepDev %q: %w", snap.Device.VtepDev, err))
+		}
+		vtep = p.Attrs().Index
+	}
+	tmp := tmpName(name)
+	if l, err := k.H.LinkByName(tmp); err == nil {
+		if err := k.H.LinkDel(l); err != nil {
+			return fail(fmt.Errorf("remove leftover %s: %w", tmp, err))
+		}
+	}
+	switch k.Strategy {
+	case "", StrategyPrebuilt:
+		return k.recreatePrebuilt(snap, old, tmp, newPort, vtep)
+	case StrategyDeleteFirst:
+		return k.recreateDeleteFirst(snap, old, newPort, vtep)
+	default:
+		return fail(fmt.Errorf("strategy %q: must be %q or %q", k.Strategy, StrategyPrebuilt, StrategyDeleteFirst))
+	}
+}
+
+func withPort(s Snapshot, port int) Snapshot {
+	s.Device.Port = port
+	return s
+}
+
+func (k *Kernel) recreatePrebuilt(snap Snapshot, old *netlink.Vxlan, tmp string, port, vtep int) (Window, error) {
+	name := snap.Device.Name
+	fail := func(err error) (Window, error) { return Window{}, &Error{Op: "recreate", Device: name, Err: err} }
+	t0 := k.now()
+	nlink, err := newLink(snap.Device, tmp, port, vtep)
+	if err != nil {
+		return fail(err)
+	}
+	if err := k.H.LinkAdd(nlink); err != nil {
+		return fail(fmt.Errorf("add %s (vxlan id %d dstport %d): %w", tmp, snap.Device.VNI, port, err))
+	}
+	idx := nlink.Attrs().Index
+	// Everything bound to the ifindex can be attached while the device is
+	// down and the old one still carries traffic; routes cannot (IPv4
+	// refuses a nexthop on a down device), so they wait for the window.
+	if _, err := k.restoreAddrs(nlink, snap.Addrs); err != nil {
+		return fail(err)
+	}
+	if _, err := k.restoreFDB(idx, snap.FDB); err != nil {
+		return fail(err)
+	}
+	if _, err := k.restoreNeighbors(idx, snap.Neighbors); err != nil {
+		return fail(err)
+	}
+	w := Window{Strategy: StrategyPrebuilt, Prepare: k.now().Sub(t0)}
+
+	tDel := k.now()
+	if old != nil {
+		if err := k.H.LinkDel(old); err != nil {
+			return fail(fmt.Errorf("delete old device (index %d): %w", old.Index, err))
+		}
+		w.Calls++
+	}
+	if snap.Device.Up {
+		err = k.setNameUp(idx, name)
+	} else {
+		err = k.H.LinkSetName(nlink, name)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	w.Calls++
+	w.Absent = k.now().Sub(tDel)
+	n, err := k.restoreRoutes(idx, snap.Routes)
+	w.Calls += n
+	if err != nil {
+		return fail(err)
+	}
+	w.Total = k.now().Sub(tDel)
+	return w, nil
+}
+
+func (k *Kernel) recreateDeleteFirst(snap Snapshot, old *netlink.Vxlan, port, vtep int) (Window, error) {
+	name := snap.Device.Name
+	fail := func(err error) (Window, error) { return Window{}, &Error{Op: "recreate", Device: name, Err: err} }
+	nlink, err := newLink(snap.Device, name, port, vtep)
+	if err != nil {
+		return fail(err)
+	}
+	w := Window{Strategy: StrategyDeleteFirst}
+	tDel := k.now()
+	if old != nil {
+		if err := k.H.LinkDel(old); err != nil {
+			return fail(fmt.Errorf("delete old device (index %d): %w", old.Index, err))
+		}
+		w.Calls++
+	}
+	if err := k.H.LinkAdd(nlink); err != nil {
+		return fail(fmt.Errorf("add %s (vxlan id %d dstport %d): %w", name, snap.Device.VNI, port, err))
+	}
+	w.Calls += 2 // netlink looks the index up after the add
+	idx := nlink.Attrs().Index
+	for _, step := range []func() (int, error){
+		func() (int, error) { return k.restoreAddrs(nlink, snap.Addrs) },
+		func() (int, error) { return k.restoreFDB(idx, snap.FDB) },
+		func() (int, error) { return k.restoreNeighbors(idx, snap.Neighbors) },
+	} {
+		n, err := step()
+		w.Calls += n
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if snap.Device.Up {
+		if err := k.H.LinkSetUp(nlink); err != nil {
+			return fail(fmt.Errorf("set %s up: %w", name, err))
+		}
+		w.Calls++
+	}
+	w.Absent = k.now().Sub(tDel)
+	n, err := k.restoreRoutes(idx, snap.Routes)
+	w.Calls += n
+	if err != nil {
+		return fail(err)
+	}
+	w.Total = k.now().Sub(tDel)
+	return w, nil
+}
+
+func (k *Kernel) restoreAddrs(l netlink.Link, addrs []Addr) (int, error) {
+	for i, a := range addrs {
+		ad, err := netlink.ParseAddr(a.CIDR)
+		if err != nil {
+			return i, fmt.Errorf("addrs[%d].cidr %q: %w", i, a.CIDR, err)
+		}
+		if a.Peer != "" {
+			if ad.Peer, err = netlink.ParseIPNet(a.Peer); err != nil {
+				return i, fmt.Errorf("addrs[%d].peer %q: %w", i, a.Peer, err)
+			}
+		}
+		ad.Scope, ad.Flags = a.Scope, a.Flags
+		if err := k.H.AddrReplace(l, ad); err != nil {
+			return i + 1, fmt.Errorf("addr %s: %w", a.CIDR, err)
+		}
+	}
+	return len(addrs), nil
+}
+
+func (k *Kernel) restoreFDB(idx int, fdb []FDBEntry) (int, error) {
+	for i, e := range fdb {
+		if err := k.fdbSend(unix.RTM_NEWNEIGH, unix.NLM_F_CREATE|unix.NLM_F_APPEND, idx, e); err != nil {
+			return i + 1, err
+		}
+	}
+	return len(fdb), nil
+}
+
+func (k *Kernel) restoreNeighbors(idx int, ns []Neighbor) (int, error) {
+	for i, n := range ns {
+		mac, err := net.ParseMAC(n.MAC)
+		if err != nil {
+			return i, fmt.Errorf("neighbors[%d].mac %q: %w", i, n.MAC, err)
+		}
+		fam := netlink.FAMILY_V4
+		if n.IP.To4() == nil {
+			fam = netlink.FAMILY_V6
+		}
+		if err := k.H.NeighSet(&netlink.Neigh{LinkIndex: idx, Family: fam, State: n.State, Flags: n.Flags, IP: n.IP, HardwareAddr: mac}); err != nil {
+			return i + 1, fmt.Errorf("neigh %s lladdr %s: %w", n.IP, n.MAC, err)
+		}
+	}
+	return len(ns), nil
+}
+
+func (k *Kernel) restoreRoutes(idx int, rs []Route) (int, error) {
+	for i, r := range rs {
+		nr := netlink.Route{LinkIndex: idx, Gw: r.Gw, Src: r.Src, Family: r.Family, Table: r.Table,
+			Protocol: netlink.RouteProtocol(r.Protocol), Scope: netlink.Scope(r.Scope), Type: r.Type,
+			Priority: r.Priority, Flags: r.Flags, MTU: r.MTU}
+		if r.Dst != "default" {
+			_, dst, err := net.ParseCIDR(r.Dst)
+			if err != nil {
+				return i, fmt.Errorf("routes[%d].dst %q: %w", i, r.Dst, err)
+			}
+			nr.Dst = dst
+		}
+		if err := k.H.RouteReplace(&nr); err != nil {
+			return i + 1, fmt.Errorf("route %s via %s: %w", r.Dst, r.Gw, err)
+		}
+	}
+	return len(rs), nil
+}
+
+// SetFDBPorts implements Interface. A unicast MAC with one remote is
+// rewritten with one replace; other entries (the all-zero flood entry, MACs
+// with several remotes) get the new remote appended before the old one is
+// deleted, so no peer is ever missing from it
+// (for a moment a packet may go out on both ports).
+func (k *Kernel) SetFDBPorts(snap Snapshot, port int) error {
+	name := snap.Device.Name
+	if port != 0 {
+		if err := validPort("port", port); err != nil {
+			return &Error{Op: "set-fdb-ports", Device: name, Err: err}
+		}
+	}
+	v, err := k.link("set-fdb-ports", name)
+	if err != nil {
+		return err
+	}
+	fail := func(err error) error { return &Error{Op: "set-fdb-ports", Device: name, Err: err} }
+	cur, err := k.fdbList(v.Index)
+	if err != nil {
+		return fail(err)
+	}
+	// The kernel reports no port for remotes on the device's own port.
+	want := port
+	if port == v.Port {
+		want = 0
+	}
+	perMAC := map[string]int{}
+	for _, e := range cur {
+		perMAC[e.MAC]++
+	}
+	for _, e := range cur {
+		if e.Port == want {
+			continue
+		}
+		ne := e
+		ne.Port = port
+		if ne.Port == 0 {
+			ne.Port = v.Port
+		}
+		// The kernel replaces in place only unicast MACs (EOPNOTSUPP for
+		// the all-zero and multicast ones) and only their first remote.
+		if perMAC[e.MAC] == 1 && unicast(e.MAC) {
+			if err := k.fdbSend(unix.RTM_NEWNEIGH, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, v.Index, ne); err != nil {
+				return fail(err)
+			}
+			continue
+		}
+		if err := k.fdbSend(unix.RTM_NEWNEIGH, unix.NLM_F_CREATE|unix.NLM_F_APPEND, v.Index, ne); err != nil {
+			return fail(err)
+		}
+		old := e
+		if old.Port == 0 {
+			old.Port = v.Port
+		}
+		if err := k.fdbSend(unix.RTM_DELNEIGH, 0, v.Index, old); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}
+
+func unicast(mac string) bool {
+	hw, err := net.ParseMAC(mac)
+	if err != nil || len(hw) == 0 {
+		return false
+	}
+	zero := true
+	for _, c := range hw {
+		if c != 0 {
+			zero = false
+		}
+	}
+	return !zero && hw[0]&1 == 0
+}
