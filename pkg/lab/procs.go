@@ -1,0 +1,5 @@
+package lab
+
+import "context"
+
+func (l *Lab) startProcesses(ctx context.Context) error { return nil }
