@@ -1,0 +1,588 @@
+// Package operation owns the agent's one-at-a-time port-change operation:
+// the phases Prepared → Committed (dead-man armed) → Confirmed → Finalized,
+// or Aborted, Reverted, Failed; the durable record that lets a restarted
+// agent resume exactly (and revert by itself at a dead-man deadline that
+// survives restarts); and the precise sleep that applies a commit at an
+// instant of the node's clock.
+//
+// It drives a dataplane.Backend and a Store and takes its time from a Clock,
+// so it is tested without sockets, kernels or real sleeps. It must not know
+// about gRPC, flags or metrics libraries: the service maps its Codes to
+// status codes and an Observer feeds the metrics.
+package operation
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cutover-dev/cutover/agent/dataplane"
+)
+
+// Options configures a Machine.
+type Options struct {
+	Backend dataplane.Backend // required
+	Store   Store             // required
+	Clock   Clock             // default RealClock
+	// PrepareTimeout bounds how long a prepared operation waits for Commit
+	// or Rollback before the agent aborts it by itself, so a vanished
+	// coordinator cannot leave a firewall opening forever. Default 5m.
+	PrepareTimeout time.Duration
+	// CallTimeout bounds each backend call the machine makes on its own
+	// (apply, revert, abort): those are not cut short by a caller going
+	// away, since a half-done change is worse than a late answer.
+	// Default 30s.
+	CallTimeout time.Duration
+	Observer    Observer     // default: none
+	Logger      *slog.Logger // default: slog.Default()
+}
+
+// Machine is the operation state machine of one agent. Its methods are safe
+// for concurrent use: mutations (RPCs and timers) are serialised, so a
+// dead-man firing concurrently with Confirm has exactly one winner; Status
+// never waits for a backend call.
+type Machine struct {
+	be    dataplane.Backend
+	store Store
+	clock Clock
+	obs   Observer
+	log   *slog.Logger
+
+	prepareTimeout time.Duration
+	callTimeout    time.Duration
+
+	opMu   sync.Mutex // serialises mutations, held across backend calls
+	timer  Timer      // the armed prepare-timeout or dead-man timer
+	gen    uint64     // bumped on every transition: stale timers do nothing
+	closed bool
+
+	mu  sync.Mutex // guards rec, held briefly
+	rec *Record
+}
+
+// New loads the record from the store and resumes it: a PREPARING record
+// (crash during Prepare) is aborted; a PREPARED one keeps its prepare
+// timeout; a COMMITTED one is reverted now if its dead-man deadline has
+// passed, else its timer is re-armed. A record that cannot be read is an
+// error: it may describe a change still applied.
+func New(ctx context.Context, o Options) (*Machine, error) {
+	if o.Backend == nil || o.Store == nil {
+		return nil, fmt.Errorf("operation.New: Backend and Store are required")
+	}
+	m := &Machine{
+		be:             o.Backend,
+		store:          o.Store,
+		clock:          o.Clock,
+		obs:            o.Observer,
+		log:            o.Logger,
+		prepareTimeout: o.PrepareTimeout,
+		callTimeout:    o.CallTimeout,
+	}
+	if m.clock == nil {
+		m.clock = RealClock{}
+	}
+	if m.obs == nil {
+		m.obs = nopObserver{}
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	if m.prepareTimeout <= 0 {
+		m.prepareTimeout = 5 * time.Minute
+	}
+	if m.callTimeout <= 0 {
+		m.callTimeout = 30 * time.Second
+	}
+	rec, err := m.store.Load()
+	if err != nil {
+		return nil, err
+	}
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	if rec == nil {
+		m.obs.PhaseChanged(PhaseIdle)
+		return m, nil
+	}
+	m.setLocked(*rec)
+	m.log.Info("operation record loaded", "operation", rec.ID, "phase", rec.Phase, "path", m.store.Path())
+	now := m.clock.Now()
+	switch rec.Phase {
+	case PhasePreparing:
+		m.abortLocked(ctx, *rec, ByRestart, "agent restarted during prepare")
+	case PhasePrepared:
+		if rec.PrepareDeadline.IsZero() {
+			rec.PrepareDeadline = now.Add(m.prepareTimeout)
+		}
+		m.armLocked(*rec, rec.PrepareDeadline.Sub(now), m.prepareTimedOut)
+	case PhaseCommitted:
+		if !now.Before(rec.Deadline) {
+			m.log.Warn("dead-man deadline passed while the agent was down: reverting now",
+				"operation", rec.ID, "deadline", rec.Deadline)
+			m.revertLocked(*rec, ByDeadman)
+		} else {
+			m.armLocked(*rec, rec.Deadline.Sub(now), m.deadmanFired)
+		}
+	}
+	return m, nil
+}
+
+// Close disarms the timers (the record on disk keeps the deadlines: a
+// restarted agent re-arms them). It does not touch the dataplane.
+func (m *Machine) Close() {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	m.closed = true
+	m.disarmLocked()
+}
+
+// Status returns the record of operation id, or the current or last one
+// when id is empty (a record in PhaseIdle when there was none).
+func (m *Machine) Status(id string) (Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rec == nil {
+		if id == "" {
+			return Record{Phase: PhaseIdle}, nil
+		}
+		return Record{}, errf(CodeNotFound, nil, "operation %s unknown: this agent has run no operation", id)
+	}
+	if id != "" && id != m.rec.ID {
+		return Record{}, errf(CodeNotFound, nil, "operation %s unknown: the last operation on this agent is %s (%s)", id, m.rec.ID, m.rec.Phase)
+	}
+	return *m.rec, nil
+}
+
+// NotReady names what keeps the machine from working: an unwritable state
+// store, or an operation FAILED that needs an operator.
+func (m *Machine) NotReady() []string {
+	var out []string
+	if err := m.store.Check(); err != nil {
+		out = append(out, "state dir: "+err.Error())
+	}
+	if r, _ := m.Status(""); r.Phase == PhaseFailed {
+		out = append(out, fmt.Sprintf("operation %s FAILED: %s", r.ID, r.Error))
+	}
+	return out
+}
+
+// Prepare snapshots the prior state, persists it, then has the backend
+// open the target port and pre-build the change. A replay with the same id
+// and ports returns the record without acting again.
+func (m *Machine) Prepare(ctx context.Context, id string, from, to uint16) (Record, error) {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	if cur := m.current(); cur != nil && cur.ID == id {
+		// A rollback that came first leaves a record without ports.
+		if cur.Snapshot != nil && (cur.FromPort != from || cur.ToPort != to) {
+			return *cur, errf(CodeInvalidArgument, nil,
+				"operation %s was prepared for port %d -> %d; this request says %d -> %d: use a new operation id for a different change",
+				id, cur.FromPort, cur.ToPort, from, to)
+		}
+		switch cur.Phase {
+		case PhaseAborted:
+			if cur.RevertedBy == "" { // the original prepare failed: same outcome
+				return *cur, errf(CodeAborted, nil, "operation %s: %s", id, cur.Error)
+			}
+			return *cur, errf(CodeFailedPrecondition, nil, "operation %s was aborted by %s at %s: use a new operation id",
+				id, cur.RevertedBy, stamp(cur.Ended))
+		case PhaseFailed:
+			return *cur, errf(CodeInternal, nil, "operation %s failed: %s", id, cur.Error)
+		}
+		return *cur, nil
+	}
+	if err := m.refuseIfBusyLocked(id); err != nil {
+		return Record{}, err
+	}
+	if err := m.store.Check(); err != nil {
+		return Record{}, errf(CodeUnavailable, err, "prepare %s refused before any change", id)
+	}
+	snap, err := m.be.Snapshot(ctx, from, to)
+	if err != nil {
+		return Record{}, errf(CodeFailedPrecondition, err, "prepare %s: snapshot of %s %s (nothing changed)", id, m.be.Name(), m.be.Device())
+	}
+	now := m.clock.Now()
+	rec := Record{ID: id, Phase: PhasePreparing, FromPort: from, ToPort: to, Snapshot: &snap, CurrentPort: from, Updated: now}
+	if err := m.store.Save(rec); err != nil {
+		return Record{}, errf(CodeUnavailable, err, "prepare %s refused before any change", id)
+	}
+	m.setLocked(rec)
+	if err := m.be.Prepare(ctx, snap); err != nil {
+		m.log.Warn("prepare failed: aborting", "operation", id, "err", err)
+		out := m.abortLocked(ctx, rec, "", "prepare: "+err.Error())
+		if out.Phase == PhaseFailed {
+			return out, errf(CodeInternal, nil, "operation %s: %s", id, out.Error)
+		}
+		return out, errf(CodeAborted, nil, "operation %s: %s (aborted: nothing left changed)", id, out.Error)
+	}
+	rec.Phase = PhasePrepared
+	rec.Updated = m.clock.Now()
+	rec.PrepareDeadline = rec.Updated.Add(m.prepareTimeout)
+	if err := m.store.Save(rec); err != nil {
+		// The disk said PREPARING: a restart would abort. Undo now rather
+		// than run an operation this agent cannot record.
+		out := m.abortLocked(ctx, rec, "", "persist prepared: "+err.Error())
+		return out, errf(CodeUnavailable, err, "prepare %s: could not record it, so it was aborted", id)
+	}
+	m.setLocked(rec)
+	m.armLocked(rec, m.prepareTimeout, m.prepareTimedOut)
+	return rec, nil
+}
+
+// Commit applies the prepared change at instant at of the agent's clock
+// (zero or past: now) and arms the dead-man timer: unless Confirm comes
+// within deadman after the apply, the agent reverts by itself. The
+// COMMITTED record and its deadline are persisted before the apply, so a
+// crash during it still reverts at the deadline after a restart. Once
+// accepted, the commit runs to the end even if the caller goes away: every
+// node must flip at the same instant.
+func (m *Machine) Commit(ctx context.Context, id string, at time.Time, deadman time.Duration) (Record, error) {
+	if deadman <= 0 {
+		return Record{}, errf(CodeInvalidArgument, nil, "deadman %s: must be positive", deadman)
+	}
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	cur, err := m.sameOpLocked(id)
+	if err != nil {
+		return Record{}, err
+	}
+	switch cur.Phase {
+	case PhasePrepared:
+	case PhaseCommitted, PhaseConfirmed, PhaseFinalized:
+		return cur, nil // replay: the stored result
+	default:
+		return cur, m.endedErr(cur, "commit")
+	}
+	now := m.clock.Now()
+	start := now
+	if at.After(now) {
+		start = at
+	}
+	rec := cur
+	rec.Phase = PhaseCommitted
+	rec.CommitAt = at
+	rec.Deadman = deadman
+	rec.Deadline = start.Add(deadman)
+	rec.Updated = now
+	if err := m.store.Save(rec); err != nil {
+		return cur, errf(CodeUnavailable, err, "commit %s refused before any change", id)
+	}
+	m.disarmLocked() // the prepare timeout
+	m.setLocked(rec)
+
+	var late time.Duration
+	if at.After(now) {
+		late = m.clock.SleepUntil(at)
+	} else if !at.IsZero() {
+		late = now.Sub(at)
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.callTimeout)
+	defer cancel()
+	t0 := m.clock.Now()
+	st, err := m.be.Commit(actx, *rec.Snapshot)
+	dur := m.clock.Now().Sub(t0)
+	rec.Applied, rec.ApplyDuration, rec.Lateness = t0, dur, late
+	if err == nil && st.Port != rec.ToPort {
+		err = fmt.Errorf("read back port %d after commit, want %d", st.Port, rec.ToPort)
+	}
+	if err != nil {
+		m.log.Error("commit failed: reverting now", "operation", id, "err", err)
+		rec.Error = "commit: " + err.Error()
+		out := m.revertLocked(rec, ByApplyFailure)
+		if out.Phase == PhaseFailed {
+			return out, errf(CodeInternal, nil, "operation %s: %s", id, out.Error)
+		}
+		return out, errf(CodeAborted, nil, "operation %s: %s (reverted to port %d)", id, rec.Error, rec.FromPort)
+	}
+	rec.ReadbackPort, rec.CurrentPort = st.Port, st.Port
+	rec.Deadline = t0.Add(deadman)
+	rec.Updated = m.clock.Now()
+	if err := m.store.Save(rec); err != nil {
+		// The persisted record already holds an earlier deadline: a
+		// restart reverts no later than this one would.
+		m.log.Error("could not record the applied commit; the persisted deadline stands", "operation", id, "err", err)
+	}
+	m.setLocked(rec)
+	m.obs.Applied(dur, late)
+	m.obs.PortObserved(st.Port)
+	m.armLocked(rec, rec.Deadline.Sub(m.clock.Now()), m.deadmanFired)
+	return rec, nil
+}
+
+// Confirm disarms the dead-man timer: the change stays. CONFIRMED is
+// persisted before the timer is disarmed, so a confirm that cannot be
+// recorded is refused and the dead-man still reverts.
+func (m *Machine) Confirm(_ context.Context, id string) (Record, error) {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	cur, err := m.sameOpLocked(id)
+	if err != nil {
+		return Record{}, err
+	}
+	switch cur.Phase {
+	case PhaseCommitted:
+	case PhaseConfirmed, PhaseFinalized:
+		return cur, nil
+	case PhasePrepared:
+		return cur, errf(CodeFailedPrecondition, nil, "operation %s is PREPARED, not committed: commit it before confirming", id)
+	default:
+		return cur, m.endedErr(cur, "confirm")
+	}
+	rec := cur
+	rec.Phase = PhaseConfirmed
+	rec.Updated = m.clock.Now()
+	if err := m.store.Save(rec); err != nil {
+		return cur, errf(CodeUnavailable, err, "confirm %s could not be recorded; the dead-man timer stays armed (deadline %s)", id, stamp(cur.Deadline))
+	}
+	m.disarmLocked()
+	m.setLocked(rec)
+	return rec, nil
+}
+
+// Rollback undoes whatever operation id did here: a prepared operation is
+// aborted, a committed or confirmed one reverted, a failed one reverted
+// again. Ended operations are returned as they are. A rollback for an
+// operation this agent never saw records it as aborted, so that a Prepare
+// arriving late for it is refused. Rollback only puts the node back, so it
+// goes ahead even when the state store is failing (the error is reported in
+// the record).
+func (m *Machine) Rollback(ctx context.Context, id, reason string) (Record, error) {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	cur := m.current()
+	if cur == nil || cur.ID != id {
+		if err := m.refuseIfBusyLocked(id); err != nil {
+			return Record{}, err
+		}
+		now := m.clock.Now()
+		rec := Record{ID: id, Phase: PhaseAborted, RevertedBy: ByRollback, Ended: now, Updated: now,
+			Error: "rolled back before this agent prepared it" + because(reason)}
+		m.saveBestEffort(&rec)
+		m.setLocked(rec)
+		return rec, nil
+	}
+	switch cur.Phase {
+	case PhasePreparing, PhasePrepared:
+		return m.abortLocked(ctx, *cur, ByRollback, "rolled back"+because(reason)), nil
+	case PhaseCommitted, PhaseConfirmed, PhaseFailed:
+		out := m.revertLocked(*cur, ByRollback)
+		if out.Phase == PhaseFailed {
+			return out, errf(CodeInternal, nil, "operation %s: %s", id, out.Error)
+		}
+		return out, nil
+	case PhaseFinalized:
+		return *cur, errf(CodeFailedPrecondition, nil,
+			"operation %s is FINALIZED (port %d -> %d, old port's rules removed): run a new operation to change the port back",
+			id, cur.FromPort, cur.ToPort)
+	}
+	return *cur, nil // ABORTED, REVERTED: already rolled back
+}
+
+// Finalize removes the old port's firewall rules after a confirmed change.
+func (m *Machine) Finalize(ctx context.Context, id string) (Record, error) {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	cur, err := m.sameOpLocked(id)
+	if err != nil {
+		return Record{}, err
+	}
+	switch cur.Phase {
+	case PhaseConfirmed:
+	case PhaseFinalized:
+		return cur, nil
+	default:
+		return cur, errf(CodeFailedPrecondition, nil, "operation %s is %s: finalize needs CONFIRMED", id, cur.Phase)
+	}
+	if err := m.store.Check(); err != nil {
+		return cur, errf(CodeUnavailable, err, "finalize %s refused before any change", id)
+	}
+	if err := m.be.Finalize(ctx, *cur.Snapshot); err != nil {
+		return cur, errf(CodeInternal, err, "finalize %s (still CONFIRMED; retry Finalize)", id)
+	}
+	rec := cur
+	rec.Phase = PhaseFinalized
+	rec.Updated = m.clock.Now()
+	rec.Ended = rec.Updated
+	m.saveBestEffort(&rec)
+	m.setLocked(rec)
+	return rec, nil
+}
+
+// --- timers ---
+
+func (m *Machine) deadmanFired(gen uint64) {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	if m.closed || gen != m.gen {
+		return // confirmed, rolled back or re-armed meanwhile
+	}
+	cur := m.current()
+	if cur == nil || cur.Phase != PhaseCommitted {
+		return
+	}
+	m.log.Warn("dead-man deadline reached without confirm: reverting", "operation", cur.ID, "deadline", cur.Deadline)
+	m.revertLocked(*cur, ByDeadman)
+}
+
+func (m *Machine) prepareTimedOut(gen uint64) {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	if m.closed || gen != m.gen {
+		return
+	}
+	cur := m.current()
+	if cur == nil || cur.Phase != PhasePrepared {
+		return
+	}
+	m.log.Warn("prepared operation neither committed nor rolled back in time: aborting", "operation", cur.ID, "timeout", m.prepareTimeout)
+	m.abortLocked(context.Background(), *cur, ByPrepareTimeout,
+		fmt.Sprintf("no commit or rollback within the prepare timeout %s", m.prepareTimeout))
+}
+
+// armLocked arms the one timer for rec's current generation.
+func (m *Machine) armLocked(rec Record, d time.Duration, f func(gen uint64)) {
+	m.disarmLocked()
+	gen := m.gen
+	m.timer = m.clock.AfterFunc(d, func() { f(gen) })
+}
+
+func (m *Machine) disarmLocked() {
+	if m.timer != nil {
+		m.timer.Stop()
+		m.timer = nil
+	}
+}
+
+// --- transitions that undo ---
+
+// abortLocked undoes a prepare: ABORTED, or FAILED when Abort fails.
+func (m *Machine) abortLocked(ctx context.Context, rec Record, by, why string) Record {
+	m.disarmLocked()
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.callTimeout)
+	defer cancel()
+	now := m.clock.Now()
+	rec.Updated, rec.Ended, rec.RevertedBy = now, now, by
+	if err := m.be.Abort(actx, *rec.Snapshot); err != nil {
+		rec.Phase = PhaseFailed
+		rec.Error = joinErr(why, "abort: "+err.Error())
+		m.log.Error("abort failed: operator needed", "operation", rec.ID, "err", rec.Error)
+	} else {
+		rec.Phase = PhaseAborted
+		rec.Error = why
+	}
+	m.saveBestEffort(&rec)
+	m.setLocked(rec)
+	return rec
+}
+
+// revertLocked puts the prior port back: REVERTED, or FAILED when Revert
+// fails.
+func (m *Machine) revertLocked(rec Record, by string) Record {
+	m.disarmLocked()
+	ctx, cancel := context.WithTimeout(context.Background(), m.callTimeout)
+	defer cancel()
+	st, err := m.be.Revert(ctx, *rec.Snapshot)
+	now := m.clock.Now()
+	rec.Updated, rec.Ended, rec.RevertedBy = now, now, by
+	if err != nil {
+		rec.Phase = PhaseFailed
+		rec.Error = joinErr(rec.Error, "revert: "+err.Error())
+		m.log.Error("revert failed: operator needed", "operation", rec.ID, "by", by, "err", err)
+	} else {
+		rec.Phase = PhaseReverted
+		rec.CurrentPort = st.Port
+		m.obs.PortObserved(st.Port)
+		if by == ByDeadman {
+			m.obs.DeadmanReverted()
+		}
+	}
+	m.saveBestEffort(&rec)
+	m.setLocked(rec)
+	return rec
+}
+
+// saveBestEffort persists a transition that has already happened in the
+// dataplane; a failure is logged and noted in the record. The previous
+// record on disk is then stale but safe: replaying it after a restart
+// repeats an idempotent undo.
+func (m *Machine) saveBestEffort(rec *Record) {
+	if err := m.store.Save(*rec); err != nil {
+		m.log.Error("could not persist operation record", "operation", rec.ID, "phase", rec.Phase, "err", err)
+		rec.Error = joinErr(rec.Error, "not persisted: "+err.Error())
+	}
+}
+
+// --- helpers ---
+
+func (m *Machine) current() *Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rec == nil {
+		return nil
+	}
+	r := *m.rec
+	return &r
+}
+
+func (m *Machine) setLocked(rec Record) {
+	m.gen++
+	m.mu.Lock()
+	m.rec = &rec
+	m.mu.Unlock()
+	m.obs.PhaseChanged(rec.Phase)
+}
+
+// refuseIfBusyLocked fails when an operation other than id is in flight.
+func (m *Machine) refuseIfBusyLocked(id string) error {
+	cur := m.current()
+	if cur != nil && cur.ID != id && cur.Phase.InFlight() {
+		return errf(CodeFailedPrecondition, nil,
+			"operation %s is in flight on this agent (%s, port %d -> %d); finish or roll it back before %s",
+			cur.ID, cur.Phase, cur.FromPort, cur.ToPort, id)
+	}
+	return nil
+}
+
+// sameOpLocked returns the record of id, or why a call for id is refused.
+func (m *Machine) sameOpLocked(id string) (Record, error) {
+	cur := m.current()
+	if cur != nil && cur.ID == id {
+		return *cur, nil
+	}
+	if err := m.refuseIfBusyLocked(id); err != nil {
+		return Record{}, err
+	}
+	if cur == nil {
+		return Record{}, errf(CodeNotFound, nil, "operation %s unknown: this agent has run no operation (prepare it first)", id)
+	}
+	return Record{}, errf(CodeNotFound, nil, "operation %s unknown: the last operation on this agent is %s (%s)", id, cur.ID, cur.Phase)
+}
+
+func (m *Machine) endedErr(cur Record, step string) error {
+	switch cur.Phase {
+	case PhaseReverted:
+		return errf(CodeFailedPrecondition, nil, "cannot %s operation %s: already reverted by %s at %s", step, cur.ID, cur.RevertedBy, stamp(cur.Ended))
+	case PhaseAborted:
+		return errf(CodeFailedPrecondition, nil, "cannot %s operation %s: already aborted (%s) at %s", step, cur.ID, cur.Error, stamp(cur.Ended))
+	case PhaseFailed:
+		return errf(CodeFailedPrecondition, nil, "cannot %s operation %s: it FAILED (%s); roll it back or repair the node", step, cur.ID, cur.Error)
+	}
+	return errf(CodeFailedPrecondition, nil, "cannot %s operation %s in phase %s", step, cur.ID, cur.Phase)
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func because(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return ": " + reason
+}
+
+func joinErr(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}

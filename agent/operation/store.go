@@ -1,0 +1,151 @@
+package operation
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// StateFile is the name of the operation record inside the state dir.
+const StateFile = "operation.json"
+
+// Store keeps the one operation record durably.
+type Store interface {
+	// Load returns the record, or nil when there is none yet.
+	Load() (*Record, error)
+	// Save replaces the record atomically: after a crash either the old or
+	// the new record is read back, never a mix.
+	Save(r Record) error
+	// Check reports whether Save would work now (the dir is writable), so
+	// that a mutating call can be refused before any dataplane effect.
+	Check() error
+	// Path names the record's location, for messages.
+	Path() string
+}
+
+// FileStore is a Store in a directory: write a temporary file, fsync it,
+// rename it over StateFile, fsync the directory.
+type FileStore struct {
+	Dir string
+}
+
+var _ Store = FileStore{}
+
+// Path implements Store.
+func (s FileStore) Path() string { return filepath.Join(s.Dir, StateFile) }
+
+// Load implements Store.
+func (s FileStore) Load() (*Record, error) {
+	b, err := os.ReadFile(s.Path())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &StoreError{Op: "read", Path: s.Path(), Err: err}
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, &StoreError{Op: "parse", Path: s.Path(), Err: fmt.Errorf("%w (inspect or move the file away; it may record a change still applied)", err)}
+	}
+	if err := r.valid(); err != nil {
+		return nil, &StoreError{Op: "parse", Path: s.Path(), Err: err}
+	}
+	return &r, nil
+}
+
+// Save implements Store.
+func (s FileStore) Save(r Record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return &StoreError{Op: "encode", Path: s.Path(), Err: err}
+	}
+	tmp := s.Path() + ".tmp"
+	if err := writeSync(tmp, append(b, '\n')); err != nil {
+		return &StoreError{Op: "write", Path: tmp, Err: err}
+	}
+	if err := os.Rename(tmp, s.Path()); err != nil {
+		return &StoreError{Op: "rename", Path: s.Path(), Err: err}
+	}
+	if err := syncDir(s.Dir); err != nil {
+		return &StoreError{Op: "fsync", Path: s.Dir, Err: err}
+	}
+	return nil
+}
+
+// Check implements Store by creating, syncing and removing a probe file: a
+// stat of the mode bits would be wrong for root and for read-only mounts.
+func (s FileStore) Check() error {
+	p := filepath.Join(s.Dir, ".write-check")
+	if err := writeSync(p, nil); err != nil {
+		return &StoreError{Op: "write", Path: p, Err: err}
+	}
+	if err := os.Remove(p); err != nil {
+		return &StoreError{Op: "remove", Path: p, Err: err}
+	}
+	return nil
+}
+
+func writeSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// StoreError is a failure to persist or read the operation record. Its
+// message names the path and the errno, so an operator can act on it.
+type StoreError struct {
+	Op   string // read, parse, encode, write, rename, fsync, remove
+	Path string
+	Err  error
+}
+
+func (e *StoreError) Error() string {
+	msg := fmt.Sprintf("state %s %s: %v", e.Op, e.Path, unwrapPath(e.Err))
+	var errno syscall.Errno
+	if errors.As(e.Err, &errno) {
+		msg += " (" + unix.ErrnoName(errno) + ")"
+	}
+	return msg
+}
+
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// unwrapPath avoids repeating the path os.PathError already prints.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// IsStoreError reports whether err is a failure of the state store.
+func IsStoreError(err error) bool {
+	var se *StoreError
+	return errors.As(err, &se)
+}
