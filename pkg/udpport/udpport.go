@@ -92,7 +92,7 @@ func Open(nsName string) (Kernel, error) {
 	if err != nil {
 		return Kernel{}, fmt.Errorf("udpport: netns %q: %w", nsName, err)
 	}
-	defer ns.Close()
+	defer func() { _ = ns.Close() }()
 	h, err := netlink.NewHandleAt(ns, fams...)
 	if err != nil {
 		return Kernel{}, fmt.Errorf("udpport: netlink handle in netns %q: %w", nsName, err)

@@ -37,7 +37,7 @@ func Open(nsName string) (*Kernel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vxlan: netns %q: %w", nsName, err)
 	}
-	defer ns.Close()
+	defer func() { _ = ns.Close() }()
 	return New(ns)
 }
 
@@ -76,7 +76,7 @@ func (k *Kernel) link(op, name string) (*netlink.Vxlan, error) {
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {
-			return nil, &Error{Op: op, Device: name, Err: fmt.Errorf("%w (%v)", ErrNotFound, err)}
+			return nil, &Error{Op: op, Device: name, Err: fmt.Errorf("%w (%w)", ErrNotFound, err)}
 		}
 		return nil, &Error{Op: op, Device: name, Err: err}
 	}
@@ -173,6 +173,13 @@ func tmpName(name string) string {
 	return fmt.Sprintf("cotx%08x", h.Sum32())
 }
 
+// oldName is where the old device waits for deletion after the switch.
+func oldName(name string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return fmt.Sprintf("cotd%08x", h.Sum32())
+}
+
 func newLink(d Device, name string, port int, vtepIndex int) (*netlink.Vxlan, error) {
 	mac, err := net.ParseMAC(d.MAC)
 	if err != nil {
@@ -221,9 +228,14 @@ func (k *Kernel) Recreate(snap Snapshot, newPort int) (Window, error) {
 		vtep = p.Attrs().Index
 	}
 	tmp := tmpName(name)
-	if l, err := k.H.LinkByName(tmp); err == nil {
-		if err := k.H.LinkDel(l); err != nil {
-			return fail(fmt.Errorf("remove leftover %s: %w", tmp, err))
+	for _, left := range []string{tmp, oldName(name)} {
+		if l, err := k.H.LinkByName(left); err == nil {
+			if _, ok := l.(*netlink.Vxlan); !ok {
+				return fail(fmt.Errorf("%s exists and is a %s link, not a leftover of ours; remove it", left, l.Type()))
+			}
+			if err := k.H.LinkDel(l); err != nil {
+				return fail(fmt.Errorf("remove leftover %s: %w", left, err))
+			}
 		}
 	}
 	switch k.Strategy {
@@ -267,12 +279,29 @@ func (k *Kernel) recreatePrebuilt(snap Snapshot, old *netlink.Vxlan, tmp string,
 	}
 	w := Window{Strategy: StrategyPrebuilt, Prepare: k.now().Sub(t0)}
 
+	// Deleting a link costs 10-50 ms (unregistering waits for RCU grace
+	// periods) and taking it down 3-10 ms (the vxlan socket release waits
+	// for one), so neither happens inside the window if the kernel allows
+	// renaming a running link: the old device is renamed away while up, the
+	// new one takes the name and comes up, the old one loses its addresses
+	// (so its connected routes stop attracting traffic) and the routes move
+	// over by replace. Older kernels refuse the live rename (EBUSY); then
+	// the old device is taken down first. It is deleted after the window.
 	tDel := k.now()
 	if old != nil {
-		if err := k.H.LinkDel(old); err != nil {
-			return fail(fmt.Errorf("delete old device (index %d): %w", old.Index, err))
-		}
+		err := k.H.LinkSetName(old, oldName(name))
 		w.Calls++
+		if err != nil && old.Flags&net.FlagUp != 0 {
+			if err := k.H.LinkSetDown(old); err != nil {
+				return fail(fmt.Errorf("set old device (index %d) down: %w", old.Index, err))
+			}
+			old.Flags &^= net.FlagUp
+			err = k.H.LinkSetName(old, oldName(name))
+			w.Calls += 2
+		}
+		if err != nil {
+			return fail(fmt.Errorf("rename old device (index %d) to %s: %w", old.Index, oldName(name), err))
+		}
 	}
 	if snap.Device.Up {
 		err = k.setNameUp(idx, name)
@@ -284,12 +313,31 @@ func (k *Kernel) recreatePrebuilt(snap Snapshot, old *netlink.Vxlan, tmp string,
 	}
 	w.Calls++
 	w.Absent = k.now().Sub(tDel)
+	if old != nil && old.Flags&net.FlagUp != 0 {
+		for _, a := range snap.Addrs {
+			ad, err := netlink.ParseAddr(a.CIDR)
+			if err != nil {
+				return fail(fmt.Errorf("addr %q: %w", a.CIDR, err))
+			}
+			w.Calls++
+			if err := k.H.AddrDel(old, ad); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+				return fail(fmt.Errorf("remove %s from the old device: %w", a.CIDR, err))
+			}
+		}
+	}
 	n, err := k.restoreRoutes(idx, snap.Routes)
 	w.Calls += n
 	if err != nil {
 		return fail(err)
 	}
 	w.Total = k.now().Sub(tDel)
+	if old != nil {
+		tc := k.now()
+		if err := k.H.LinkDel(old); err != nil {
+			return w, &Error{Op: "recreate", Device: name, Err: fmt.Errorf("delete old device %s (index %d) after the switch: %w", oldName(name), old.Index, err)}
+		}
+		w.Cleanup = k.now().Sub(tc)
+	}
 	return w, nil
 }
 

@@ -151,4 +151,3 @@ func connectivity(t testing.TB, a, b *node, wait time.Duration) string {
 	}
 	return strings.Join(out, " ")
 }
-

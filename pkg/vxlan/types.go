@@ -36,7 +36,7 @@ type Device struct {
 	VNI         int    `json:"vni"`
 	Port        int    `json:"port"` // the UDP destination port, also the one the device listens on
 	Local       net.IP `json:"local,omitempty"`
-	Group       net.IP `json:"group,omitempty"`  // multicast group or unicast remote
+	Group       net.IP `json:"group,omitempty"`   // multicast group or unicast remote
 	VtepDev     string `json:"vtepDev,omitempty"` // underlay device the tunnel is pinned to (ip link ... dev X)
 	TTL         int    `json:"ttl,omitempty"`
 	TOS         int    `json:"tos,omitempty"`
@@ -129,13 +129,16 @@ type Window struct {
 	Total time.Duration `json:"totalNs"`
 	// Calls is how many netlink requests ran inside Total.
 	Calls int `json:"calls"`
+	// Cleanup is the deletion of the old device after the window.
+	Cleanup time.Duration `json:"cleanupNs,omitempty"`
 }
 
 const (
 	// StrategyPrebuilt builds the new device under a temporary name with its
 	// addresses, FDB and neighbours while the old one still works, then
-	// deletes the old device, renames and raises the new one in one request,
-	// and adds the routes. The default.
+	// takes the old device down and renames it away, renames and raises the
+	// new one in one request, adds the routes, and only then deletes the old
+	// device. The default.
 	StrategyPrebuilt = "prebuilt"
 	// StrategyDeleteFirst deletes the old device and builds the new one from
 	// scratch. Kept to measure against.

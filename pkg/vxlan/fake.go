@@ -1,0 +1,149 @@
+package vxlan
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Fake is an in-memory Interface for unit tests of the agent's logic. It
+// follows the kernel's rules that matter to callers: missing and non-VXLAN
+// devices give the typed errors, a recreation keeps everything but the port,
+// and FDB ports equal to the device's port read back as 0.
+type Fake struct {
+	mu      sync.Mutex
+	devices map[string]Snapshot
+	// Others are non-VXLAN links, name → type, for IsNotVXLAN.
+	Others map[string]string
+	// Recreations counts successful Recreate calls.
+	Recreations int
+	// FailNext, when set, is returned (wrapped) by the next mutating call.
+	FailNext error
+}
+
+var _ Interface = (*Fake)(nil)
+
+// NewFake returns a Fake holding the given devices.
+func NewFake(devs ...Snapshot) *Fake {
+	f := &Fake{devices: map[string]Snapshot{}, Others: map[string]string{}}
+	for _, d := range devs {
+		f.devices[d.Device.Name] = clone(d)
+	}
+	return f
+}
+
+func clone(s Snapshot) Snapshot {
+	s.Addrs = append([]Addr(nil), s.Addrs...)
+	s.FDB = append([]FDBEntry(nil), s.FDB...)
+	s.Neighbors = append([]Neighbor(nil), s.Neighbors...)
+	s.Routes = append([]Route(nil), s.Routes...)
+	return s
+}
+
+func (f *Fake) get(op, name string) (Snapshot, error) {
+	if s, ok := f.devices[name]; ok {
+		return s, nil
+	}
+	if t, ok := f.Others[name]; ok {
+		return Snapshot{}, &Error{Op: op, Device: name, Err: fmt.Errorf("%w: link type is %q", ErrNotVXLAN, t)}
+	}
+	return Snapshot{}, &Error{Op: op, Device: name, Err: ErrNotFound}
+}
+
+func (f *Fake) failNext(op, name string) error {
+	if f.FailNext == nil {
+		return nil
+	}
+	err := f.FailNext
+	f.FailNext = nil
+	return &Error{Op: op, Device: name, Err: err}
+}
+
+// Snapshot implements Interface.
+func (f *Fake) Snapshot(name string) (Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, err := f.get("snapshot", name)
+	return clone(s), err
+}
+
+// Recreate implements Interface. Like the kernel driver it also rebuilds a
+// device that is gone.
+func (f *Fake) Recreate(snap Snapshot, newPort int) (Window, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name := snap.Device.Name
+	if err := snap.Validate(); err != nil {
+		return Window{}, err
+	}
+	if err := validPort("newPort", newPort); err != nil {
+		return Window{}, &Error{Op: "recreate", Device: name, Err: err}
+	}
+	if t, ok := f.Others[name]; ok {
+		return Window{}, &Error{Op: "recreate", Device: name, Err: fmt.Errorf("%w: link type is %q", ErrNotVXLAN, t)}
+	}
+	if err := f.failNext("recreate", name); err != nil {
+		return Window{}, err
+	}
+	n := clone(snap)
+	n.Device.Port = newPort
+	for i := range n.FDB {
+		if n.FDB[i].Port == newPort {
+			n.FDB[i].Port = 0
+		}
+	}
+	f.devices[name] = n
+	f.Recreations++
+	return Window{Strategy: "fake"}, nil
+}
+
+// SetFDBPorts implements Interface.
+func (f *Fake) SetFDBPorts(snap Snapshot, port int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name := snap.Device.Name
+	if port != 0 {
+		if err := validPort("port", port); err != nil {
+			return &Error{Op: "set-fdb-ports", Device: name, Err: err}
+		}
+	}
+	s, err := f.get("set-fdb-ports", name)
+	if err != nil {
+		return err
+	}
+	if err := f.failNext("set-fdb-ports", name); err != nil {
+		return err
+	}
+	if port == s.Device.Port {
+		port = 0
+	}
+	for i := range s.FDB {
+		s.FDB[i].Port = port
+	}
+	f.devices[name] = s
+	return nil
+}
+
+// Delete removes a device, as a crash inside the window would leave it.
+func (f *Fake) Delete(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.devices, name)
+}
+
+// Dump returns every device's Snapshot.Text, sorted by name.
+func (f *Fake) Dump() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	names := make([]string, 0, len(f.devices))
+	for n := range f.devices {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		b.WriteString(f.devices[n].Text())
+	}
+	return b.String()
+}
