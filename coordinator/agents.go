@@ -1,0 +1,83 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	"google.golang.org/grpc"
+)
+
+// agentConn is the client side of one agent.
+type agentConn struct {
+	spec   AgentSpec
+	conn   *grpc.ClientConn
+	client agentv1.AgentServiceClient
+}
+
+// dialAgents opens a lazy client to every agent. grpc.NewClient does not
+// connect until the first call, so an unreachable agent shows up in
+// preflight, not here. The passthrough scheme skips DNS: addresses are node
+// IPs (BRIEF requirement 6: the control path uses host networking).
+func dialAgents(inv Inventory, opts []grpc.DialOption) (map[string]*agentConn, error) {
+	out := map[string]*agentConn{}
+	for _, s := range inv.Agents {
+		cc, err := grpc.NewClient("passthrough:///"+s.Address, opts...)
+		if err != nil {
+			for _, a := range out {
+				a.conn.Close()
+			}
+			return nil, fmt.Errorf("agent %s at %s: %w", s.Node, s.Address, err)
+		}
+		out[s.Node] = &agentConn{spec: s, conn: cc, client: agentv1.NewAgentServiceClient(cc)}
+	}
+	return out, nil
+}
+
+// clockSample is one agent's offset estimate.
+type clockSample struct {
+	offset time.Duration // agent clock − coordinator clock
+	rtt    time.Duration
+}
+
+// measureClock takes n Clock samples and keeps the lowest-RTT one:
+// offset = agent − (t0+t1)/2. The lowest RTT bounds the error best (the
+// agent read its clock somewhere inside [t0, t1]). time.Now carries a
+// monotonic reading, so t1−t0 is immune to wall-clock steps; the wall
+// clock is what agents are told, so the midpoint uses wall time.
+func measureClock(ctx context.Context, c agentv1.AgentServiceClient, n int) (clockSample, error) {
+	best := clockSample{rtt: -1}
+	var lastErr error
+	for range n {
+		t0 := time.Now()
+		r, err := c.Clock(ctx, &agentv1.ClockRequest{})
+		t1 := time.Now()
+		if err != nil {
+			lastErr = err
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		rtt := t1.Sub(t0)
+		if best.rtt < 0 || rtt < best.rtt {
+			mid := t0.UnixNano() + rtt.Nanoseconds()/2
+			best = clockSample{offset: time.Duration(r.UnixNano - mid), rtt: rtt}
+		}
+	}
+	if best.rtt < 0 {
+		return best, fmt.Errorf("clock: no sample: %w", lastErr)
+	}
+	return best, nil
+}
+
+// fanOut runs f for every node in parallel and waits.
+func fanOut(nodes []string, f func(node string)) {
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() { f(n) })
+	}
+	wg.Wait()
+}

@@ -1,0 +1,126 @@
+package coordinator
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/cutover-dev/cutover/pkg/pki"
+)
+
+// Config is the coordinator's configuration. Start from Default, override,
+// then Validate; AddFlags binds every field to a flag of the same meaning.
+type Config struct {
+	Listen        string   // gRPC API for coordctl
+	MetricsListen string   // /healthz /readyz /metrics; empty disables
+	Agents        []string // node=host:port, from --agent
+	InventoryFile string   // JSON inventory, from --inventory
+	TLS           pki.Files
+	Insecure      bool   // no TLS at all: local labs only
+	StateDir      string // journal of operations
+
+	StepTimeout      time.Duration // per-step deadline; a request's timeout_millis overrides it
+	Deadman          time.Duration // agent's dead-man timer after commit
+	CommitLeadMin    time.Duration // floor of the commit lead time
+	CommitLeadRTTx   int           // lead covers this many times the worst agent RTT
+	CommitLeadPerAgt time.Duration // plus this much per targeted agent (fan-out cost)
+	ClockSamples     int           // Clock calls per agent; the lowest-RTT one is kept
+	RollbackAttempts int           // tries of an abort/rollback per agent before Failed
+}
+
+// Default returns the defaults.
+func Default() Config {
+	return Config{
+		Listen:           ":9444",
+		MetricsListen:    ":9445",
+		StateDir:         "/var/lib/cutover/coordinator",
+		StepTimeout:      10 * time.Second,
+		Deadman:          30 * time.Second,
+		CommitLeadMin:    30 * time.Millisecond,
+		CommitLeadRTTx:   4,
+		CommitLeadPerAgt: 100 * time.Microsecond,
+		ClockSamples:     8,
+		RollbackAttempts: 3,
+	}
+}
+
+// agentFlag collects repeatable --agent values.
+type agentFlag struct{ v *[]string }
+
+func (f agentFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return strings.Join(*f.v, ",")
+}
+
+func (f agentFlag) Set(s string) error { *f.v = append(*f.v, s); return nil }
+
+// AddFlags binds c to fs.
+func (c *Config) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC listen address of the coordinator API (coordctl)")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "listen address of /healthz /readyz /metrics; empty disables")
+	fs.Var(agentFlag{&c.Agents}, "agent", "an agent as node=host:port (repeatable)")
+	fs.StringVar(&c.InventoryFile, "inventory", c.InventoryFile, `JSON inventory file: {"agents":[{"node":"n1","address":"host:port","labels":{}}]}`)
+	fs.StringVar(&c.TLS.CA, "tls-ca", c.TLS.CA, "CA certificate that agents and coordctl must chain to")
+	fs.StringVar(&c.TLS.Cert, "tls-cert", c.TLS.Cert, "the coordinator's certificate (role coordinator)")
+	fs.StringVar(&c.TLS.Key, "tls-key", c.TLS.Key, "the coordinator's private key")
+	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "no TLS on either side: LOCAL LABS ONLY, anyone who can reach the port can change the overlay")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory of the operation journal")
+	fs.DurationVar(&c.StepTimeout, "step-timeout", c.StepTimeout, "deadline of each step on each agent")
+	fs.DurationVar(&c.Deadman, "deadman", c.Deadman, "how long a committed agent waits for confirm before reverting by itself")
+	fs.DurationVar(&c.CommitLeadMin, "commit-lead-min", c.CommitLeadMin, "minimum time between sending Commit and the commit instant")
+	fs.IntVar(&c.CommitLeadRTTx, "commit-lead-rtt-factor", c.CommitLeadRTTx, "the commit lead covers this many times the worst agent round trip")
+	fs.DurationVar(&c.CommitLeadPerAgt, "commit-lead-per-agent", c.CommitLeadPerAgt, "commit lead added per targeted agent (fan-out cost)")
+	fs.IntVar(&c.ClockSamples, "clock-samples", c.ClockSamples, "Clock samples per agent for the offset (lowest RTT wins)")
+	fs.IntVar(&c.RollbackAttempts, "rollback-attempts", c.RollbackAttempts, "tries of an abort or rollback per agent before the operation is declared failed")
+}
+
+// Validate checks c; errors name the flag, the value and the reason.
+func (c Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("--listen %q: want host:port: %w", c.Listen, err))
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-listen %q: want host:port: %w", c.MetricsListen, err))
+		}
+	}
+	if len(c.Agents) == 0 && c.InventoryFile == "" {
+		errs = append(errs, errors.New("--agent / --inventory: no agents given: name at least one agent (--agent node=host:port) or an inventory file"))
+	}
+	if !c.Insecure {
+		if err := c.TLS.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%w (or --insecure for a local lab)", err))
+		}
+	}
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("--state-dir: empty: the journal needs a directory"))
+	}
+	if c.StepTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--step-timeout %s: must be positive", c.StepTimeout))
+	}
+	if c.Deadman <= 2*c.StepTimeout {
+		errs = append(errs, fmt.Errorf("--deadman %s: must exceed twice --step-timeout (%s): verify and confirm must fit before agents revert by themselves", c.Deadman, c.StepTimeout))
+	}
+	if c.CommitLeadMin <= 0 {
+		errs = append(errs, fmt.Errorf("--commit-lead-min %s: must be positive", c.CommitLeadMin))
+	}
+	if c.CommitLeadRTTx < 1 {
+		errs = append(errs, fmt.Errorf("--commit-lead-rtt-factor %d: must be at least 1", c.CommitLeadRTTx))
+	}
+	if c.CommitLeadPerAgt < 0 {
+		errs = append(errs, fmt.Errorf("--commit-lead-per-agent %s: must not be negative", c.CommitLeadPerAgt))
+	}
+	if c.ClockSamples < 1 || c.ClockSamples > 100 {
+		errs = append(errs, fmt.Errorf("--clock-samples %d: want 1–100", c.ClockSamples))
+	}
+	if c.RollbackAttempts < 1 {
+		errs = append(errs, fmt.Errorf("--rollback-attempts %d: must be at least 1", c.RollbackAttempts))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,658 @@
+// Package coordinator runs Cutover operations: it knows the agents (a
+// static inventory), serves the CoordinatorService API to coordctl, and
+// drives each operation's plan (prepare → commit at one instant → verify →
+// confirm → finalize, or abort/rollback) by feeding the barrier core
+// (internal/barrier) with the outcome of parallel gRPC calls to the agents.
+// Every transition is journaled in --state-dir so that a restarted
+// coordinator resumes or undoes an interrupted operation.
+//
+// It owns no dataplane: it must never touch OVS, iptables or netlink, only
+// ask agents. Decisions (what to send next, when to abort) belong to the
+// barrier core; this package does I/O, clocks and bookkeeping.
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// Option changes how New builds a Coordinator.
+type Option func(*options)
+
+type options struct {
+	dial     []grpc.DialOption
+	verifier Verifier
+	log      *slog.Logger
+	metrics  *Metrics
+}
+
+// WithDialOptions sets the options used to dial agents (credentials, a
+// custom dialer for tests). Without it New dials with mTLS from
+// Config.TLS, or plaintext with Config.Insecure.
+func WithDialOptions(o ...grpc.DialOption) Option {
+	return func(x *options) { x.dial = append(x.dial, o...) }
+}
+
+// WithVerifier adds an operation-wide verification after the read-back.
+func WithVerifier(v Verifier) Option { return func(x *options) { x.verifier = v } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(x *options) { x.log = l } }
+
+// WithMetrics uses m instead of a fresh set of metrics.
+func WithMetrics(m *Metrics) Option { return func(x *options) { x.metrics = m } }
+
+// Coordinator is the coordinator's state: inventory, agent clients,
+// journal, operations. It implements coordinatorv1.CoordinatorServiceServer.
+type Coordinator struct {
+	coordinatorv1.UnimplementedCoordinatorServiceServer
+
+	cfg      Config
+	inv      Inventory
+	agents   map[string]*agentConn
+	journal  *Journal
+	metrics  *Metrics
+	verifier Verifier
+	log      *slog.Logger
+
+	ctx    context.Context // operations run under it, not under an RPC's
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	current *operation // the running operation, at most one
+	ops     map[string]*operation
+	lastID  string
+	seq     int64
+}
+
+// New builds a coordinator over inv. It opens the journal but does not
+// resume anything: call Resume.
+func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	if o.metrics == nil {
+		o.metrics = NewMetrics()
+	}
+	if o.dial == nil {
+		d, err := agentDialOptions(cfg)
+		if err != nil {
+			return nil, err
+		}
+		o.dial = d
+	}
+	j, err := OpenJournal(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	agents, err := dialAgents(inv, o.dial)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Coordinator{cfg: cfg, inv: inv, agents: agents, journal: j, metrics: o.metrics, verifier: o.verifier,
+		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*operation{}}, nil
+}
+
+// Metrics returns the coordinator's metrics.
+func (c *Coordinator) Metrics() *Metrics { return c.metrics }
+
+// Close stops running operations where they are (the journal and the
+// agents' dead-man timers take over) and closes the agent clients.
+func (c *Coordinator) Close() {
+	c.cancel()
+	c.wg.Wait()
+	for _, a := range c.agents {
+		a.conn.Close()
+	}
+}
+
+// Wait blocks until no operation is running.
+func (c *Coordinator) Wait() {
+	for {
+		c.mu.Lock()
+		op := c.current
+		c.mu.Unlock()
+		if op == nil {
+			return
+		}
+		<-op.finished()
+	}
+}
+
+// operation is one operation's bookkeeping. The barrier core and the
+// per-step fields are touched only by the driving goroutine; the rest is
+// under mu.
+type operation struct {
+	core     *barrier.Op
+	from, to uint32
+	nodes    []string
+	step     time.Duration
+	deadman  time.Duration
+	offsets  map[string]clockSample
+
+	mu        sync.Mutex
+	rec       Record
+	report    *coordinatorv1.Report
+	results   map[string]*coordinatorv1.NodeResult
+	events    []*coordinatorv1.OperationEvent
+	changed   chan struct{} // closed and replaced at every event
+	done      chan struct{} // closed when a run ends
+	running   bool
+	rollback  chan string
+	stepStart time.Time
+	curStep   barrier.Step
+	applied   map[string]int64 // coordinator clock, by node
+}
+
+func newOperation(id, kind string, from, to uint32, nodes []string, step, deadman time.Duration, seq int64) *operation {
+	op := &operation{from: from, to: to, nodes: nodes, step: step, deadman: deadman, offsets: map[string]clockSample{},
+		changed: make(chan struct{}), done: make(chan struct{}), rollback: make(chan string, 1),
+		results: map[string]*coordinatorv1.NodeResult{}, applied: map[string]int64{}}
+	op.rec = Record{ID: id, Kind: kind, FromPort: from, ToPort: to, Nodes: nodes, StepMillis: step.Milliseconds(), Outcome: "pending", Seq: seq}
+	op.report = &coordinatorv1.Report{OperationId: id, State: coordinatorv1.OperationState_OPERATION_STATE_RUNNING,
+		FromPort: from, ToPort: to, StartedUnixNano: time.Now().UnixNano()}
+	for _, n := range nodes {
+		op.results[n] = &coordinatorv1.NodeResult{Node: n}
+	}
+	return op
+}
+
+func (op *operation) finished() <-chan struct{} {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	return op.done
+}
+
+// emit appends a progress event. A non-nil report marks the last event of
+// a run.
+func (op *operation) emit(phase, node, msg string, failed bool, report *coordinatorv1.Report) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.events = append(op.events, &coordinatorv1.OperationEvent{OperationId: op.rec.ID, Phase: phase, Node: node,
+		Message: msg, Failed: failed, UnixNano: time.Now().UnixNano(), Report: report})
+	close(op.changed)
+	op.changed = make(chan struct{})
+}
+
+// snapshot returns a copy of the report with the node results, in node order.
+func (op *operation) snapshot() *coordinatorv1.Report {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	return op.snapshotLocked()
+}
+
+func (op *operation) snapshotLocked() *coordinatorv1.Report {
+	r := proto.Clone(op.report).(*coordinatorv1.Report)
+	r.Nodes = nil
+	for _, n := range op.nodes {
+		r.Nodes = append(r.Nodes, proto.Clone(op.results[n]).(*coordinatorv1.NodeResult))
+	}
+	return r
+}
+
+func (op *operation) setResult(node string, f func(*coordinatorv1.NodeResult)) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if r, ok := op.results[node]; ok {
+		f(r)
+	}
+}
+
+// save journals the operation; failures are logged and reported as events
+// (the operation itself goes on: stopping half way would be worse).
+func (c *Coordinator) save(op *operation) error {
+	op.mu.Lock()
+	rep := op.snapshotLocked()
+	b, err := protojson.Marshal(rep)
+	if err == nil {
+		op.rec.Report = b
+	}
+	rec := op.rec
+	op.mu.Unlock()
+	if err == nil {
+		err = c.journal.Save(rec)
+	}
+	if err != nil {
+		c.log.Error("journal", "operation", rec.ID, "err", err)
+		op.emit("journal", "", "journal write failed: "+err.Error(), true, nil)
+	}
+	return err
+}
+
+// reserve claims the single operation slot for op.
+func (c *Coordinator) reserve(op *operation) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.current != nil {
+		return status.Errorf(codes.FailedPrecondition, "operation %s is running (%s): wait for it or roll it back; only one operation runs at a time",
+			c.current.rec.ID, c.current.curPhase())
+	}
+	if _, dup := c.ops[op.rec.ID]; dup {
+		return status.Errorf(codes.AlreadyExists, "operation_id %q: already used: pick another id or leave it empty", op.rec.ID)
+	}
+	c.current = op
+	return nil
+}
+
+func (op *operation) curPhase() string {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if op.curStep == "" {
+		return "preflight"
+	}
+	return string(op.curStep)
+}
+
+// release frees the slot without recording op (preflight refused it).
+func (c *Coordinator) release(op *operation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.current == op {
+		c.current = nil
+	}
+}
+
+// launch records op and runs first (the core's first actions) in the
+// background.
+func (c *Coordinator) launch(op *operation, first []barrier.Action) {
+	c.mu.Lock()
+	c.ops[op.rec.ID] = op
+	c.lastID = op.rec.ID
+	c.current = op
+	c.mu.Unlock()
+	op.mu.Lock()
+	if !op.running {
+		op.running = true
+		select {
+		case <-op.done:
+			op.done = make(chan struct{})
+		default:
+		}
+	}
+	op.mu.Unlock()
+	c.wg.Go(func() { c.drive(op, first) })
+}
+
+// drive runs the event loop of one operation run: actions from the core
+// become parallel calls; their results become events for the core.
+func (c *Coordinator) drive(op *operation, acts []barrier.Action) {
+	evCh := make(chan barrier.Event, 64)
+	stop := make(chan struct{})
+	defer close(stop)
+	post := func(ev barrier.Event) {
+		select {
+		case evCh <- ev:
+		case <-stop:
+		}
+	}
+	for {
+		for _, a := range acts {
+			switch a := a.(type) {
+			case barrier.Send:
+				c.enterStep(op, a)
+				go c.dispatch(op, a, post)
+			case barrier.Declare:
+				c.declare(op, a)
+			}
+		}
+		if op.core.Outcome() != barrier.Pending {
+			c.endRun(op)
+			return
+		}
+		select {
+		case ev := <-evCh:
+			acts = op.core.Step(ev)
+		case reason := <-op.rollback:
+			op.emit("rollback", "", "rollback requested: "+reason, false, nil)
+			acts = op.core.Step(barrier.RollbackRequested{Reason: reason})
+		case <-c.ctx.Done():
+			// Shutdown: leave the operation where it is. The journal says
+			// where; the next start resumes or undoes it, and the agents'
+			// dead-man timers cover a commit in between.
+			op.emit(string(op.core.Phase()), "", "coordinator stopping: the operation resumes at the next start", true, op.snapshot())
+			op.mu.Lock()
+			op.running = false
+			close(op.done)
+			op.mu.Unlock()
+			c.release(op)
+			return
+		}
+	}
+}
+
+// enterStep closes the previous step's duration, journals and announces
+// the new step.
+func (c *Coordinator) enterStep(op *operation, s barrier.Send) {
+	now := time.Now()
+	op.mu.Lock()
+	prev, started := op.curStep, op.stepStart
+	if prev != "" && prev != s.Step {
+		d := now.Sub(started)
+		op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: string(prev), Nanos: d.Nanoseconds()})
+		c.metrics.phaseDuration.WithLabelValues(string(prev)).Observe(d.Seconds())
+	}
+	if prev != s.Step {
+		op.stepStart = now
+	}
+	op.curStep = s.Step
+	op.rec.Step = string(s.Step)
+	op.rec.CommitSent = op.core.CommitSent()
+	op.mu.Unlock()
+	c.metrics.setPhase(string(s.Step))
+	msg := fmt.Sprintf("%s: sending to %d agent(s)", s.Step, len(s.Nodes))
+	if s.Attempt > 1 {
+		msg += fmt.Sprintf(" (attempt %d)", s.Attempt)
+	}
+	// Journal before the first call goes out: after a crash the record must
+	// never claim less than what the agents may have seen (commit_sent in
+	// particular).
+	_ = c.save(op)
+	op.emit(string(s.Step), "", msg, false, nil)
+}
+
+func outcomeState(o barrier.Outcome) coordinatorv1.OperationState {
+	switch o {
+	case barrier.Succeeded:
+		return coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED
+	case barrier.Aborted:
+		return coordinatorv1.OperationState_OPERATION_STATE_ABORTED
+	case barrier.RolledBack:
+		return coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK
+	case barrier.Failed:
+		return coordinatorv1.OperationState_OPERATION_STATE_FAILED
+	}
+	return coordinatorv1.OperationState_OPERATION_STATE_RUNNING
+}
+
+// declare records the outcome; endRun finishes the run.
+func (c *Coordinator) declare(op *operation, d barrier.Declare) {
+	now := time.Now()
+	op.mu.Lock()
+	if op.curStep != "" {
+		dur := now.Sub(op.stepStart)
+		op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: string(op.curStep), Nanos: dur.Nanoseconds()})
+		c.metrics.phaseDuration.WithLabelValues(string(op.curStep)).Observe(dur.Seconds())
+		op.curStep = ""
+	}
+	op.report.State = outcomeState(d.Outcome)
+	op.report.EndedUnixNano = now.UnixNano()
+	op.report.Error = d.Reason
+	if d.Outcome == barrier.Failed {
+		op.report.Error = fmt.Sprintf("%s; rollback could not reach %v: an operator must check these nodes", d.Reason, d.Unreached)
+	}
+	op.rec.Step = string(barrier.Done)
+	op.rec.Outcome = d.Outcome.String()
+	op.mu.Unlock()
+	c.metrics.operations.WithLabelValues(d.Outcome.String()).Inc()
+	c.metrics.setPhase("idle")
+}
+
+// endRun reads every node's final state into the report, journals it,
+// frees the slot and sends the last event.
+func (c *Coordinator) endRun(op *operation) {
+	ctx, cancel := context.WithTimeout(c.ctx, op.step)
+	fanOut(op.nodes, func(n string) {
+		info, err := c.agents[n].client.Info(ctx, &agentv1.InfoRequest{})
+		if err != nil {
+			return
+		}
+		op.setResult(n, func(r *coordinatorv1.NodeResult) {
+			r.Port = info.CurrentPort
+			if o := info.Operation; o != nil && o.OperationId == op.rec.ID {
+				r.AgentPhase = o.Phase.String()
+			}
+		})
+	})
+	cancel()
+	_ = c.save(op)
+	rep := op.snapshot()
+	c.mu.Lock()
+	if c.current == op {
+		c.current = nil
+	}
+	c.mu.Unlock()
+	op.mu.Lock()
+	op.running = false
+	op.mu.Unlock()
+	msg := "operation " + op.core.Outcome().String()
+	if rep.Error != "" {
+		msg += ": " + rep.Error
+	}
+	op.emit("done", "", msg, op.core.Outcome() != barrier.Succeeded, rep)
+	op.mu.Lock()
+	close(op.done)
+	op.mu.Unlock()
+	c.log.Info("operation ended", "operation", op.rec.ID, "outcome", op.core.Outcome().String(), "error", rep.Error)
+}
+
+// commitLead is how far ahead the commit instant is set: enough for every
+// Commit call to arrive before it.
+func (c *Coordinator) commitLead(op *operation) time.Duration {
+	var maxRTT time.Duration
+	for _, s := range op.offsets {
+		maxRTT = max(maxRTT, s.rtt)
+	}
+	return c.cfg.CommitLeadMin + time.Duration(c.cfg.CommitLeadRTTx)*maxRTT + time.Duration(len(op.nodes))*c.cfg.CommitLeadPerAgt
+}
+
+// callResult classifies an agent call: ok, failed with a message, or
+// timed out.
+func callResult(node string, s barrier.Send, err error, ok bool, why string) barrier.Event {
+	if err != nil {
+		st := status.Convert(err)
+		if st.Code() == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
+			return barrier.Timeout{Node: node, Step: s.Step, Attempt: s.Attempt}
+		}
+		return barrier.Reply{Node: node, Step: s.Step, Attempt: s.Attempt, Err: fmt.Sprintf("%s: %s", st.Code(), st.Message())}
+	}
+	return barrier.Reply{Node: node, Step: s.Step, Attempt: s.Attempt, OK: ok, Err: why}
+}
+
+func phaseIn(p agentv1.Phase, ps ...agentv1.Phase) bool { return slices.Contains(ps, p) }
+
+// dispatch sends one step to its agents in parallel and posts one event
+// per agent (plus a Deadline backstop).
+func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.Event)) {
+	id := op.rec.ID
+	timeout := s.Timeout
+	var commitAt time.Time
+	switch s.Step {
+	case barrier.Commit:
+		lead := c.commitLead(op)
+		commitAt = time.Now().Add(lead)
+		timeout += lead
+	case barrier.Prepare:
+		c.probeStats(op, true)
+	case barrier.Finalize:
+		c.probeStats(op, false)
+	}
+	backstop := time.AfterFunc(timeout+time.Second, func() { post(barrier.Deadline{Step: s.Step, Attempt: s.Attempt}) })
+	defer backstop.Stop()
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
+	defer cancel()
+	var verifyEvents []barrier.Event
+	var mu sync.Mutex
+	fanOut(s.Nodes, func(n string) {
+		cl := c.agents[n].client
+		var ev barrier.Event
+		switch s.Step {
+		case barrier.Prepare:
+			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.from, ToPort: op.to})
+			ph := r.GetStatus().GetPhase()
+			ev = callResult(n, s, err, ph == agentv1.Phase_PHASE_PREPARED, fmt.Sprintf("agent answered %s: %s", ph, r.GetStatus().GetError()))
+		case barrier.Commit:
+			at := commitAt.Add(op.offsets[n].offset)
+			r, err := cl.Commit(ctx, &agentv1.CommitRequest{OperationId: id, AtUnixNano: at.UnixNano(), DeadmanMillis: op.deadman.Milliseconds()})
+			ph := r.GetStatus().GetPhase()
+			ok := err == nil && phaseIn(ph, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED) && r.ReadbackPort == op.to
+			if err == nil {
+				applied := r.AppliedUnixNano - op.offsets[n].offset.Nanoseconds()
+				op.setResult(n, func(nr *coordinatorv1.NodeResult) {
+					nr.AppliedUnixNano, nr.ApplyNanos = applied, r.ApplyNanos
+				})
+				op.mu.Lock()
+				op.applied[n] = applied
+				op.mu.Unlock()
+			}
+			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s, read back port %d (want %d): %s", ph, r.GetReadbackPort(), op.to, r.GetStatus().GetError()))
+		case barrier.Verify:
+			info, err := cl.Info(ctx, &agentv1.InfoRequest{})
+			o := info.GetOperation()
+			ok := info.GetCurrentPort() == op.to && o.GetOperationId() == id &&
+				phaseIn(o.GetPhase(), agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
+			ev = callResult(n, s, err, ok, fmt.Sprintf("read back port %d (want %d), operation %q %s", info.GetCurrentPort(), op.to, o.GetOperationId(), o.GetPhase()))
+			mu.Lock()
+			verifyEvents = append(verifyEvents, ev)
+			mu.Unlock()
+			return
+		case barrier.Confirm:
+			r, err := cl.Confirm(ctx, &agentv1.ConfirmRequest{OperationId: id})
+			ok := phaseIn(r.GetPhase(), agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
+			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
+		case barrier.Finalize:
+			r, err := cl.Finalize(ctx, &agentv1.FinalizeRequest{OperationId: id})
+			ev = callResult(n, s, err, r.GetPhase() == agentv1.Phase_PHASE_FINALIZED, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
+		case barrier.Abort, barrier.Rollback:
+			r, err := cl.Rollback(ctx, &agentv1.RollbackRequest{OperationId: id, Reason: op.core.Reason()})
+			if status.Code(err) == codes.NotFound {
+				err = nil // the agent never saw the operation: nothing to undo
+				r = &agentv1.OperationStatus{Phase: agentv1.Phase_PHASE_IDLE}
+			}
+			ok := !phaseIn(r.GetPhase(), agentv1.Phase_PHASE_PREPARED, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED,
+				agentv1.Phase_PHASE_FINALIZED, agentv1.Phase_PHASE_FAILED)
+			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
+		}
+		c.noteNode(op, n, ev)
+		post(ev)
+	})
+	if s.Step == barrier.Verify {
+		// The operation-wide verifier runs after the read-back and is fed
+		// before the per-node answers, so a failure lands inside the step.
+		allOK := true
+		for _, ev := range verifyEvents {
+			if r, ok := ev.(barrier.Reply); !ok || !r.OK {
+				allOK = false
+			}
+		}
+		if allOK && c.verifier != nil {
+			if err := c.verifier.Verify(ctx, VerifyInput{OperationID: id, FromPort: op.from, ToPort: op.to, Nodes: s.Nodes}); err != nil {
+				op.emit("verify", "", "verification failed: "+err.Error(), true, nil)
+				post(barrier.StepFailed{Step: barrier.Verify, Reason: err.Error()})
+			}
+		}
+		for _, ev := range verifyEvents {
+			c.noteNode(op, nodeOf(ev), ev)
+			post(ev)
+		}
+	}
+	if s.Step == barrier.Commit {
+		c.commitSpread(op)
+	}
+}
+
+func nodeOf(ev barrier.Event) string {
+	switch e := ev.(type) {
+	case barrier.Reply:
+		return e.Node
+	case barrier.Timeout:
+		return e.Node
+	}
+	return ""
+}
+
+// noteNode records a failed agent answer in the node result and as an event.
+func (c *Coordinator) noteNode(op *operation, node string, ev barrier.Event) {
+	var msg string
+	switch e := ev.(type) {
+	case barrier.Reply:
+		if e.OK {
+			return
+		}
+		msg = fmt.Sprintf("%s failed: %s", e.Step, e.Err)
+	case barrier.Timeout:
+		msg = fmt.Sprintf("%s: no answer within the step deadline", e.Step)
+	default:
+		return
+	}
+	op.setResult(node, func(r *coordinatorv1.NodeResult) {
+		if r.Error == "" {
+			r.Error = msg
+		} else {
+			r.Error += "; " + msg
+		}
+	})
+	op.emit(string(op.curPhase()), node, msg, true, nil)
+}
+
+func (c *Coordinator) commitSpread(op *operation) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if len(op.applied) == 0 {
+		return
+	}
+	lo, hi := int64(1<<63-1), int64(-1<<63)
+	for _, t := range op.applied {
+		lo, hi = min(lo, t), max(hi, t)
+	}
+	op.report.CommitSpreadNanos = hi - lo
+	c.metrics.commitSpread.Set(time.Duration(hi - lo).Seconds())
+}
+
+// probeStats resets (before prepare) or reads (after confirm) the agents'
+// probe mesh counters. Agents without peers report nothing: harmless.
+func (c *Coordinator) probeStats(op *operation, reset bool) {
+	ctx, cancel := context.WithTimeout(c.ctx, op.step)
+	defer cancel()
+	var mu sync.Mutex
+	var pairs []*coordinatorv1.PairDisruption
+	fanOut(op.nodes, func(n string) {
+		r, err := c.agents[n].client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Reset_: reset})
+		if err != nil || reset {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range r.Peers {
+			pairs = append(pairs, &coordinatorv1.PairDisruption{From: n, To: p.Peer, Sent: p.Sent, Lost: p.Lost, LongestGapMicros: p.LongestGapMicros})
+		}
+	})
+	if reset {
+		return
+	}
+	slices.SortFunc(pairs, func(a, b *coordinatorv1.PairDisruption) int {
+		if a.From != b.From {
+			return strings.Compare(a.From, b.From)
+		}
+		return strings.Compare(a.To, b.To)
+	})
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.report.Disruption = pairs
+	op.report.ProbesSent, op.report.ProbesLost, op.report.LongestGapMicros = 0, 0, 0
+	for _, p := range pairs {
+		op.report.ProbesSent += p.Sent
+		op.report.ProbesLost += p.Lost
+		op.report.LongestGapMicros = max(op.report.LongestGapMicros, p.LongestGapMicros)
+	}
+}

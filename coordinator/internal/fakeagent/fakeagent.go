@@ -1,0 +1,372 @@
+// Package fakeagent is an in-memory AgentService test double for the
+// coordinator's tests and benchmarks: one node's operation state and port,
+// with injectable failures and delays, that records every call and dumps
+// its state as canonical text.
+//
+// It models the agent contract (agent.proto) only as far as the
+// coordinator relies on it: idempotent calls per operation id, one
+// operation at a time, Commit applied at the requested instant of its own
+// (optionally skewed) clock. It has no dead-man timer and no dataplane; the
+// real agent (package agent, fake dataplane) is tested against the
+// coordinator separately.
+//
+// This package must not be imported by non-test code paths of the
+// coordinator binary.
+package fakeagent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// Fault makes one method misbehave.
+type Fault struct {
+	Err   error         // returned instead of acting (nothing changes)
+	Delay time.Duration // slept before acting (use to provoke timeouts)
+	After bool          // act first, then fail with Err (a call that "timed out" after taking effect)
+}
+
+// Agent is one fake agent. The zero value is not usable; use New.
+type Agent struct {
+	agentv1.UnimplementedAgentServiceServer
+
+	mu        sync.Mutex
+	node      string
+	port      uint32
+	ready     bool
+	notReady  []string
+	busyPorts map[uint32]string
+	labels    map[string]string
+	skew      time.Duration // agent clock − real clock
+	op        *agentv1.OperationStatus
+	calls     []string
+	faults    map[string]Fault
+	probeRst  int
+	peers     []*agentv1.PeerProbeStats
+}
+
+// New returns a ready agent for node on port.
+func New(node string, port uint32) *Agent {
+	return &Agent{node: node, port: port, ready: true, busyPorts: map[uint32]string{}, faults: map[string]Fault{}}
+}
+
+// SetFault makes method (e.g. "Prepare") misbehave; a zero Fault clears it.
+func (a *Agent) SetFault(method string, f Fault) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if f == (Fault{}) {
+		delete(a.faults, method)
+		return
+	}
+	a.faults[method] = f
+}
+
+// SetSkew offsets the agent's clock from the real one.
+func (a *Agent) SetSkew(d time.Duration) { a.mu.Lock(); a.skew = d; a.mu.Unlock() }
+
+// SetReady marks the agent ready or not (with what is not ready).
+func (a *Agent) SetReady(ready bool, notReady ...string) {
+	a.mu.Lock()
+	a.ready, a.notReady = ready, notReady
+	a.mu.Unlock()
+}
+
+// SetPort changes the port the dataplane reports (drift).
+func (a *Agent) SetPort(p uint32) { a.mu.Lock(); a.port = p; a.mu.Unlock() }
+
+// HoldPort marks a port as held by a local socket of holder.
+func (a *Agent) HoldPort(p uint32, holder string) { a.mu.Lock(); a.busyPorts[p] = holder; a.mu.Unlock() }
+
+// SetLabels sets the labels Info reports.
+func (a *Agent) SetLabels(l map[string]string) { a.mu.Lock(); a.labels = l; a.mu.Unlock() }
+
+// SetPeers sets the probe stats ProbeStats reports.
+func (a *Agent) SetPeers(p []*agentv1.PeerProbeStats) { a.mu.Lock(); a.peers = p; a.mu.Unlock() }
+
+// Calls returns the mutating calls received, in order ("Prepare op1").
+func (a *Agent) Calls() []string { a.mu.Lock(); defer a.mu.Unlock(); return slices.Clone(a.calls) }
+
+// Called reports whether method was ever called.
+func (a *Agent) Called(method string) bool {
+	for _, c := range a.Calls() {
+		if strings.HasPrefix(c, method+" ") || c == method {
+			return true
+		}
+	}
+	return false
+}
+
+// Port is the port the dataplane is on now.
+func (a *Agent) Port() uint32 { a.mu.Lock(); defer a.mu.Unlock(); return a.port }
+
+// Dump is the canonical state: "n1 port=4889 op=op1 phase=FINALIZED".
+func (a *Agent) Dump() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := fmt.Sprintf("%s port=%d", a.node, a.port)
+	if a.op != nil {
+		s += fmt.Sprintf(" op=%s phase=%s", a.op.OperationId, strings.TrimPrefix(a.op.Phase.String(), "PHASE_"))
+	}
+	return s
+}
+
+func (a *Agent) now() time.Time { return time.Now().Add(a.skew) }
+
+// fault applies the configured fault for method. It returns the error to
+// return before acting (nil to act) and the one to return after acting.
+func (a *Agent) fault(ctx context.Context, method, opID string) (before, after error) {
+	a.mu.Lock()
+	a.calls = append(a.calls, strings.TrimSpace(method+" "+opID))
+	f := a.faults[method]
+	a.mu.Unlock()
+	if f.Delay > 0 {
+		select {
+		case <-time.After(f.Delay):
+		case <-ctx.Done():
+			if !f.After {
+				return ctx.Err(), nil
+			}
+		}
+	}
+	if f.After {
+		return nil, f.Err
+	}
+	return f.Err, nil
+}
+
+func (a *Agent) statusLocked() *agentv1.OperationStatus {
+	if a.op == nil {
+		return &agentv1.OperationStatus{Phase: agentv1.Phase_PHASE_IDLE, CurrentPort: a.port}
+	}
+	s := proto.Clone(a.op).(*agentv1.OperationStatus)
+	s.CurrentPort = a.port
+	return s
+}
+
+// checkOp refuses a call for another operation while one is in flight.
+func (a *Agent) checkOp(id string) error {
+	if a.op != nil && a.op.OperationId != id {
+		switch a.op.Phase {
+		case agentv1.Phase_PHASE_PREPARED, agentv1.Phase_PHASE_COMMITTED:
+			return status.Errorf(codes.FailedPrecondition, "operation %s is in flight", a.op.OperationId)
+		}
+	}
+	return nil
+}
+
+// Info implements AgentService.
+func (a *Agent) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
+	if err, _ := a.faultRO(ctx, "Info"); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return &agentv1.InfoResponse{Node: a.node, Version: "fake", Backend: "fake", Device: "vxlan0", CurrentPort: a.port,
+		Ready: a.ready, NotReady: a.notReady, Operation: a.statusLocked(), Labels: a.labels}, nil
+}
+
+// faultRO is fault without recording the call (read-only methods).
+func (a *Agent) faultRO(ctx context.Context, method string) (error, error) {
+	a.mu.Lock()
+	f := a.faults[method]
+	a.mu.Unlock()
+	if f.Delay > 0 {
+		select {
+		case <-time.After(f.Delay):
+		case <-ctx.Done():
+			return ctx.Err(), nil
+		}
+	}
+	return f.Err, nil
+}
+
+// Clock implements AgentService.
+func (a *Agent) Clock(context.Context, *agentv1.ClockRequest) (*agentv1.ClockResponse, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return &agentv1.ClockResponse{UnixNano: a.now().UnixNano()}, nil
+}
+
+// Preflight implements AgentService.
+func (a *Agent) Preflight(ctx context.Context, r *agentv1.PreflightRequest) (*agentv1.PreflightResponse, error) {
+	if err, _ := a.faultRO(ctx, "Preflight"); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	holder, busy := a.busyPorts[r.TargetPort]
+	resp := &agentv1.PreflightResponse{CurrentPort: a.port, TargetPortFree: !busy, TargetPortUser: holder,
+		Actions: []string{fmt.Sprintf("open udp/%d", r.TargetPort), fmt.Sprintf("set vxlan0 dst_port %d→%d", a.port, r.TargetPort)}}
+	if busy {
+		resp.Problems = append(resp.Problems, fmt.Sprintf("udp/%d is held by %s", r.TargetPort, holder))
+	}
+	return resp, nil
+}
+
+// Prepare implements AgentService.
+func (a *Agent) Prepare(ctx context.Context, r *agentv1.PrepareRequest) (*agentv1.PrepareResponse, error) {
+	before, after := a.fault(ctx, "Prepare", r.OperationId)
+	if before != nil {
+		return nil, before
+	}
+	a.mu.Lock()
+	if err := a.checkOp(r.OperationId); err != nil {
+		a.mu.Unlock()
+		return nil, err
+	}
+	if a.op == nil || a.op.OperationId != r.OperationId {
+		if a.port != r.FromPort {
+			a.mu.Unlock()
+			return nil, status.Errorf(codes.FailedPrecondition, "current port is %d, not from_port %d", a.port, r.FromPort)
+		}
+		a.op = &agentv1.OperationStatus{OperationId: r.OperationId, Phase: agentv1.Phase_PHASE_PREPARED, FromPort: r.FromPort, ToPort: r.ToPort}
+	}
+	st := a.statusLocked()
+	a.mu.Unlock()
+	if after != nil {
+		return nil, after
+	}
+	return &agentv1.PrepareResponse{Status: st}, nil
+}
+
+// Commit implements AgentService.
+func (a *Agent) Commit(ctx context.Context, r *agentv1.CommitRequest) (*agentv1.CommitResponse, error) {
+	before, after := a.fault(ctx, "Commit", r.OperationId)
+	if before != nil {
+		return nil, before
+	}
+	a.mu.Lock()
+	if a.op == nil || a.op.OperationId != r.OperationId {
+		a.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "operation %s is not prepared here", r.OperationId)
+	}
+	if a.op.Phase == agentv1.Phase_PHASE_PREPARED {
+		wait := time.Until(time.Unix(0, r.AtUnixNano).Add(-a.skew))
+		a.mu.Unlock()
+		if wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		a.mu.Lock()
+		if a.op.Phase == agentv1.Phase_PHASE_PREPARED {
+			a.op.AppliedUnixNano = a.now().UnixNano()
+			a.port = a.op.ToPort
+			a.op.Phase = agentv1.Phase_PHASE_COMMITTED
+			a.op.DeadlineUnixNano = a.op.AppliedUnixNano + r.DeadmanMillis*int64(time.Millisecond)
+		}
+	}
+	if a.op.Phase != agentv1.Phase_PHASE_COMMITTED && a.op.Phase != agentv1.Phase_PHASE_CONFIRMED && a.op.Phase != agentv1.Phase_PHASE_FINALIZED {
+		p := a.op.Phase
+		a.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "operation %s is %s", r.OperationId, p)
+	}
+	st := a.statusLocked()
+	a.mu.Unlock()
+	if after != nil {
+		return nil, after
+	}
+	return &agentv1.CommitResponse{Status: st, AppliedUnixNano: st.AppliedUnixNano, ApplyNanos: 1000, ReadbackPort: st.CurrentPort}, nil
+}
+
+func (a *Agent) transition(ctx context.Context, method, id string, allowed []agentv1.Phase, to agentv1.Phase, apply func()) (*agentv1.OperationStatus, error) {
+	before, after := a.fault(ctx, method, id)
+	if before != nil {
+		return nil, before
+	}
+	a.mu.Lock()
+	if a.op == nil || a.op.OperationId != id {
+		a.mu.Unlock()
+		return nil, status.Errorf(codes.NotFound, "operation %s unknown here", id)
+	}
+	if a.op.Phase != to {
+		if !slices.Contains(allowed, a.op.Phase) {
+			p := a.op.Phase
+			a.mu.Unlock()
+			return nil, status.Errorf(codes.FailedPrecondition, "%s: operation %s is %s", method, id, p)
+		}
+		if apply != nil {
+			apply()
+		}
+		a.op.Phase = to
+	}
+	st := a.statusLocked()
+	a.mu.Unlock()
+	if after != nil {
+		return nil, after
+	}
+	return st, nil
+}
+
+// Confirm implements AgentService.
+func (a *Agent) Confirm(ctx context.Context, r *agentv1.ConfirmRequest) (*agentv1.OperationStatus, error) {
+	return a.transition(ctx, "Confirm", r.OperationId, []agentv1.Phase{agentv1.Phase_PHASE_COMMITTED}, agentv1.Phase_PHASE_CONFIRMED, nil)
+}
+
+// Finalize implements AgentService.
+func (a *Agent) Finalize(ctx context.Context, r *agentv1.FinalizeRequest) (*agentv1.OperationStatus, error) {
+	return a.transition(ctx, "Finalize", r.OperationId, []agentv1.Phase{agentv1.Phase_PHASE_CONFIRMED}, agentv1.Phase_PHASE_FINALIZED, nil)
+}
+
+// Rollback implements AgentService: an unknown operation has nothing to
+// undo and answers IDLE.
+func (a *Agent) Rollback(ctx context.Context, r *agentv1.RollbackRequest) (*agentv1.OperationStatus, error) {
+	before, after := a.fault(ctx, "Rollback", r.OperationId)
+	if before != nil {
+		return nil, before
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.op == nil || a.op.OperationId != r.OperationId {
+		if after != nil {
+			return nil, after
+		}
+		return &agentv1.OperationStatus{OperationId: r.OperationId, Phase: agentv1.Phase_PHASE_IDLE, CurrentPort: a.port}, nil
+	}
+	switch a.op.Phase {
+	case agentv1.Phase_PHASE_PREPARED:
+		a.op.Phase = agentv1.Phase_PHASE_ABORTED
+	case agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED:
+		a.port = a.op.FromPort
+		a.op.Phase = agentv1.Phase_PHASE_REVERTED
+		a.op.RevertedBy = "rollback"
+	}
+	if after != nil {
+		return nil, after
+	}
+	return a.statusLocked(), nil
+}
+
+// Status implements AgentService.
+func (a *Agent) Status(ctx context.Context, r *agentv1.StatusRequest) (*agentv1.OperationStatus, error) {
+	if err, _ := a.faultRO(ctx, "Status"); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r.OperationId != "" && (a.op == nil || a.op.OperationId != r.OperationId) {
+		return nil, status.Errorf(codes.NotFound, "operation %s unknown here", r.OperationId)
+	}
+	return a.statusLocked(), nil
+}
+
+// ProbeStats implements AgentService.
+func (a *Agent) ProbeStats(_ context.Context, r *agentv1.ProbeStatsRequest) (*agentv1.ProbeStatsResponse, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r.Reset_ {
+		a.probeRst++
+	}
+	return &agentv1.ProbeStatsResponse{Node: a.node, IntervalMicros: 10000, Peers: a.peers}, nil
+}

@@ -1,0 +1,113 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Record is what the journal keeps of one operation: enough for a
+// restarted coordinator to finish or undo it. It is rewritten whole at
+// every transition.
+type Record struct {
+	ID         string          `json:"id"`
+	Kind       string          `json:"kind"` // "cutover" or "rollback"
+	FromPort   uint32          `json:"from_port"`
+	ToPort     uint32          `json:"to_port"`
+	Nodes      []string        `json:"nodes"`
+	StepMillis int64           `json:"step_millis"`
+	Step       string          `json:"step"`        // barrier step in flight, "done" when terminal
+	CommitSent bool            `json:"commit_sent"` // from here on undoing is a rollback
+	Outcome    string          `json:"outcome"`     // barrier outcome
+	Report     json.RawMessage `json:"report,omitempty"`
+	Seq        int64           `json:"seq"` // start order, for "the last operation"
+}
+
+// Terminal reports whether the operation ended.
+func (r Record) Terminal() bool { return r.Outcome != "" && r.Outcome != "pending" }
+
+// Journal keeps one file per operation in dir/operations/<id>.json,
+// replaced atomically: write a temporary file, fsync it, rename it over
+// the old one, fsync the directory. A crash at any point leaves either the
+// previous or the new record, never a torn one.
+type Journal struct{ dir string }
+
+// OpenJournal creates dir (and its operations/ subdirectory) if needed.
+func OpenJournal(dir string) (*Journal, error) {
+	d := filepath.Join(dir, "operations")
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return nil, fmt.Errorf("--state-dir %q: %w", dir, err)
+	}
+	return &Journal{dir: d}, nil
+}
+
+// Save persists r durably.
+func (j *Journal) Save(r Record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	final := filepath.Join(j.dir, r.ID+".json")
+	tmp, err := os.CreateTemp(j.dir, ".tmp-"+r.ID+"-*")
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return fmt.Errorf("journal: write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("journal: fsync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), final); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	d, err := os.Open(j.dir)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("journal: fsync dir %s: %w", j.dir, err)
+	}
+	return nil
+}
+
+// Load returns every record, oldest first. Leftover temporary files of an
+// interrupted Save are ignored (the rename never happened).
+func (j *Journal) Load() ([]Record, error) {
+	ents, err := os.ReadDir(j.dir)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	var recs []Record
+	var errs []error
+	for _, e := range ents {
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".tmp-") || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		p := filepath.Join(j.dir, e.Name())
+		b, err := os.ReadFile(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var r Record
+		if err := json.Unmarshal(b, &r); err != nil {
+			errs = append(errs, fmt.Errorf("journal: %s: %w", p, err))
+			continue
+		}
+		recs = append(recs, r)
+	}
+	slices.SortFunc(recs, func(a, b Record) int { return int(a.Seq - b.Seq) })
+	return recs, errors.Join(errs...)
+}

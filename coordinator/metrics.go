@@ -1,0 +1,62 @@
+package coordinator
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// phases is every value the phase label takes.
+var phases = []string{"idle", "preflight", "prepare", "commit", "verify", "confirm", "finalize", "abort", "rollback"}
+
+// Metrics are the coordinator's Prometheus metrics, in their own registry.
+type Metrics struct {
+	Registry      *prometheus.Registry
+	phase         *prometheus.GaugeVec
+	phaseDuration *prometheus.HistogramVec
+	commitSpread  prometheus.Gauge
+	agentsReady   prometheus.Gauge
+	operations    *prometheus.CounterVec
+}
+
+// NewMetrics registers the metrics in a fresh registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cutover_coordinator_operation_phase",
+			Help: "1 for the phase the current operation is in (idle when none), 0 for the others.",
+		}, []string{"phase"}),
+		phaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cutover_coordinator_phase_duration_seconds",
+			Help:    "Duration of each phase of an operation, from the first send to the last answer.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"phase"}),
+		commitSpread: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cutover_coordinator_commit_spread_seconds",
+			Help: "Spread (max - min) of the instants the agents applied the last commit, in the coordinator's clock.",
+		}),
+		agentsReady: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cutover_coordinator_agents_ready",
+			Help: "Agents that answered Info ready at the last look.",
+		}),
+		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cutover_coordinator_operations_total",
+			Help: "Operations ended, by outcome.",
+		}, []string{"outcome"}),
+	}
+	m.Registry.MustRegister(m.phase, m.phaseDuration, m.commitSpread, m.agentsReady, m.operations)
+	for _, o := range []string{"succeeded", "aborted", "rolled-back", "failed"} {
+		m.operations.WithLabelValues(o)
+	}
+	m.setPhase("idle")
+	return m
+}
+
+func (m *Metrics) setPhase(p string) {
+	for _, q := range phases {
+		v := 0.0
+		if q == p {
+			v = 1
+		}
+		m.phase.WithLabelValues(q).Set(v)
+	}
+}

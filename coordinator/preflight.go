@@ -1,0 +1,260 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Ports another overlay uses. Moving onto one of them collides with a
+// tunnel that may already run on the hosts (NSX and plain VXLAN stacks on
+// 4789, Geneve/OVN on 6081, flannel's default on 8472), so it takes
+// allow_tunnel_port.
+var tunnelPorts = map[uint32]string{4789: "IANA VXLAN (NSX and most VXLAN stacks)", 6081: "Geneve (OVN)", 8472: "Linux/flannel VXLAN default"}
+
+const nodePortMin, nodePortMax = 30000, 32767
+
+var opIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// request is a validated CutoverRequest.
+type request struct {
+	id            string
+	to            uint32
+	nodes         []string // sorted
+	step          time.Duration
+	allowNodePort bool
+	allowTunnel   bool
+}
+
+// invalid is an InvalidArgument naming field, value and reason.
+func invalid(field string, value any, reason string) error {
+	return status.Errorf(codes.InvalidArgument, "%s %v: %s", field, value, reason)
+}
+
+// validate checks a request against the inventory alone (no agent is
+// asked): every error is InvalidArgument.
+func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, error) {
+	r := request{to: req.Port, allowNodePort: req.AllowNodeportRange, allowTunnel: req.AllowTunnelPort, step: c.cfg.StepTimeout}
+	switch {
+	case req.Port == 0:
+		return r, invalid("port", 0, "not set: want the target port, 1–65535")
+	case req.Port > 65535:
+		return r, invalid("port", req.Port, "out of range: want 1–65535")
+	case req.Port >= nodePortMin && req.Port <= nodePortMax && !req.AllowNodeportRange:
+		return r, invalid("port", req.Port, fmt.Sprintf("inside the Kubernetes NodePort range %d–%d: pick another port or set allow_nodeport_range", nodePortMin, nodePortMax))
+	}
+	if what, ok := tunnelPorts[req.Port]; ok && !req.AllowTunnelPort {
+		return r, invalid("port", req.Port, fmt.Sprintf("is the port of another tunnel (%s): pick another port or set allow_tunnel_port", what))
+	}
+	if req.TimeoutMillis < 0 {
+		return r, invalid("timeout_millis", req.TimeoutMillis, "negative: want 0 (default) or a positive number of milliseconds")
+	}
+	if req.TimeoutMillis > 0 {
+		r.step = time.Duration(req.TimeoutMillis) * time.Millisecond
+	}
+	if req.OperationId != "" && !opIDRe.MatchString(req.OperationId) {
+		return r, invalid("operation_id", fmt.Sprintf("%q", req.OperationId), "want 1–64 of letters, digits, '.', '_', '-' starting with a letter or digit")
+	}
+	r.id = req.OperationId
+	if r.id == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		r.id = "op-" + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+	}
+	if len(req.Nodes) > 0 && req.Selector != "" {
+		return r, invalid("nodes/selector", fmt.Sprintf("%v/%q", req.Nodes, req.Selector), "give nodes or a selector, not both")
+	}
+	known := map[string]AgentSpec{}
+	for _, a := range c.inv.Agents {
+		known[a.Node] = a
+	}
+	switch {
+	case len(req.Nodes) > 0:
+		var unknown []string
+		for _, n := range req.Nodes {
+			if _, ok := known[n]; !ok {
+				unknown = append(unknown, n)
+			}
+		}
+		if len(unknown) > 0 {
+			return r, invalid("nodes", strings.Join(unknown, ","), fmt.Sprintf("not in the inventory (%d agents: %s)", len(c.inv.Agents), abbreviate(c.nodeNames(), 10)))
+		}
+		r.nodes = slices.Compact(slices.Sorted(slices.Values(req.Nodes)))
+	case req.Selector != "":
+		sel, err := parseSelector(req.Selector)
+		if err != nil {
+			return r, invalid("selector", fmt.Sprintf("%q", req.Selector), err.Error())
+		}
+		for _, a := range c.inv.Agents {
+			if sel.matches(a.Labels) {
+				r.nodes = append(r.nodes, a.Node)
+			}
+		}
+		if len(r.nodes) == 0 {
+			return r, invalid("selector", fmt.Sprintf("%q", req.Selector), "selects no agent of the inventory")
+		}
+	default:
+		r.nodes = c.nodeNames()
+	}
+	return r, nil
+}
+
+func (c *Coordinator) nodeNames() []string {
+	var ns []string
+	for _, a := range c.inv.Agents {
+		ns = append(ns, a.Node)
+	}
+	return ns
+}
+
+func abbreviate(ss []string, n int) string {
+	if len(ss) <= n {
+		return strings.Join(ss, ",")
+	}
+	return strings.Join(ss[:n], ",") + fmt.Sprintf(",… (%d more)", len(ss)-n)
+}
+
+type selector map[string]string
+
+// parseSelector parses k=v[,k=v].
+func parseSelector(s string) (selector, error) {
+	sel := selector{}
+	for _, part := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("term %q: want key=value[,key=value]", part)
+		}
+		if _, dup := sel[k]; dup {
+			return nil, fmt.Errorf("key %q given twice", k)
+		}
+		sel[k] = v
+	}
+	return sel, nil
+}
+
+func (s selector) matches(labels map[string]string) bool {
+	for k, v := range s {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// nodeCheck is what preflight learnt about one node.
+type nodeCheck struct {
+	info  *agentv1.InfoResponse
+	pf    *agentv1.PreflightResponse
+	clock clockSample
+	err   error // agent unreachable
+}
+
+// preflight is the outcome of a preflight over a request.
+type preflight struct {
+	from     uint32
+	checks   map[string]*nodeCheck
+	problems []string // empty: the cutover may go
+	resp     *coordinatorv1.PlanResponse
+}
+
+// runPreflight asks every targeted agent (Info, Preflight, Clock) and
+// collects every problem by node. It changes nothing (I3).
+func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
+	p := &preflight{checks: map[string]*nodeCheck{}}
+	var mu sync.Mutex
+	fanOut(r.nodes, func(n string) {
+		ac := c.agents[n]
+		nc := &nodeCheck{}
+		cctx, cancel := context.WithTimeout(ctx, r.step)
+		defer cancel()
+		nc.info, nc.err = ac.client.Info(cctx, &agentv1.InfoRequest{})
+		if nc.err == nil {
+			nc.pf, nc.err = ac.client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to})
+		}
+		if nc.err == nil {
+			nc.clock, nc.err = measureClock(cctx, ac.client, c.cfg.ClockSamples)
+		}
+		mu.Lock()
+		p.checks[n] = nc
+		mu.Unlock()
+	})
+	resp := &coordinatorv1.PlanResponse{TargetPort: r.to}
+	byPort := map[uint32][]string{}
+	ready := 0
+	for _, n := range r.nodes {
+		nc := p.checks[n]
+		np := &coordinatorv1.NodePlan{Node: n}
+		resp.Nodes = append(resp.Nodes, np)
+		if nc.err != nil {
+			np.Problems = append(np.Problems, fmt.Sprintf("agent at %s unreachable: %s", c.agents[n].spec.Address, status.Convert(nc.err).Message()))
+			continue
+		}
+		np.CurrentPort = nc.info.CurrentPort
+		byPort[nc.info.CurrentPort] = append(byPort[nc.info.CurrentPort], n)
+		if !nc.info.Ready {
+			np.Problems = append(np.Problems, fmt.Sprintf("agent not ready: %s", strings.Join(nc.info.NotReady, ", ")))
+		} else {
+			ready++
+		}
+		if op := nc.info.Operation; op != nil {
+			switch op.Phase {
+			case agentv1.Phase_PHASE_PREPARED, agentv1.Phase_PHASE_COMMITTED:
+				np.Problems = append(np.Problems, fmt.Sprintf("operation %s is in flight on the agent (%s)", op.OperationId, op.Phase))
+			case agentv1.Phase_PHASE_FAILED:
+				np.Problems = append(np.Problems, fmt.Sprintf("operation %s failed on the agent and needs an operator: %s", op.OperationId, op.Error))
+			}
+		}
+		if nc.info.CurrentPort == r.to {
+			np.Problems = append(np.Problems, fmt.Sprintf("already on port %d: the target must differ from the current port", r.to))
+		}
+		np.TargetPortFree = nc.pf.TargetPortFree
+		if !nc.pf.TargetPortFree {
+			who := nc.pf.TargetPortUser
+			if who == "" {
+				who = "another socket"
+			}
+			np.Problems = append(np.Problems, fmt.Sprintf("target port %d is not free: held by %s", r.to, who))
+		}
+		for _, pr := range nc.pf.Problems {
+			if !slices.Contains(np.Problems, pr) {
+				np.Problems = append(np.Problems, pr)
+			}
+		}
+		np.Actions = nc.pf.Actions
+	}
+	c.metrics.agentsReady.Set(float64(ready))
+	for _, np := range resp.Nodes {
+		for _, pr := range np.Problems {
+			p.problems = append(p.problems, np.Node+": "+pr)
+		}
+	}
+	if len(byPort) > 1 {
+		var parts []string
+		for _, port := range slices.Sorted(maps.Keys(byPort)) {
+			parts = append(parts, fmt.Sprintf("%d on %s", port, abbreviate(byPort[port], 10)))
+		}
+		p.problems = append(p.problems, "current port differs between nodes (drift): "+strings.Join(parts, "; "))
+	}
+	// The common port; with drift, the one most nodes are on (reported, never used).
+	for port, ns := range byPort {
+		if len(ns) > len(byPort[p.from]) || (len(ns) == len(byPort[p.from]) && port < p.from) {
+			p.from = port
+		}
+	}
+	resp.CurrentPort = p.from
+	resp.Problems = p.problems
+	p.resp = resp
+	return p
+}

@@ -1,0 +1,325 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// ListAgents implements CoordinatorService: every agent, asked now.
+func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgentsRequest) (*coordinatorv1.ListAgentsResponse, error) {
+	out := make([]*coordinatorv1.Agent, len(c.inv.Agents))
+	ready := 0
+	idx := map[string]int{}
+	for i, s := range c.inv.Agents {
+		idx[s.Node] = i
+	}
+	fanOut(c.nodeNames(), func(n string) {
+		ac := c.agents[n]
+		a := &coordinatorv1.Agent{Node: n, Address: ac.spec.Address, Labels: ac.spec.Labels}
+		out[idx[n]] = a
+		cctx, cancel := context.WithTimeout(ctx, c.cfg.StepTimeout)
+		defer cancel()
+		info, err := ac.client.Info(cctx, &agentv1.InfoRequest{})
+		if err != nil {
+			a.Error = status.Convert(err).Message()
+			return
+		}
+		a.Version, a.Backend, a.Device, a.CurrentPort, a.Ready, a.NotReady = info.Version, info.Backend, info.Device, info.CurrentPort, info.Ready, info.NotReady
+		if len(a.Labels) == 0 {
+			a.Labels = info.Labels
+		}
+		if cs, err := measureClock(cctx, ac.client, c.cfg.ClockSamples); err == nil {
+			a.ClockOffsetNanos, a.RttNanos = cs.offset.Nanoseconds(), cs.rtt.Nanoseconds()
+		}
+	})
+	for _, a := range out {
+		if a.Ready {
+			ready++
+		}
+	}
+	c.metrics.agentsReady.Set(float64(ready))
+	return &coordinatorv1.ListAgentsResponse{Agents: out}, nil
+}
+
+// Plan implements CoordinatorService: preflight only; changes nothing.
+func (c *Coordinator) Plan(ctx context.Context, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PlanResponse, error) {
+	r, err := c.validate(req)
+	if err != nil {
+		return nil, err
+	}
+	return c.runPreflight(ctx, r).resp, nil
+}
+
+func refused(pf *preflight) error {
+	return status.Errorf(codes.FailedPrecondition, "preflight refused the cutover, nothing was changed:\n  %s", strings.Join(pf.problems, "\n  "))
+}
+
+// Cutover implements CoordinatorService.
+func (c *Coordinator) Cutover(req *coordinatorv1.CutoverRequest, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
+	ctx := stream.Context()
+	r, err := c.validate(req)
+	if err != nil {
+		return err
+	}
+	if req.DryRun {
+		pf := c.runPreflight(ctx, r)
+		if len(pf.problems) > 0 {
+			return refused(pf)
+		}
+		rep := &coordinatorv1.Report{OperationId: r.id, FromPort: pf.from, ToPort: r.to}
+		for _, np := range pf.resp.Nodes {
+			rep.Nodes = append(rep.Nodes, &coordinatorv1.NodeResult{Node: np.Node, Port: np.CurrentPort})
+			if err := stream.Send(&coordinatorv1.OperationEvent{OperationId: r.id, Phase: "preflight", Node: np.Node,
+				Message: "would: " + strings.Join(np.Actions, "; "), UnixNano: time.Now().UnixNano()}); err != nil {
+				return err
+			}
+		}
+		return stream.Send(&coordinatorv1.OperationEvent{OperationId: r.id, Phase: "preflight", UnixNano: time.Now().UnixNano(),
+			Message: fmt.Sprintf("dry run: preflight passed; %d node(s) would move from %d to %d; nothing was changed", len(r.nodes), pf.from, r.to), Report: rep})
+	}
+	c.mu.Lock()
+	c.seq++
+	seq := c.seq
+	c.mu.Unlock()
+	op := newOperation(r.id, "cutover", 0, r.to, r.nodes, r.step, max(c.cfg.Deadman, 3*r.step), seq)
+	if err := c.reserve(op); err != nil {
+		return err
+	}
+	started := time.Now()
+	c.metrics.setPhase("preflight")
+	pf := c.runPreflight(ctx, r)
+	if len(pf.problems) > 0 {
+		c.metrics.setPhase("idle")
+		c.release(op)
+		return refused(pf)
+	}
+	op.from = pf.from
+	op.rec.FromPort, op.report.FromPort = pf.from, pf.from
+	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: "preflight", Nanos: time.Since(started).Nanoseconds()})
+	for n, nc := range pf.checks {
+		op.offsets[n] = nc.clock
+		op.results[n].ClockOffsetNanos = nc.clock.offset.Nanoseconds()
+	}
+	op.core = barrier.New(barrier.Config{Nodes: r.nodes, StepTimeout: r.step, RollbackAttempts: c.cfg.RollbackAttempts})
+	// The record must exist on disk before any agent hears of the operation.
+	op.rec.Step = "preflight"
+	if err := c.save(op); err != nil {
+		c.metrics.setPhase("idle")
+		c.release(op)
+		return status.Errorf(codes.Internal, "cannot journal operation %s in --state-dir %s, nothing was changed: %v", r.id, c.cfg.StateDir, err)
+	}
+	op.emit("preflight", "", fmt.Sprintf("preflight passed: %d node(s) on port %d, target %d", len(r.nodes), pf.from, r.to), false, nil)
+	c.launch(op, op.core.Start())
+	return c.follow(stream, op, 0)
+}
+
+// follow streams op's events from index from until the run's last event.
+// A client that goes away stops only its stream, never the operation.
+func (c *Coordinator) follow(stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent], op *operation, from int) error {
+	for {
+		op.mu.Lock()
+		evs := op.events[from:]
+		ch := op.changed
+		op.mu.Unlock()
+		for _, ev := range evs {
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+			from++
+			if ev.Report != nil {
+				return nil
+			}
+		}
+		select {
+		case <-ch:
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+}
+
+func (c *Coordinator) lookup(id string) (*operation, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id == "" {
+		if c.current != nil && c.current.core != nil {
+			return c.current, nil
+		}
+		id = c.lastID
+		if id == "" {
+			return nil, status.Error(codes.NotFound, "no operation has run yet")
+		}
+	}
+	op, ok := c.ops[id]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "operation_id %q: no such operation", id)
+	}
+	return op, nil
+}
+
+// Status implements CoordinatorService.
+func (c *Coordinator) Status(_ context.Context, req *coordinatorv1.StatusRequest) (*coordinatorv1.Report, error) {
+	op, err := c.lookup(req.OperationId)
+	if err != nil {
+		return nil, err
+	}
+	return op.snapshot(), nil
+}
+
+// Rollback implements CoordinatorService. A running operation is rolled
+// back at its next barrier; a succeeded (or failed) one is rolled back now.
+func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
+	op, err := c.lookup(req.OperationId)
+	if err != nil {
+		return err
+	}
+	op.mu.Lock()
+	from, running := len(op.events), op.running
+	op.mu.Unlock()
+	if running {
+		select {
+		case op.rollback <- "operator requested rollback":
+		default:
+		}
+		return c.follow(stream, op, from)
+	}
+	c.mu.Lock()
+	if c.current != nil && c.current != op {
+		id := c.current.rec.ID
+		c.mu.Unlock()
+		return status.Errorf(codes.FailedPrecondition, "operation %s is running: wait for it or roll it back first", id)
+	}
+	c.current = op
+	c.mu.Unlock()
+	acts := op.core.Step(barrier.RollbackRequested{Reason: "operator requested rollback"})
+	if len(acts) == 0 {
+		c.release(op)
+		rep := op.snapshot()
+		return stream.Send(&coordinatorv1.OperationEvent{OperationId: op.rec.ID, Phase: "rollback", UnixNano: time.Now().UnixNano(),
+			Message: fmt.Sprintf("nothing to roll back: operation is %s", rep.State), Report: rep})
+	}
+	op.mu.Lock()
+	op.rec.Outcome = "pending"
+	op.report.State = coordinatorv1.OperationState_OPERATION_STATE_RUNNING
+	op.report.Error = ""
+	op.mu.Unlock()
+	c.launch(op, acts)
+	return c.follow(stream, op, from)
+}
+
+// Resume loads the journal and, for every operation that did not end,
+// finishes or undoes it (in the background; Wait waits for it):
+//
+//   - commit never sent → abort: Rollback to every agent. Nothing flipped,
+//     so undoing is always safe and quicker than re-checking a prepare
+//     that may be stale.
+//   - commit sent → ask every agent's Status for the operation. If every
+//     agent is committed (or confirmed) on the target port, verify, then
+//     confirm and finalize: the change was made everywhere and undoing a
+//     good change would be a second disruption. Otherwise (any agent not
+//     committed, unreachable, already reverted by its dead-man timer, or
+//     the operation was rolling back) roll back everyone.
+func (c *Coordinator) Resume(ctx context.Context) error {
+	recs, err := c.journal.Load()
+	for _, rec := range recs {
+		op := newOperation(rec.ID, rec.Kind, rec.FromPort, rec.ToPort, rec.Nodes, time.Duration(rec.StepMillis)*time.Millisecond,
+			max(c.cfg.Deadman, 3*time.Duration(rec.StepMillis)*time.Millisecond), rec.Seq)
+		op.rec = rec
+		if len(rec.Report) > 0 {
+			_ = protojson.Unmarshal(rec.Report, op.report)
+			for _, nr := range op.report.Nodes {
+				op.results[nr.Node] = nr
+			}
+		}
+		if op.step <= 0 {
+			op.step = c.cfg.StepTimeout
+		}
+		op.core = barrier.New(barrier.Config{Nodes: rec.Nodes, StepTimeout: op.step, RollbackAttempts: c.cfg.RollbackAttempts})
+		for _, n := range rec.Nodes {
+			if _, ok := c.agents[n]; !ok {
+				return fmt.Errorf("journal: operation %s names node %s, which is not in the inventory: add it back so the operation can be finished or undone", rec.ID, n)
+			}
+		}
+		c.mu.Lock()
+		c.ops[rec.ID] = op
+		c.lastID = rec.ID
+		c.seq = max(c.seq, rec.Seq)
+		c.mu.Unlock()
+		if rec.Terminal() {
+			// Rollback of a finished operation starts from this core.
+			op.core = c.doneCore(rec)
+			continue
+		}
+		point := barrier.ResumeAbort
+		if rec.CommitSent {
+			point = c.resumePoint(ctx, op)
+		}
+		c.log.Warn("resuming interrupted operation", "operation", rec.ID, "step", rec.Step, "commit_sent", rec.CommitSent, "resume", point)
+		op.emit("resume", "", fmt.Sprintf("coordinator restarted during %s: %s", rec.Step, map[barrier.Resume]string{
+			barrier.ResumeAbort: "aborting", barrier.ResumeVerify: "every agent is committed: verifying", barrier.ResumeRollback: "rolling back"}[point]), false, nil)
+		c.mu.Lock()
+		c.current = op
+		c.mu.Unlock()
+		c.launch(op, op.core.ResumeAt(point))
+		// Only one operation can have been running; any other non-terminal
+		// record is older and was superseded, but handle it the same way
+		// after this one.
+		c.Wait()
+	}
+	return err
+}
+
+// doneCore rebuilds a terminal operation's core so Rollback works on it.
+func (c *Coordinator) doneCore(rec Record) *barrier.Op {
+	op := barrier.New(barrier.Config{Nodes: rec.Nodes, StepTimeout: time.Duration(rec.StepMillis) * time.Millisecond, RollbackAttempts: c.cfg.RollbackAttempts})
+	switch rec.Outcome {
+	case "succeeded", "failed":
+		// Pretend the last run ended in that state: a rollback request then
+		// sends Rollback to every node (for failed, to every node too: the
+		// journal does not keep the unreached list separately).
+		op.ResumeAt(barrier.ResumeVerify)
+		for _, st := range []barrier.Step{barrier.Verify, barrier.Confirm, barrier.Finalize} {
+			for _, n := range rec.Nodes {
+				op.Step(barrier.Reply{Node: n, Step: st, Attempt: 1, OK: true})
+			}
+		}
+	default:
+		op.Step(barrier.RollbackRequested{Reason: "journal: already " + rec.Outcome})
+	}
+	return op
+}
+
+func (c *Coordinator) resumePoint(ctx context.Context, op *operation) barrier.Resume {
+	if op.rec.Step == string(barrier.Rollback) || op.rec.Step == string(barrier.Abort) {
+		return barrier.ResumeRollback
+	}
+	cctx, cancel := context.WithTimeout(ctx, op.step)
+	defer cancel()
+	allCommitted := true
+	var mu sync.Mutex
+	fanOut(op.nodes, func(n string) {
+		st, err := c.agents[n].client.Status(cctx, &agentv1.StatusRequest{OperationId: op.rec.ID})
+		good := err == nil && st.CurrentPort == op.to &&
+			phaseIn(st.Phase, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
+		if !good {
+			mu.Lock()
+			allCommitted = false
+			mu.Unlock()
+		}
+	})
+	if allCommitted {
+		return barrier.ResumeVerify
+	}
+	return barrier.ResumeRollback
+}
