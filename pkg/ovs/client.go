@@ -59,6 +59,10 @@ type Client struct {
 
 	mu   sync.Mutex
 	conn *ovsdb.Client
+
+	// testHookBeforeWrite runs between the read and the write transaction
+	// (tests race another controller against the CAS with it).
+	testHookBeforeWrite func()
 }
 
 var _ Driver = (*Client)(nil)
@@ -234,6 +238,9 @@ func (c *Client) SetDstPort(ctx context.Context, name string, from, to uint16) (
 			}, []string{"name"}, "==", nil, 0))
 		}
 		nWaits := len(ops)
+		if c.testHookBeforeWrite != nil {
+			c.testHookBeforeWrite()
+		}
 		ops = append(ops,
 			ovsdb.Update("Interface", self, ovsdb.Row{"options": ovsdb.StringMap(options)}),
 			ovsdb.Mutate("Open_vSwitch", nil, ovsdb.Mut("next_cfg", "+=", 1)),
