@@ -1,0 +1,116 @@
+package ovs
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// BenchmarkFlip measures one node's dst_port change, end to end (sent ->
+// ovs-vswitchd applied it (cur_cfg) -> read back), with the native OVSDB
+// client and with `ovs-vsctl set interface vxlan0 options:dst_port=N` (which
+// also waits for cur_cfg), alternating 4789/4889. It prints median and p99
+// and writes $CUTOVER_RESULTS/ovs_flip.json. Figures, not a pass/fail.
+func BenchmarkFlip(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("skipped: needs root to run ovsdb-server/ovs-vswitchd in a network namespace")
+	}
+	const flips = 200
+	ctx := context.Background()
+	inst := startOVS(b)
+	c, err := New(Config{Addr: "unix:" + inst.DBSock})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Ping(ctx); err != nil {
+		b.Fatal(err)
+	}
+	ports := [2]uint16{4789, 4889}
+
+	native := make([]time.Duration, 0, flips)
+	for n := 0; n < flips; n++ {
+		from, to := ports[n%2], ports[(n+1)%2]
+		start := time.Now()
+		got, err := c.SetDstPort(ctx, "vxlan0", from, to)
+		d := time.Since(start)
+		if err != nil {
+			b.Fatalf("native flip %d %d->%d: %v", n, from, to, err)
+		}
+		if p, _ := got.DstPort(); p != to {
+			b.Fatalf("native flip %d read back %d, want %d", n, p, to)
+		}
+		native = append(native, d)
+	}
+
+	execd := make([]time.Duration, 0, flips)
+	setOnly := make([]time.Duration, 0, flips)
+	for n := 0; n < flips; n++ {
+		to := ports[(n+1)%2]
+		start := time.Now()
+		if _, err := inst.Vsctl(ctx, "set", "interface", "vxlan0", "options:dst_port="+strconv.Itoa(int(to))); err != nil {
+			b.Fatal(err)
+		}
+		setOnly = append(setOnly, time.Since(start))
+		// Read back as the native path does, through ovs-vsctl too.
+		out, err := inst.Vsctl(ctx, "get", "interface", "vxlan0", "options:dst_port", "ofport", "error")
+		d := time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = out
+		execd = append(execd, d)
+	}
+
+	nm, np := quantiles(native)
+	em, ep := quantiles(execd)
+	sm, sp := quantiles(setOnly)
+	ratio := float64(em) / float64(nm)
+	b.Logf("dst_port flip, %d flips each, %d CPUs", flips, runtime.NumCPU())
+	b.Logf("  native OVSDB  median %8s  p99 %8s", nm, np)
+	b.Logf("  ovs-vsctl     median %8s  p99 %8s", em, ep)
+	b.Logf("  ovs-vsctl set only (no read-back) median %8s  p99 %8s", sm, sp)
+	b.Logf("  exec/native median ratio %.1fx (target >= 5x)", ratio)
+
+	dir := os.Getenv("CUTOVER_RESULTS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "results")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	res := map[string]any{
+		"benchmark":                "ovs_flip",
+		"what":                     "one node's vxlan0 options:dst_port change: sent -> cur_cfg applied -> read back",
+		"flips_each":               flips,
+		"ports":                    ports,
+		"native_median_us":         us(nm),
+		"native_p99_us":            us(np),
+		"vsctl_median_us":          us(em),
+		"vsctl_p99_us":             us(ep),
+		"vsctl_set_only_median_us": us(sm),
+		"vsctl_set_only_p99_us":    us(sp),
+		"exec_native_ratio":        ratio,
+		"target_ratio":             5,
+		"cpus":                     runtime.NumCPU(),
+		"ovs_userspace":            true,
+	}
+	data, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "ovs_flip.json"), append(data, '\n'), 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func quantiles(ds []time.Duration) (median, p99 time.Duration) {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2], s[(len(s)*99+99)/100-1]
+}
+
+func us(d time.Duration) float64 { return float64(d.Microseconds()) }
