@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cutover-dev/cutover/pkg/pki"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+)
+
+const insecureWarning = `WARNING: --insecure: talking to the coordinator WITHOUT TLS. Nothing is
+WARNING: authenticated or encrypted; anyone on the path can read or forge
+WARNING: commands that change the cluster overlay. Use it for local labs only.
+`
+
+// Dial validates the connection flags and returns a client of the
+// coordinator. It makes no connection yet (grpc.NewClient is lazy), so a
+// command can validate its own flags, then Dial, then call: no byte is
+// sent before all input was checked.
+func (g *Globals) Dial() (coordinatorv1.CoordinatorServiceClient, io.Closer, error) {
+	if err := validateHostPort("--coordinator", g.Coordinator); err != nil {
+		return nil, nil, err
+	}
+	var creds credentials.TransportCredentials
+	if g.Insecure {
+		if g.TLSDir != "" || g.TLS != (pki.Files{}) {
+			return nil, nil, usageError("--insecure together with --tls-dir/--tls-ca/--tls-cert/--tls-key: choose one (TLS unless this is a local lab)")
+		}
+		_, _ = io.WriteString(g.Stderr, insecureWarning)
+		creds = insecure.NewCredentials()
+	} else {
+		files := g.TLS
+		if g.TLSDir != "" {
+			d := pki.AdminFiles(g.TLSDir)
+			if files.CA == "" {
+				files.CA = d.CA
+			}
+			if files.Cert == "" {
+				files.Cert = d.Cert
+			}
+			if files.Key == "" {
+				files.Key = d.Key
+			}
+		}
+		if files == (pki.Files{}) {
+			return nil, nil, usageError("no TLS identity: give --tls-dir D (made by `coordctl certs --dir D`) or --tls-ca, --tls-cert and --tls-key; --insecure only for local labs")
+		}
+		if err := files.Validate(); err != nil {
+			return nil, nil, &ExitError{Code: ExitUsage, Err: err}
+		}
+		cfg, err := pki.ClientConfig(files, pki.RoleCoordinator)
+		if err != nil {
+			return nil, nil, &ExitError{Code: ExitUsage, Err: err}
+		}
+		g.tlsConfig = cfg
+		creds = credentials.NewTLS(cfg)
+	}
+	conn, err := grpc.NewClient(g.Coordinator, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, nil, usageError("--coordinator %q: %v", g.Coordinator, err)
+	}
+	return coordinatorv1.NewCoordinatorServiceClient(conn), conn, nil
+}
+
+// diagnoseTLS makes one bare TLS connection to addr and returns why the
+// handshake or the first read failed, or "" when TLS works (the server then
+// waits for the HTTP/2 preface and the read times out).
+func diagnoseTLS(addr string, cfg *tls.Config, timeout time.Duration) string {
+	cfg = cfg.Clone()
+	cfg.NextProtos = []string{"h2"} // gRPC servers insist on ALPN h2
+	d := &net.Dialer{Timeout: min(timeout, 5*time.Second)}
+	conn, err := tls.DialWithDialer(d, "tcp", addr, cfg)
+	if err != nil {
+		return "TLS handshake failed: " + err.Error()
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	_, err = conn.Read(make([]byte, 1))
+	var ne net.Error
+	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		return ""
+	}
+	return "the coordinator rejected coordctl's certificate: " + err.Error()
+}
+
+func validateHostPort(flag, v string) error {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return usageError("%s %q: not host:port (e.g. 127.0.0.1:9444): %v", flag, v, err)
+	}
+	if host == "" {
+		return usageError("%s %q: no host: give the coordinator's address, e.g. 127.0.0.1%s", flag, v, v)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return usageError("%s %q: port %q is not a number in 1-65535", flag, v, port)
+	}
+	return nil
+}
+
+func fmtMillis(nanos int64) string { return fmt.Sprintf("%.3f", float64(nanos)/1e6) }

@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+)
+
+func newPlanCmd(g *Globals) *cobra.Command {
+	var t targetFlags
+	cmd := &cobra.Command{
+		Use:   "plan --port N [--nodes a,b | --selector k=v] [--allow-nodeport-range] [--allow-tunnel-port]",
+		Short: "Preflight a port change: what would happen on each node, and the problems. Changes nothing",
+		Long: `Run preflight for moving the overlay to --port and show, per node, the port in
+use now, whether the new port is free, what the cutover would do, and every
+problem found. Nothing is changed on any node.
+
+Exit codes: 0 no problems (the cutover may go), 4 problems found, 2 bad
+input, 3 coordinator unreachable. See coordctl help exit-codes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req, err := t.request()
+			if err != nil {
+				return err
+			}
+			client, closer, err := g.Dial()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = closer.Close() }()
+			ctx, cancel := withTimeout(cmd, g)
+			defer cancel()
+			if g.timeoutSet {
+				req.TimeoutMillis = g.Timeout.Milliseconds()
+			}
+			resp, err := client.Plan(ctx, req)
+			if err != nil {
+				return rpcError(g, "plan", err, false)
+			}
+			if g.JSON() {
+				if err := writeJSON(g.Stdout, resp); err != nil {
+					return err
+				}
+			} else {
+				renderPlan(g.Stdout, resp)
+			}
+			if n := planProblems(resp); n > 0 {
+				return Exitf(ExitProblems, "plan for port %d: %d problem(s); nothing was changed", req.GetPort(), n)
+			}
+			return nil
+		},
+	}
+	t.add(cmd)
+	return cmd
+}

@@ -1,0 +1,222 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+)
+
+// Rendering is pure: messages in, text out, so golden tests cover it.
+
+func writeJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		return Exitf(ExitFailed, "encoding JSON: %v", err)
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func renderAgents(w io.Writer, agents []*coordinatorv1.Agent) {
+	if len(agents) == 0 {
+		_, _ = fmt.Fprintln(w, "no agents known to the coordinator")
+		return
+	}
+	t := newTable(w)
+	_, _ = fmt.Fprintln(t, "NODE\tADDRESS\tVERSION\tBACKEND\tDEVICE\tPORT\tREADY\tOFFSET(ms)\tRTT(ms)")
+	for _, a := range agents {
+		ready := "yes"
+		switch {
+		case a.GetError() != "":
+			ready = "unreachable: " + a.GetError()
+		case !a.GetReady():
+			ready = "no: " + orDash(strings.Join(a.GetNotReady(), ", "))
+		}
+		port := "-"
+		if a.GetCurrentPort() != 0 {
+			port = fmt.Sprint(a.GetCurrentPort())
+		}
+		_, _ = fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.GetNode(), orDash(a.GetAddress()), orDash(a.GetVersion()),
+			orDash(a.GetBackend()), orDash(a.GetDevice()), port, ready, fmtMillis(a.GetClockOffsetNanos()), fmtMillis(a.GetRttNanos()))
+	}
+	_ = t.Flush()
+}
+
+// planProblems is every problem of a plan, operation-wide and per node.
+func planProblems(p *coordinatorv1.PlanResponse) int {
+	n := len(p.GetProblems())
+	if n == 0 {
+		for _, np := range p.GetNodes() {
+			n += len(np.GetProblems())
+		}
+	}
+	return n
+}
+
+func renderPlan(w io.Writer, p *coordinatorv1.PlanResponse) {
+	_, _ = fmt.Fprintf(w, "plan: port %d -> %d on %d node(s); nothing was changed\n\n", p.GetCurrentPort(), p.GetTargetPort(), len(p.GetNodes()))
+	t := newTable(w)
+	_, _ = fmt.Fprintln(t, "NODE\tCURRENT\tNEW PORT FREE\tWOULD DO\tPROBLEMS")
+	for _, n := range p.GetNodes() {
+		_, _ = fmt.Fprintf(t, "%s\t%d\t%s\t%s\t%s\n", n.GetNode(), n.GetCurrentPort(), yesNo(n.GetTargetPortFree()),
+			orDash(strings.Join(n.GetActions(), "; ")), orDash(strings.Join(n.GetProblems(), "; ")))
+	}
+	_ = t.Flush()
+	probs := p.GetProblems()
+	if len(probs) == 0 {
+		for _, n := range p.GetNodes() {
+			for _, pr := range n.GetProblems() {
+				probs = append(probs, n.GetNode()+": "+pr)
+			}
+		}
+	}
+	if len(probs) == 0 {
+		_, _ = fmt.Fprintln(w, "\nno problems: the cutover may go")
+		return
+	}
+	_, _ = fmt.Fprintf(w, "\n%d problem(s):\n", len(probs))
+	for _, pr := range probs {
+		_, _ = fmt.Fprintf(w, "  - %s\n", pr)
+	}
+}
+
+func stateName(s coordinatorv1.OperationState) string {
+	return strings.TrimPrefix(s.String(), "OPERATION_STATE_")
+}
+
+func renderReport(w io.Writer, r *coordinatorv1.Report) {
+	_, _ = fmt.Fprintf(w, "operation %s: %s, port %d -> %d", orDash(r.GetOperationId()), stateName(r.GetState()), r.GetFromPort(), r.GetToPort())
+	if r.GetStartedUnixNano() != 0 && r.GetEndedUnixNano() != 0 {
+		_, _ = fmt.Fprintf(w, " in %s ms", fmtMillis(r.GetEndedUnixNano()-r.GetStartedUnixNano()))
+	}
+	_, _ = fmt.Fprintln(w)
+	if r.GetError() != "" {
+		_, _ = fmt.Fprintf(w, "error: %s\n", r.GetError())
+	}
+	if len(r.GetPhases()) > 0 {
+		_, _ = fmt.Fprintln(w, "\nphases:")
+		t := newTable(w)
+		for _, p := range r.GetPhases() {
+			_, _ = fmt.Fprintf(t, "  %s\t%s ms\n", p.GetPhase(), fmtMillis(p.GetNanos()))
+		}
+		_ = t.Flush()
+	}
+	_, _ = fmt.Fprintf(w, "\ncommit spread: %s ms\n", fmtMillis(r.GetCommitSpreadNanos()))
+	if len(r.GetNodes()) > 0 {
+		_, _ = fmt.Fprintln(w)
+		t := newTable(w)
+		_, _ = fmt.Fprintln(t, "NODE\tPHASE\tPORT\tAPPLY(ms)\tOFFSET(ms)\tERROR")
+		for _, n := range r.GetNodes() {
+			_, _ = fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\t%s\n", n.GetNode(), orDash(n.GetAgentPhase()), n.GetPort(),
+				fmtMillis(n.GetApplyNanos()), fmtMillis(n.GetClockOffsetNanos()), orDash(n.GetError()))
+		}
+		_ = t.Flush()
+	}
+	if len(r.GetDisruption()) > 0 || r.GetProbesSent() > 0 {
+		_, _ = fmt.Fprintln(w, "\nprobe disruption:")
+		t := newTable(w)
+		_, _ = fmt.Fprintln(t, "  FROM\tTO\tSENT\tLOST\tLONGEST GAP(ms)")
+		for _, d := range r.GetDisruption() {
+			_, _ = fmt.Fprintf(t, "  %s\t%s\t%d\t%d\t%s\n", d.GetFrom(), d.GetTo(), d.GetSent(), d.GetLost(), fmtMillis(d.GetLongestGapMicros()*1000))
+		}
+		_, _ = fmt.Fprintf(t, "  total\t\t%d\t%d\t%s\n", r.GetProbesSent(), r.GetProbesLost(), fmtMillis(r.GetLongestGapMicros()*1000))
+		_ = t.Flush()
+	}
+}
+
+// eventLine is one event as a plain line (non-TTY output).
+func eventLine(e *coordinatorv1.OperationEvent) string {
+	ts := "--:--:--.---"
+	if e.GetUnixNano() != 0 {
+		ts = time.Unix(0, e.GetUnixNano()).UTC().Format("15:04:05.000")
+	}
+	result := "ok"
+	if e.GetFailed() {
+		result = "FAILED"
+	}
+	return fmt.Sprintf("%s %-9s %-12s %-6s %s", ts, orDash(e.GetPhase()), orDash(e.GetNode()), result, e.GetMessage())
+}
+
+// progress shows events as they arrive: one line each, or on a terminal
+// a small table (one row per node, its latest event) redrawn in place.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	order []string
+	rows  map[string]*coordinatorv1.OperationEvent
+	op    *coordinatorv1.OperationEvent // latest operation-wide event
+	drawn int                           // lines of the last redraw
+}
+
+func newProgress(w io.Writer, tty bool) *progress {
+	return &progress{w: w, tty: tty, rows: map[string]*coordinatorv1.OperationEvent{}}
+}
+
+func (p *progress) event(e *coordinatorv1.OperationEvent) {
+	if !p.tty {
+		_, _ = fmt.Fprintln(p.w, eventLine(e))
+		return
+	}
+	if e.GetNode() == "" {
+		p.op = e
+	} else {
+		if _, ok := p.rows[e.GetNode()]; !ok {
+			p.order = append(p.order, e.GetNode())
+		}
+		p.rows[e.GetNode()] = e
+	}
+	p.redraw()
+}
+
+func (p *progress) redraw() {
+	var b strings.Builder
+	if p.drawn > 0 {
+		fmt.Fprintf(&b, "\x1b[%dF", p.drawn) // to the start of the first drawn line
+	}
+	var lines []string
+	if p.op != nil {
+		lines = append(lines, "operation "+orDash(p.op.GetOperationId())+": "+eventLine(p.op))
+	}
+	var tb strings.Builder
+	t := newTable(&tb)
+	_, _ = fmt.Fprintln(t, "NODE\tPHASE\tRESULT\tMESSAGE")
+	for _, n := range p.order {
+		e := p.rows[n]
+		res := "ok"
+		if e.GetFailed() {
+			res = "FAILED"
+		}
+		_, _ = fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", n, e.GetPhase(), res, e.GetMessage())
+	}
+	_ = t.Flush()
+	lines = append(lines, strings.Split(strings.TrimSuffix(tb.String(), "\n"), "\n")...)
+	for _, l := range lines {
+		b.WriteString(l)
+		b.WriteString("\x1b[K\n") // clear what a longer previous line left
+	}
+	p.drawn = len(lines)
+	_, _ = io.WriteString(p.w, b.String())
+}

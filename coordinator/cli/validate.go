@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+)
+
+// targetFlags are the flags plan and cutover share. Port is a string on
+// purpose: pflag's uint parser says `strconv.ParseUint: parsing "48x9":
+// invalid syntax`, which names neither the field's meaning nor the range.
+type targetFlags struct {
+	port               string
+	nodes              string
+	selector           string
+	allowNodePortRange bool
+	allowTunnelPort    bool
+}
+
+func (t *targetFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&t.port, "port", "", "the new VXLAN UDP port, 1-65535 (required)")
+	f.StringVar(&t.nodes, "nodes", "", "only these nodes, comma-separated (default: all)")
+	f.StringVar(&t.selector, "selector", "", "only nodes with these labels, k=v[,k=v]")
+	f.BoolVar(&t.allowNodePortRange, "allow-nodeport-range", false, "allow a port inside the Kubernetes NodePort range")
+	f.BoolVar(&t.allowTunnelPort, "allow-tunnel-port", false, "allow another tunnel's well-known port (Geneve 6081, flannel 8472)")
+}
+
+// request validates the flags and builds the request. Every error names
+// the flag, the value and the reason.
+func (t *targetFlags) request() (*coordinatorv1.CutoverRequest, error) {
+	port, err := parsePort(t.port)
+	if err != nil {
+		return nil, err
+	}
+	req := &coordinatorv1.CutoverRequest{
+		Port:               port,
+		AllowNodeportRange: t.allowNodePortRange,
+		AllowTunnelPort:    t.allowTunnelPort,
+	}
+	if t.nodes != "" && t.selector != "" {
+		return nil, usageError("--nodes %q and --selector %q together: choose nodes by name or by label, not both", t.nodes, t.selector)
+	}
+	if t.nodes != "" {
+		if req.Nodes, err = parseNodes(t.nodes); err != nil {
+			return nil, err
+		}
+	}
+	if t.selector != "" {
+		if err := validateSelector(t.selector); err != nil {
+			return nil, err
+		}
+		req.Selector = t.selector
+	}
+	return req, nil
+}
+
+func parsePort(s string) (uint32, error) {
+	if s == "" {
+		return 0, usageError("--port is required: the new VXLAN UDP port, 1-65535 (e.g. --port 4889)")
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return 0, usageError("--port %q: not a whole number: want a UDP port 1-65535", s)
+	}
+	if n < 1 || n > 65535 {
+		return 0, usageError("--port %q: outside 1-65535, the range of UDP ports", s)
+	}
+	return uint32(n), nil
+}
+
+var (
+	// DNS-1123 subdomain: Kubernetes node names.
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	// The name part of a label key, and a label value (Kubernetes rules).
+	labelName = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+)
+
+func parseNodes(s string) ([]string, error) {
+	parts := strings.Split(s, ",")
+	seen := map[string]bool{}
+	out := make([]string, 0, len(parts))
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		switch {
+		case p == "":
+			return nil, usageError("--nodes %q: node name %d of %d is empty (stray comma?)", s, i+1, len(parts))
+		case len(p) > 253 || !dnsSubdomain.MatchString(p):
+			return nil, usageError("--nodes %q: %q is not a node name (lower-case letters, digits, '-' and '.', at most 253)", s, p)
+		case seen[p]:
+			return nil, usageError("--nodes %q: %q given twice", s, p)
+		}
+		seen[p] = true
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// validateSelector accepts only equality selectors k=v[,k=v] with
+// Kubernetes label key and value syntax: the coordinator matches nothing
+// else, and a set-based selector silently matching no node would be worse
+// than an error.
+func validateSelector(s string) error {
+	seen := map[string]bool{}
+	for _, term := range strings.Split(s, ",") {
+		if strings.Contains(term, "!=") || strings.Contains(term, "==") || strings.ContainsAny(term, "()!") || strings.Contains(term, " in ") || strings.Contains(term, " notin ") {
+			return usageError("--selector %q: term %q: only k=v equality terms are supported, joined by commas", s, term)
+		}
+		k, v, ok := strings.Cut(term, "=")
+		if !ok {
+			return usageError("--selector %q: term %q has no '=': want k=v[,k=v]", s, term)
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if reason := labelKeyProblem(k); reason != "" {
+			return usageError("--selector %q: label key %q %s", s, k, reason)
+		}
+		if v != "" && (len(v) > 63 || !labelName.MatchString(v)) {
+			return usageError("--selector %q: label value %q is invalid: at most 63 of letters, digits, '-', '_', '.', beginning and ending with a letter or digit", s, v)
+		}
+		if seen[k] {
+			return usageError("--selector %q: label key %q given twice", s, k)
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
+func labelKeyProblem(k string) string {
+	if k == "" {
+		return "is empty"
+	}
+	name := k
+	if prefix, n, ok := strings.Cut(k, "/"); ok {
+		if prefix == "" || len(prefix) > 253 || !dnsSubdomain.MatchString(prefix) {
+			return "has an invalid prefix: it must be a DNS subdomain like example.com/"
+		}
+		name = n
+	}
+	if name == "" || len(name) > 63 || !labelName.MatchString(name) {
+		return "is invalid: the name part must be 1-63 of letters, digits, '-', '_', '.', beginning and ending with a letter or digit"
+	}
+	return ""
+}
+
+var opID = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9_.:]{0,127}$`)
+
+// optionalOpID validates the optional OP argument of status and rollback.
+func optionalOpID(args []string) (string, error) {
+	if len(args) == 0 {
+		return "", nil
+	}
+	if !opID.MatchString(args[0]) {
+		return "", usageError("operation id %q: want 1-128 of letters, digits, '-', '_', '.', ':' (as printed by coordctl cutover/status)", args[0])
+	}
+	return args[0], nil
+}
