@@ -1,0 +1,186 @@
+package ovsvxlan
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/pkg/iptables"
+	"github.com/cutover-dev/cutover/pkg/ovs"
+	"github.com/cutover-dev/cutover/pkg/udpport"
+)
+
+var allowTemplate = iptables.Rule{Table: "filter", Chain: "OS_FIREWALL_ALLOW", Proto: "udp", StateNew: true, Target: "ACCEPT"}
+
+type rig struct {
+	ovs *ovs.Fake
+	ipt *iptables.Fake
+	b   *Backend
+}
+
+func newRig(t *testing.T) rig {
+	t.Helper()
+	of := ovs.NewFake(ovs.Interface{Name: "vxlan0", Type: "vxlan", OFPort: 1,
+		Options: map[string]string{"remote_ip": "flow", "key": "flow", "dst_port": "4789"}})
+	ipt := iptables.NewFake(iptables.BackendNFT)
+	if err := ipt.EnsureChain("filter", "OS_FIREWALL_ALLOW"); err != nil {
+		t.Fatal(err)
+	}
+	r := allowTemplate
+	r.DPort = 4789
+	if err := ipt.EnsureRule(r); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{OVS: of, Interface: "vxlan0", Ports: &udpport.Fake{},
+		Firewall: &dataplane.Firewall{IPT: ipt, Templates: []iptables.Rule{allowTemplate}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rig{of, ipt, b}
+}
+
+func (r rig) dump() string { return r.ovs.Dump() + r.ipt.Dump() }
+
+// TestDesiredStatesInAnyOrder replays every step twice, in random orders of
+// the legal sequences, and compares the fakes' dumps with the expected state
+// after each: every step is idempotent and reaches the same state whatever
+// was replayed before it (STYLE.md habit 7).
+func TestDesiredStatesInAnyOrder(t *testing.T) {
+	ctx := context.Background()
+	sequences := [][]string{
+		{"prepare", "commit", "finalize"},
+		{"prepare", "abort"},
+		{"prepare", "commit", "revert"},
+		{"prepare", "revert"}, // commit lost: revert must still undo prepare
+	}
+	want := map[string]struct{ port, rules string }{
+		"prepare":  {"4789", "4789 4889"},
+		"commit":   {"4889", "4789 4889"},
+		"finalize": {"4889", "4889"},
+		"abort":    {"4789", "4789"},
+		"revert":   {"4789", "4789"},
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 40; i++ {
+		seq := sequences[rnd.IntN(len(sequences))]
+		r := newRig(t)
+		snap, err := r.b.Snapshot(ctx, 4789, 4889)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range seq {
+			for rep := 0; rep < 1+rnd.IntN(3); rep++ {
+				var err error
+				switch step {
+				case "prepare":
+					err = r.b.Prepare(ctx, snap)
+				case "commit":
+					_, err = r.b.Commit(ctx, snap)
+				case "finalize":
+					err = r.b.Finalize(ctx, snap)
+				case "abort":
+					err = r.b.Abort(ctx, snap)
+				case "revert":
+					_, err = r.b.Revert(ctx, snap)
+				}
+				if err != nil {
+					t.Fatalf("%v: %s (repeat %d): %v", seq, step, rep, err)
+				}
+				checkState(t, r, seq, step, want[step].port, want[step].rules)
+			}
+		}
+	}
+}
+
+func checkState(t *testing.T, r rig, seq []string, step, port, rules string) {
+	t.Helper()
+	d := r.dump()
+	if !strings.Contains(d, "dst_port="+port) {
+		t.Fatalf("%v after %s: want dst_port=%s in\n%s", seq, step, port, d)
+	}
+	var got []string
+	for _, p := range []string{"4789", "4889"} {
+		if strings.Contains(d, "--dport "+p+" ") {
+			got = append(got, p)
+		}
+	}
+	if strings.Join(got, " ") != rules {
+		t.Fatalf("%v after %s: firewall ports %v, want %s\n%s", seq, step, got, rules, d)
+	}
+}
+
+// A target-port rule that an operator had installed before Cutover ran
+// survives an abort: Cutover removes only what it added.
+func TestAbortKeepsPreexistingRule(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	pre := allowTemplate
+	pre.DPort = 4889
+	if err := r.ipt.EnsureRule(pre); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := r.b.Snapshot(ctx, 4789, 4889)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.Prepare(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.Abort(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(r.ipt.Dump(), "--dport 4889 ") {
+		t.Fatalf("pre-existing 4889 rule removed by abort:\n%s", r.ipt.Dump())
+	}
+}
+
+func TestPreflightProblems(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	r.b.cfg.Ports.(*udpport.Fake).Hold(4889, udpport.Holder{Kind: "socket", Inode: 7, Local: "0.0.0.0:4889"})
+	c, err := r.b.Preflight(ctx, 4889)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CurrentPort != 4789 || c.TargetFree || !strings.Contains(strings.Join(c.Problems, ";"), "in use on this node by socket inode 7") {
+		t.Fatalf("preflight = %+v", c)
+	}
+	if c, _ := r.b.Preflight(ctx, 4789); !strings.Contains(strings.Join(c.Problems, ";"), "already uses it") {
+		t.Fatalf("same port not flagged: %+v", c)
+	}
+	r.ovs.Set(ovs.Interface{Name: "vxlan0", Type: "vxlan", OFPort: -1, Error: "could not add network device vxlan0",
+		Options: map[string]string{"remote_ip": "flow", "key": "flow", "dst_port": "4789"}})
+	if c, _ := r.b.Preflight(ctx, 4999); !strings.Contains(strings.Join(c.Problems, ";"), "failed already") {
+		t.Fatalf("failed interface not flagged: %+v", c)
+	}
+	if len(r.ipt.Dump()) == 0 || r.ovs.Writes() != 0 {
+		t.Fatalf("preflight wrote to OVS: %d writes", r.ovs.Writes())
+	}
+}
+
+func TestSnapshotRefusesWrongFromAndRevertRefusesDrift(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	if _, err := r.b.Snapshot(ctx, 4000, 4889); err == nil || !strings.Contains(err.Error(), "current port is 4789, not 4000") {
+		t.Fatalf("Snapshot with wrong from: %v", err)
+	}
+	snap, err := r.b.Snapshot(ctx, 4789, 4889)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another controller moves the port to 5000 behind our back.
+	if _, err := r.ovs.SetDstPort(ctx, "vxlan0", 4789, 5000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.b.Commit(ctx, snap); !ovs.IsConflict(err) {
+		t.Fatalf("commit over a concurrent change: %v, want a conflict", err)
+	}
+	if _, err := r.b.Revert(ctx, snap); err == nil || !strings.Contains(err.Error(), "neither") {
+		t.Fatalf("revert with drift: %v", err)
+	}
+	if !strings.Contains(r.ovs.Dump(), "dst_port=5000") {
+		t.Fatal("revert touched a port it does not own")
+	}
+}
