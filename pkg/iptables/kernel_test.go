@@ -249,18 +249,27 @@ func TestKernelTraffic(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			requireBackend(t, backend)
 			a, b := newNS(t), newNS(t)
+			// Fixed MACs and permanent neighbours: the test is about the
+			// firewall, so it must not also depend on ARP on a loaded machine.
+			const macA, macB = "02:00:c6:12:07:01", "02:00:c6:12:07:02"
 			for _, argv := range [][]string{
-				{a, "ip", "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", b},
+				{a, "ip", "link", "add", "veth0", "address", macA, "type", "veth", "peer", "name", "veth1", "address", macB, "netns", b},
 				{a, "ip", "addr", "add", "198.18.7.1/24", "dev", "veth0"},
 				{a, "ip", "link", "set", "veth0", "up"},
+				{a, "ip", "neigh", "replace", "198.18.7.2", "lladdr", macB, "dev", "veth0", "nud", "permanent"},
 				{b, "ip", "addr", "add", "198.18.7.2/24", "dev", "veth1"},
 				{b, "ip", "link", "set", "veth1", "up"},
+				{b, "ip", "neigh", "replace", "198.18.7.1", "lladdr", macA, "dev", "veth1", "nud", "permanent"},
 				{b, "iptables-" + backend, "-P", "INPUT", "DROP"},
 			} {
 				if out, err := netns.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
 					t.Fatalf("%v: %v: %s", argv, err, out)
 				}
 			}
+			// Until linkwatch has activated a device, its packets go to the
+			// noop qdisc: wait for operstate UP on both ends.
+			waitUp(t, a, "veth0")
+			waitUp(t, b, "veth1")
 			rule := iptables.Rule{Table: "filter", Chain: iptables.DefaultChain, Proto: "udp", DPort: 4889, StateNew: true, Target: "ACCEPT"}
 			var c *iptables.Client
 			var open, closed *net.UDPConn
@@ -296,8 +305,8 @@ func TestKernelTraffic(t *testing.T) {
 			defer s1.Close()
 			defer s2.Close()
 
-			if !delivered(t, s1, open, 2*time.Second) {
-				t.Fatal("UDP to 4889 was not delivered with the ACCEPT rule in place")
+			if !delivered(t, s1, open, 5*time.Second) {
+				t.Fatalf("UDP to 4889 was not delivered with the ACCEPT rule in place\n%s", diag(a, b, backend))
 			}
 			if delivered(t, s2, closed, 300*time.Millisecond) {
 				t.Fatal("UDP to 4890 was delivered although INPUT policy is DROP")
@@ -310,6 +319,34 @@ func TestKernelTraffic(t *testing.T) {
 			}
 		})
 	}
+}
+
+func waitUp(t *testing.T, ns, dev string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, err := netns.Command(ns, "cat", "/sys/class/net/"+dev+"/operstate").Output()
+		if err == nil && strings.TrimSpace(string(out)) == "up" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s in %s not up after 5s: %q, %v", dev, ns, out, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// diag describes both namespaces for a failure message.
+func diag(a, b, backend string) string {
+	var s strings.Builder
+	for _, argv := range [][]string{
+		{a, "ip", "-s", "link"}, {a, "ip", "neigh"}, {a, "ip", "addr"}, {b, "ip", "-s", "link"}, {b, "ip", "neigh"},
+		{b, "iptables-" + backend + "-save", "-c"}, {b, "ss", "-uan"},
+	} {
+		out, err := netns.Command(argv[0], argv[1:]...).CombinedOutput()
+		fmt.Fprintf(&s, "$ %s (in %s): %v\n%s\n", strings.Join(argv[1:], " "), argv[0], err, out)
+	}
+	return s.String()
 }
 
 // delivered sends datagrams on s until r receives one or wait passes.
