@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -129,14 +129,6 @@ func (e *env) start() {
 	e.m = m
 	e.t.Cleanup(m.Close)
 	e.clock.Settle()
-}
-
-// restart drops the machine (its timers die with it, like a process) and
-// builds a new one from the same state dir and dataplane.
-func (e *env) restart() {
-	e.t.Helper()
-	e.m.Close()
-	e.start()
 }
 
 func (e *env) phase() Phase {
@@ -408,13 +400,12 @@ func TestDeadmanConfirmRace(t *testing.T) {
 				reverts++
 			}
 		}
-		switch {
-		case confirmErr == nil:
+		if confirmErr == nil {
 			wins["confirm"]++
 			if r.Phase != PhaseConfirmed || reverts != 0 || e.be.Port() != to || e.obs.deadmanCount() != 0 {
 				t.Fatalf("iteration %d: confirm won but phase %s, %d reverts, port %d", i, r.Phase, reverts, e.be.Port())
 			}
-		default:
+		} else {
 			wins["deadman"]++
 			wantCode(t, confirmErr, CodeFailedPrecondition, "already reverted by deadman")
 			if r.Phase != PhaseReverted || reverts != 1 || e.be.Port() != from || e.obs.deadmanCount() != 1 {

@@ -47,7 +47,7 @@ const (
 	ByRollback       = "rollback"
 	ByDeadman        = "deadman"
 	ByPrepareTimeout = "prepare-timeout"
-	ByRestart        = "restart"      // a prepare interrupted by an agent restart
+	ByRestart        = "restart"       // a prepare interrupted by an agent restart
 	ByApplyFailure   = "apply-failure" // the commit failed and was put back at once
 )
 

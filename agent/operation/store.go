@@ -43,8 +43,8 @@ func (s FileStore) Path() string { return filepath.Join(s.Dir, StateFile) }
 // Load implements Store.
 func (s FileStore) Load() (*Record, error) {
 	b, err := os.ReadFile(s.Path())
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return nil, nil // nothing was ever written there; Check reports the dir
 	}
 	if err != nil {
 		return nil, &StoreError{Op: "read", Path: s.Path(), Err: err}
@@ -97,11 +97,11 @@ func writeSync(path string, b []byte) error {
 		return err
 	}
 	if _, err := f.Write(b); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	return f.Close()
@@ -112,8 +112,11 @@ func syncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	return d.Sync()
+	if err := d.Sync(); err != nil {
+		_ = d.Close()
+		return err
+	}
+	return d.Close()
 }
 
 // StoreError is a failure to persist or read the operation record. Its

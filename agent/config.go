@@ -1,0 +1,315 @@
+// Package agent is the per-node Cutover agent: it serves the AgentService
+// gRPC API (mTLS, coordinator role only) over the operation state machine
+// and a dataplane backend, and /healthz, /readyz and /metrics.
+//
+// It owns the wiring (config, backend choice, servers, metrics); the
+// operation logic lives in agent/operation and the dataplane behind
+// agent/dataplane. It must not exec programs or speak netlink itself: that
+// is the drivers' job in pkg/.
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Backend names.
+const (
+	BackendOVS         = "ovs"
+	BackendKernelVXLAN = "kernel-vxlan"
+)
+
+// Config is everything the agent is started with.
+type Config struct {
+	NodeName    string // identity reported to the coordinator; default: hostname
+	ListenAddr  string // gRPC AgentService
+	MetricsAddr string // /healthz, /readyz, /metrics (plain HTTP)
+	StateDir    string // durable operation record
+
+	Backend string // BackendOVS or BackendKernelVXLAN
+
+	// OVS backend.
+	OVSDB     string // unix:/path or tcp:host:port
+	Bridge    string
+	Interface string
+
+	// Kernel VXLAN backend.
+	KernelDevice string
+
+	// Firewall opening of the new port (both backends).
+	FirewallChain   string
+	FirewallTable   string
+	CreateChain     bool // create the chain when missing (else it must exist)
+	StateNewMatch   bool // match -m state --state NEW like openshift-sdn's rules
+	IptablesBackend string
+
+	TLSCA, TLSCert, TLSKey string
+	// Insecure serves plain gRPC with no peer authentication: local labs
+	// only. Every start logs a loud warning.
+	Insecure bool
+
+	Labels map[string]string
+
+	Deadman        time.Duration // when Commit does not say
+	MaxDeadman     time.Duration // upper bound for a Commit's dead-man
+	PrepareTimeout time.Duration // abort a prepared op nobody commits or rolls back
+	MaxCommitDelay time.Duration // how far in the future a commit instant may be
+	CallTimeout    time.Duration // each backend call the agent makes on its own
+	BackendRetry   time.Duration // retry building the backend while it fails
+
+	LogLevel string // debug, info, warn, error
+}
+
+// Default returns the defaults every flag starts from.
+func Default() Config {
+	host, _ := os.Hostname()
+	return Config{
+		NodeName:        host,
+		ListenAddr:      ":9443",
+		MetricsAddr:     ":9444",
+		StateDir:        "/var/lib/cutover",
+		Backend:         BackendOVS,
+		OVSDB:           "unix:/var/run/openvswitch/db.sock",
+		Bridge:          "br0",
+		Interface:       "vxlan0",
+		KernelDevice:    "flannel.1",
+		FirewallChain:   "OS_FIREWALL_ALLOW",
+		FirewallTable:   "filter",
+		CreateChain:     false,
+		StateNewMatch:   true,
+		IptablesBackend: "auto",
+		Labels:          map[string]string{},
+		Deadman:         30 * time.Second,
+		MaxDeadman:      time.Hour,
+		PrepareTimeout:  5 * time.Minute,
+		MaxCommitDelay:  10 * time.Minute,
+		CallTimeout:     30 * time.Second,
+		BackendRetry:    10 * time.Second,
+		LogLevel:        "info",
+	}
+}
+
+// AddFlags binds the config's fields to flags on fs; the values already in
+// c are the defaults shown.
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "this node's name as the coordinator knows it")
+	fs.StringVar(&c.ListenAddr, "listen", c.ListenAddr, "gRPC listen address (host:port)")
+	fs.StringVar(&c.MetricsAddr, "metrics-listen", c.MetricsAddr, "HTTP listen address for /healthz, /readyz and /metrics")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory of the durable operation record")
+	fs.StringVar(&c.Backend, "backend", c.Backend, "overlay backend: ovs | kernel-vxlan")
+	fs.StringVar(&c.OVSDB, "ovsdb", c.OVSDB, "OVSDB server (unix:/path or tcp:host:port)")
+	fs.StringVar(&c.Bridge, "bridge", c.Bridge, "OVS bridge")
+	fs.StringVar(&c.Interface, "interface", c.Interface, "OVS VXLAN interface")
+	fs.StringVar(&c.KernelDevice, "kernel-device", c.KernelDevice, "kernel VXLAN device (kernel-vxlan backend)")
+	fs.StringVar(&c.FirewallChain, "firewall-chain", c.FirewallChain, "iptables chain where the new port is opened")
+	fs.StringVar(&c.FirewallTable, "firewall-table", c.FirewallTable, "iptables table of --firewall-chain")
+	fs.BoolVar(&c.CreateChain, "create-chain", c.CreateChain, "create --firewall-chain when it does not exist")
+	fs.BoolVar(&c.StateNewMatch, "state-new-match", c.StateNewMatch, "match only NEW connections (-m state --state NEW) in the opening")
+	fs.StringVar(&c.IptablesBackend, "iptables-backend", c.IptablesBackend, "iptables flavour: auto | nft | legacy")
+	fs.StringVar(&c.TLSCA, "tls-ca", c.TLSCA, "CA certificate (PEM) the coordinator's certificate must chain to")
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "this agent's certificate (PEM)")
+	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "this agent's private key (PEM)")
+	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "serve gRPC without TLS and accept any caller: LOCAL LABS ONLY")
+	fs.StringToStringVar(&c.Labels, "labels", c.Labels, "node labels reported to the coordinator (k=v,k2=v2)")
+	fs.DurationVar(&c.Deadman, "deadman", c.Deadman, "dead-man duration when a commit does not give one")
+	fs.DurationVar(&c.MaxDeadman, "max-deadman", c.MaxDeadman, "longest dead-man duration a commit may ask for")
+	fs.DurationVar(&c.PrepareTimeout, "prepare-timeout", c.PrepareTimeout, "abort a prepared operation not committed or rolled back within this")
+	fs.DurationVar(&c.MaxCommitDelay, "max-commit-delay", c.MaxCommitDelay, "how far in the future a commit instant may lie")
+	fs.DurationVar(&c.CallTimeout, "call-timeout", c.CallTimeout, "timeout of each dataplane call the agent makes on its own (apply, revert, abort)")
+	fs.DurationVar(&c.BackendRetry, "backend-retry", c.BackendRetry, "interval between attempts to set up the backend while it fails")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug | info | warn | error")
+}
+
+// FlagError is a bad flag value: which flag, which value, why.
+type FlagError struct {
+	Flag   string
+	Value  string
+	Reason string
+}
+
+func (e *FlagError) Error() string {
+	return fmt.Sprintf("--%s %q: %s", e.Flag, e.Value, e.Reason)
+}
+
+var (
+	dns1123     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	labelKey    = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+	labelValue  = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`)
+	chainName   = regexp.MustCompile(`^[A-Za-z0-9_][-A-Za-z0-9_.]*$`)
+	tables      = []string{"filter", "raw", "mangle", "nat", "security"}
+	iptBackends = []string{"auto", "nft", "legacy"}
+	logLevels   = []string{"debug", "info", "warn", "error"}
+)
+
+// Validate checks every field and returns all problems at once, each
+// naming the flag, the value and the reason.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(flag, value, format string, args ...any) {
+		errs = append(errs, &FlagError{Flag: flag, Value: value, Reason: fmt.Sprintf(format, args...)})
+	}
+	switch {
+	case c.NodeName == "":
+		bad("node-name", c.NodeName, "empty (and the hostname could not be read): give the node's name")
+	case len(c.NodeName) > 253 || !dns1123.MatchString(c.NodeName):
+		bad("node-name", c.NodeName, "not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253 characters)")
+	}
+	if err := checkAddr(c.ListenAddr); err != nil {
+		bad("listen", c.ListenAddr, "%v", err)
+	}
+	if err := checkAddr(c.MetricsAddr); err != nil {
+		bad("metrics-listen", c.MetricsAddr, "%v", err)
+	} else if c.MetricsAddr == c.ListenAddr && !strings.HasSuffix(c.ListenAddr, ":0") {
+		bad("metrics-listen", c.MetricsAddr, "same address as --listen; give each its own port")
+	}
+	if c.StateDir == "" || !strings.HasPrefix(c.StateDir, "/") {
+		bad("state-dir", c.StateDir, "must be an absolute path")
+	}
+	switch c.Backend {
+	case BackendOVS:
+		if err := checkOVSDB(c.OVSDB); err != nil {
+			bad("ovsdb", c.OVSDB, "%v", err)
+		}
+		if err := checkIfName(c.Bridge); err != nil {
+			bad("bridge", c.Bridge, "%v", err)
+		}
+		if err := checkIfName(c.Interface); err != nil {
+			bad("interface", c.Interface, "%v", err)
+		}
+	case BackendKernelVXLAN:
+		if err := checkIfName(c.KernelDevice); err != nil {
+			bad("kernel-device", c.KernelDevice, "%v", err)
+		}
+	default:
+		bad("backend", c.Backend, "unknown backend: want %s or %s", BackendOVS, BackendKernelVXLAN)
+	}
+	switch {
+	case c.FirewallChain == "":
+		bad("firewall-chain", c.FirewallChain, "empty")
+	case len(c.FirewallChain) > 28:
+		bad("firewall-chain", c.FirewallChain, "longer than iptables' 28-character limit (%d)", len(c.FirewallChain))
+	case !chainName.MatchString(c.FirewallChain):
+		bad("firewall-chain", c.FirewallChain, "only letters, digits, '_', '-' and '.' are allowed")
+	}
+	if !slices.Contains(tables, c.FirewallTable) {
+		bad("firewall-table", c.FirewallTable, "unknown iptables table: want one of %s", strings.Join(tables, ", "))
+	}
+	if !slices.Contains(iptBackends, c.IptablesBackend) {
+		bad("iptables-backend", c.IptablesBackend, "want one of %s", strings.Join(iptBackends, ", "))
+	}
+	tlsFlags := []struct{ flag, value string }{{"tls-ca", c.TLSCA}, {"tls-cert", c.TLSCert}, {"tls-key", c.TLSKey}}
+	for _, f := range tlsFlags {
+		switch {
+		case c.Insecure && f.value != "":
+			bad(f.flag, f.value, "given together with --insecure: drop --insecure to use TLS, or drop the TLS flags")
+		case !c.Insecure && f.value == "":
+			bad(f.flag, f.value, "required: the agent serves mutual TLS only (--insecure is for local labs)")
+		case f.value != "":
+			if _, err := os.Stat(f.value); err != nil {
+				bad(f.flag, f.value, "cannot read the file: %v", unwrapPath(err))
+			}
+		}
+	}
+	keys := make([]string, 0, len(c.Labels))
+	for k := range c.Labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := c.Labels[k]
+		if len(k) > 317 || !labelKey.MatchString(k) {
+			bad("labels", k+"="+v, "key %q is not a valid label key ([prefix/]name of letters, digits, '-', '_', '.')", k)
+		}
+		if len(v) > 63 || !labelValue.MatchString(v) {
+			bad("labels", k+"="+v, "value %q is not a valid label value (at most 63 letters, digits, '-', '_', '.')", v)
+		}
+	}
+	positive := func(flag string, d time.Duration) {
+		if d <= 0 {
+			bad(flag, d.String(), "must be positive")
+		}
+	}
+	positive("deadman", c.Deadman)
+	positive("max-deadman", c.MaxDeadman)
+	positive("prepare-timeout", c.PrepareTimeout)
+	positive("max-commit-delay", c.MaxCommitDelay)
+	positive("call-timeout", c.CallTimeout)
+	positive("backend-retry", c.BackendRetry)
+	if c.Deadman > c.MaxDeadman && c.MaxDeadman > 0 {
+		bad("deadman", c.Deadman.String(), "longer than --max-deadman %s", c.MaxDeadman)
+	}
+	if !slices.Contains(logLevels, c.LogLevel) {
+		bad("log-level", c.LogLevel, "want one of %s", strings.Join(logLevels, ", "))
+	}
+	return errors.Join(errs...)
+}
+
+func checkAddr(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("not host:port: %w", unwrapAddr(err))
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number in 0-65535", port)
+	}
+	if host != "" && net.ParseIP(host) == nil && !dns1123.MatchString(host) {
+		return fmt.Errorf("host %q is neither an IP address nor a host name", host)
+	}
+	return nil
+}
+
+func checkOVSDB(s string) error {
+	switch {
+	case strings.HasPrefix(s, "unix:"):
+		if !strings.HasPrefix(strings.TrimPrefix(s, "unix:"), "/") {
+			return errors.New("unix socket path must be absolute (unix:/var/run/openvswitch/db.sock)")
+		}
+		return nil
+	case strings.HasPrefix(s, "tcp:"):
+		if err := checkAddr(strings.TrimPrefix(s, "tcp:")); err != nil {
+			return err
+		}
+		return nil
+	}
+	return errors.New("want unix:/path or tcp:host:port")
+}
+
+// checkIfName applies the kernel's rules for interface names (also used by
+// OVS for bridges and ports).
+func checkIfName(s string) error {
+	switch {
+	case s == "":
+		return errors.New("empty")
+	case len(s) > 15:
+		return fmt.Errorf("longer than the kernel's 15-character interface name limit (%d)", len(s))
+	case s == "." || s == ".." || strings.ContainsAny(s, "/: \t\n"):
+		return errors.New("not a valid interface name (no '/', ':' or whitespace)")
+	}
+	return nil
+}
+
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func unwrapAddr(err error) error {
+	var ae *net.AddrError
+	if errors.As(err, &ae) {
+		return errors.New(ae.Err)
+	}
+	return err
+}

@@ -1,0 +1,228 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/agent/operation"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	"github.com/cutover-dev/cutover/pkg/version"
+)
+
+func listServices(t *testing.T, conn *grpc.ClientConn) []string {
+	t.Helper()
+	s, err := rpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.CloseSend()
+	if err := s.Send(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, svc := range r.GetListServicesResponse().GetService() {
+		out = append(out, svc.GetName())
+	}
+	return out
+}
+
+func TestHealthzReadyz(t *testing.T) {
+	f := newFake()
+	a := startAgent(t, testConfig(t), f)
+	if code, body := a.get(t, "/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz = %d %q", code, body)
+	}
+	if code, body := a.get(t, "/readyz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/readyz = %d %q", code, body)
+	}
+	f.SetNotReady("ovsdb unix:/run/openvswitch/db.sock: connection refused")
+	code, body := a.get(t, "/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "backend: ovsdb unix:/run/openvswitch/db.sock: connection refused") {
+		t.Fatalf("/readyz = %d %q", code, body)
+	}
+	// A FAILED operation needs an operator: not ready until rolled back.
+	f.SetNotReady()
+	f.FailNext(dataplane.MethodPrepare, errTest("chain missing"))
+	f.FailNext(dataplane.MethodAbort, errTest("iptables locked"))
+	_, err := a.client.Prepare(context.Background(), &agentv1.PrepareRequest{OperationId: "op-1", FromPort: 4789, ToPort: 4889})
+	wantStatus(t, err, codes.Internal, "chain missing", "iptables locked")
+	if code, body := a.get(t, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "operation op-1 FAILED") {
+		t.Fatalf("/readyz after a failed abort = %d %q", code, body)
+	}
+	if _, err := a.client.Rollback(context.Background(), &agentv1.RollbackRequest{OperationId: "op-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := a.get(t, "/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz after rollback = %d %q", code, body)
+	}
+}
+
+type errTest string
+
+func (e errTest) Error() string { return string(e) }
+
+// TestBackendUnavailable runs the agent with the real backend choice, which
+// cannot be built here: the agent still serves /healthz, /readyz and Info
+// say why, and operations are refused with UNAVAILABLE.
+func TestBackendUnavailable(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.BackendRetry = 50 * time.Millisecond
+	a := startAgent(t, cfg, nil)
+	if code, _ := a.get(t, "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz = %d", code)
+	}
+	var code int
+	var body string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if code, body = a.get(t, "/readyz"); strings.Contains(body, "not built yet") {
+			break // the first attempt to build the backend has run
+		}
+	}
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "backend ovs") || !strings.Contains(body, "not built yet") {
+		t.Fatalf("/readyz = %d %q", code, body)
+	}
+	ctx := context.Background()
+	info, err := a.client.Info(ctx, &agentv1.InfoRequest{})
+	if err != nil || info.GetReady() || info.GetNode() != "node-1" || !strings.Contains(strings.Join(info.GetNotReady(), ";"), "not built yet") {
+		t.Fatalf("info: %v %v", info, err)
+	}
+	_, err = a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-1", FromPort: 4789, ToPort: 4889})
+	wantStatus(t, err, codes.Unavailable, "node-1 is not ready", "not built yet")
+}
+
+func TestMetrics(t *testing.T) {
+	ctx := context.Background()
+	a := startAgent(t, testConfig(t), newFake())
+	a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-1", FromPort: 4789, ToPort: 4889})
+	a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-2", FromPort: 4789, ToPort: 4889}) // refused
+	a.client.Commit(ctx, &agentv1.CommitRequest{OperationId: "op-1", DeadmanMillis: 50})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := a.client.Status(ctx, &agentv1.StatusRequest{})
+		if err != nil || st.GetPhase() == agentv1.Phase_PHASE_REVERTED || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	want := `
+# HELP cutover_agent_build_info Always 1; the version label is the agent's build.
+# TYPE cutover_agent_build_info gauge
+cutover_agent_build_info{version="` + version.Version + `"} 1
+# HELP cutover_agent_current_port VXLAN UDP port last read back from the dataplane.
+# TYPE cutover_agent_current_port gauge
+cutover_agent_current_port 4789
+# HELP cutover_agent_deadman_reverts_total Committed changes the agent reverted by itself because no confirm came by the dead-man deadline.
+# TYPE cutover_agent_deadman_reverts_total counter
+cutover_agent_deadman_reverts_total 1
+# HELP cutover_agent_operation_phase Phase of the current or last operation: 1 for the phase it is in, 0 for the others.
+# TYPE cutover_agent_operation_phase gauge
+cutover_agent_operation_phase{phase="aborted"} 0
+cutover_agent_operation_phase{phase="committed"} 0
+cutover_agent_operation_phase{phase="confirmed"} 0
+cutover_agent_operation_phase{phase="failed"} 0
+cutover_agent_operation_phase{phase="finalized"} 0
+cutover_agent_operation_phase{phase="idle"} 0
+cutover_agent_operation_phase{phase="prepared"} 0
+cutover_agent_operation_phase{phase="preparing"} 0
+cutover_agent_operation_phase{phase="reverted"} 1
+`
+	if err := testutil.GatherAndCompare(a.reg, strings.NewReader(want),
+		"cutover_agent_build_info", "cutover_agent_current_port", "cutover_agent_deadman_reverts_total",
+		"cutover_agent_operation_phase"); err != nil {
+		t.Fatal(err)
+	}
+	// The health and status polls above make the other counts vary.
+	for _, c := range []struct{ method, code string }{{"Prepare", "OK"}, {"Prepare", "FailedPrecondition"}, {"Commit", "OK"}} {
+		if v := gathered(t, a.reg, "cutover_agent_rpc_requests_total", "method", c.method, "code", c.code); v != 1 {
+			t.Fatalf("rpc_requests_total{method=%s,code=%s} = %v, want 1", c.method, c.code, v)
+		}
+	}
+	for _, h := range []string{"cutover_agent_apply_duration_seconds", "cutover_agent_commit_lateness_seconds"} {
+		if n, err := testutil.GatherAndCount(a.reg, h); err != nil || n != 1 {
+			t.Fatalf("%s: %d series, %v", h, n, err)
+		}
+	}
+	if problems, err := testutil.GatherAndLint(a.reg); err != nil || len(problems) != 0 {
+		t.Fatalf("promlint: %v %v", problems, err)
+	}
+	code, body := a.get(t, "/metrics")
+	if code != http.StatusOK || !strings.Contains(body, "cutover_agent_commit_lateness_seconds_count 1") {
+		t.Fatalf("/metrics = %d\n%s", code, body)
+	}
+}
+
+// TestMetricsLintFailingCase proves the lint check catches a bad metric, so
+// a clean result above means something.
+func TestMetricsLintFailingCase(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg)
+	bad := prometheus.NewCounter(prometheus.CounterOpts{Name: "cutover_agent_bad_Counter", Help: "x"})
+	reg.MustRegister(bad)
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil || len(problems) == 0 {
+		t.Fatalf("promlint found nothing wrong with %s: %v", "cutover_agent_bad_Counter", err)
+	}
+}
+
+func TestMetricsObserver(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.PhaseChanged(operation.PhaseCommitted)
+	m.Applied(2*time.Millisecond, 30*time.Microsecond)
+	m.TLSRejected("wrong_role")
+	if v := testutil.ToFloat64(m.phase.WithLabelValues("committed")); v != 1 {
+		t.Fatalf("committed = %v", v)
+	}
+	if v := testutil.ToFloat64(m.phase.WithLabelValues("idle")); v != 0 {
+		t.Fatalf("idle = %v", v)
+	}
+	if n := testutil.CollectAndCount(m.tlsRejections); n != 1 {
+		t.Fatalf("tls rejections series = %d", n)
+	}
+}
+
+// gathered returns the value of the counter or gauge name with the given
+// label pairs, or -1 when there is no such series.
+func gathered(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return -1
+}

@@ -1,0 +1,112 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/cutover-dev/cutover/agent/operation"
+	"github.com/cutover-dev/cutover/pkg/version"
+)
+
+// Metrics are the agent's Prometheus metrics, registered in an injected
+// registry (never the global one, so tests and several in-process agents
+// do not collide). Metrics implements operation.Observer.
+type Metrics struct {
+	currentPort    prometheus.Gauge
+	phase          *prometheus.GaugeVec
+	applyDuration  prometheus.Histogram
+	commitLateness prometheus.Histogram
+	rpcRequests    *prometheus.CounterVec
+	deadmanReverts prometheus.Counter
+	tlsRejections  *prometheus.CounterVec
+	buildInfo      *prometheus.GaugeVec
+}
+
+var _ operation.Observer = (*Metrics)(nil)
+
+// NewMetrics creates the metrics and registers them in reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		currentPort: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cutover_agent_current_port",
+			Help: "VXLAN UDP port last read back from the dataplane.",
+		}),
+		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cutover_agent_operation_phase",
+			Help: "Phase of the current or last operation: 1 for the phase it is in, 0 for the others.",
+		}, []string{"phase"}),
+		applyDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cutover_agent_apply_duration_seconds",
+			Help:    "Time from sending a commit to the dataplane to its confirmed read-back.",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 2.5, 12), // 100µs .. ~6s
+		}),
+		commitLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cutover_agent_commit_lateness_seconds",
+			Help:    "How late a commit was sent after its requested instant, in the agent's clock.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 11), // 1µs .. ~1s
+		}),
+		rpcRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cutover_agent_rpc_requests_total",
+			Help: "gRPC requests served, by method and status code.",
+		}, []string{"method", "code"}),
+		deadmanReverts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cutover_agent_deadman_reverts_total",
+			Help: "Committed changes the agent reverted by itself because no confirm came by the dead-man deadline.",
+		}),
+		tlsRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cutover_agent_tls_rejections_total",
+			Help: "gRPC clients refused during the TLS handshake, by reason.",
+		}, []string{"reason"}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cutover_agent_build_info",
+			Help: "Always 1; the version label is the agent's build.",
+		}, []string{"version"}),
+	}
+	reg.MustRegister(m.currentPort, m.phase, m.applyDuration, m.commitLateness, m.rpcRequests,
+		m.deadmanReverts, m.tlsRejections, m.buildInfo)
+	m.buildInfo.WithLabelValues(version.Version).Set(1)
+	m.PhaseChanged(operation.PhaseIdle)
+	return m
+}
+
+// PhaseChanged implements operation.Observer.
+func (m *Metrics) PhaseChanged(p operation.Phase) {
+	for _, q := range operation.Phases {
+		v := 0.0
+		if q == p {
+			v = 1
+		}
+		m.phase.WithLabelValues(strings.ToLower(string(q))).Set(v)
+	}
+}
+
+// Applied implements operation.Observer.
+func (m *Metrics) Applied(apply, lateness time.Duration) {
+	m.applyDuration.Observe(apply.Seconds())
+	m.commitLateness.Observe(lateness.Seconds())
+}
+
+// DeadmanReverted implements operation.Observer.
+func (m *Metrics) DeadmanReverted() { m.deadmanReverts.Inc() }
+
+// PortObserved implements operation.Observer.
+func (m *Metrics) PortObserved(port uint16) { m.currentPort.Set(float64(port)) }
+
+// TLSRejected counts a refused handshake; its signature fits the pki hook.
+func (m *Metrics) TLSRejected(reason string) { m.tlsRejections.WithLabelValues(reason).Inc() }
+
+// UnaryInterceptor counts every unary RPC by method (the last path element,
+// e.g. "Prepare") and status code.
+func (m *Metrics) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		resp, err := h(ctx, req)
+		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+		m.rpcRequests.WithLabelValues(method, status.Code(err).String()).Inc()
+		return resp, err
+	}
+}

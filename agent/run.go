@@ -1,0 +1,239 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/agent/operation"
+	"github.com/cutover-dev/cutover/pkg/pki"
+	"github.com/cutover-dev/cutover/pkg/version"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+)
+
+// Option adjusts Run, mostly for tests and in-process simulations.
+type Option func(*runOptions)
+
+type runOptions struct {
+	backend          dataplane.Backend
+	grpcLn, httpLn   net.Listener
+	registry         *prometheus.Registry
+	clock            operation.Clock
+	logger           *slog.Logger
+	shutdownDeadline time.Duration
+}
+
+// WithBackend uses b instead of building the backend from the config
+// (NewBackend): a dataplane.Fake in tests and simulated clusters.
+func WithBackend(b dataplane.Backend) Option { return func(o *runOptions) { o.backend = b } }
+
+// WithListeners serves gRPC and HTTP on the given listeners instead of
+// listening on the configured addresses (e.g. 127.0.0.1:0, or bufconn).
+// Run closes them.
+func WithListeners(grpcLn, httpLn net.Listener) Option {
+	return func(o *runOptions) { o.grpcLn, o.httpLn = grpcLn, httpLn }
+}
+
+// WithRegistry registers the metrics in reg (default: a fresh registry with
+// the Go and process collectors).
+func WithRegistry(reg *prometheus.Registry) Option { return func(o *runOptions) { o.registry = reg } }
+
+// WithClock sets the machine's clock (default: the wall clock).
+func WithClock(c operation.Clock) Option { return func(o *runOptions) { o.clock = c } }
+
+// WithLogger sets the logger (default: text to stderr at --log-level).
+func WithLogger(l *slog.Logger) Option { return func(o *runOptions) { o.logger = l } }
+
+// Run serves the agent until ctx is cancelled, then stops gracefully. It
+// returns an error when the config is invalid, a listener or the TLS setup
+// fails, or the operation record cannot be read. A backend that cannot be
+// set up is not fatal: the agent keeps serving /healthz, /readyz says why,
+// and the setup is retried every --backend-retry (OVS may start later).
+func Run(ctx context.Context, cfg Config, opts ...Option) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	o := runOptions{clock: operation.RealClock{}, shutdownDeadline: 5 * time.Second}
+	for _, f := range opts {
+		f(&o)
+	}
+	log := o.logger
+	if log == nil {
+		log = NewLogger(cfg.LogLevel)
+	}
+	log = log.With("node", cfg.NodeName)
+	reg := o.registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	metrics := NewMetrics(reg)
+
+	var creds credentials.TransportCredentials
+	if cfg.Insecure {
+		log.Warn("!!! INSECURE MODE: gRPC without TLS, ANY caller can change this node's dataplane. " +
+			"--insecure is for local labs only; never use it on a real cluster.")
+		creds = insecure.NewCredentials()
+	} else {
+		tc, err := pki.ServerConfigWithHook(pki.Files{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey},
+			metrics.TLSRejected, pki.RoleCoordinator)
+		if err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+		creds = credentials.NewTLS(tc)
+	}
+
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		log.Error("cannot create the state dir: operations are refused until it is writable", "err", err)
+	}
+	store := operation.FileStore{Dir: cfg.StateDir}
+	svc := NewService(cfg, o.clock, store, metrics)
+
+	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(metrics.UnaryInterceptor()))
+	agentv1.RegisterAgentServiceServer(srv, svc)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	serviceName := agentv1.AgentService_ServiceDesc.ServiceName
+	hs.SetServingStatus(serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	reflection.Register(srv)
+
+	grpcLn, httpLn := o.grpcLn, o.httpLn
+	if grpcLn == nil {
+		l, err := net.Listen("tcp", cfg.ListenAddr)
+		if err != nil {
+			return fmt.Errorf("--listen %q: %w", cfg.ListenAddr, err)
+		}
+		grpcLn = l
+	}
+	if httpLn == nil {
+		l, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			_ = grpcLn.Close()
+			return fmt.Errorf("--metrics-listen %q: %w", cfg.MetricsAddr, err)
+		}
+		httpLn = l
+	}
+	httpSrv := &http.Server{Handler: HTTPHandler(svc.NotReady, reg), ReadHeaderTimeout: 10 * time.Second}
+
+	errc := make(chan error, 3)
+	go func() {
+		if err := srv.Serve(grpcLn); err != nil {
+			errc <- fmt.Errorf("gRPC server on %s: %w", grpcLn.Addr(), err)
+		}
+	}()
+	go func() {
+		if err := httpSrv.Serve(httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("HTTP server on %s: %w", httpLn.Addr(), err)
+		}
+	}()
+	log.Info("agent serving", "version", version.Version, "grpc", grpcLn.Addr().String(),
+		"http", httpLn.Addr().String(), "backend", cfg.Backend, "state_dir", cfg.StateDir, "tls", !cfg.Insecure)
+
+	setupCtx, cancelSetup := context.WithCancel(ctx)
+	defer cancelSetup()
+	machc := make(chan *operation.Machine, 1)
+	go func() {
+		m, err := setupCore(setupCtx, cfg, o, svc, store, metrics, log)
+		if err != nil {
+			errc <- err
+		}
+		if m != nil {
+			hs.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
+		}
+		machc <- m
+	}()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+	case runErr = <-errc:
+		log.Error("stopping on error", "err", runErr)
+	}
+	hs.Shutdown()
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(o.shutdownDeadline):
+		srv.Stop()
+		<-stopped
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownDeadline)
+	defer cancel()
+	_ = httpSrv.Shutdown(sctx)
+	cancelSetup()
+	if m := <-machc; m != nil {
+		m.Close() // the record keeps any deadline; a restarted agent re-arms it
+	}
+	return runErr
+}
+
+// setupCore builds the backend (retrying while it fails) and the operation
+// machine over the persisted record. It returns (nil, nil) when ctx ends
+// first, and an error only when the record cannot be read.
+func setupCore(ctx context.Context, cfg Config, o runOptions, svc *Service, store operation.Store, metrics *Metrics, log *slog.Logger) (*operation.Machine, error) {
+	for {
+		be := o.backend
+		var err error
+		if be == nil {
+			be, err = NewBackend(cfg)
+		}
+		if err == nil {
+			m, err := operation.New(ctx, operation.Options{
+				Backend:        be,
+				Store:          store,
+				Clock:          o.clock,
+				PrepareTimeout: cfg.PrepareTimeout,
+				CallTimeout:    cfg.CallTimeout,
+				Observer:       metrics,
+				Logger:         log,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("operation record: %w", err)
+			}
+			svc.SetCore(m, be)
+			if st, err := be.Read(ctx); err == nil {
+				metrics.PortObserved(st.Port)
+				log.Info("backend ready", "backend", be.Name(), "device", be.Device(), "port", st.Port)
+			} else {
+				log.Warn("backend up but its state cannot be read", "backend", be.Name(), "err", err)
+			}
+			return m, nil
+		}
+		svc.SetBackendError(err)
+		log.Error("backend not available; serving /healthz and retrying", "err", err, "retry_in", cfg.BackendRetry)
+		t := time.NewTimer(cfg.BackendRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-t.C:
+		}
+	}
+}
+
+// NewLogger returns the agent's text logger on stderr at level (debug,
+// info, warn, error).
+func NewLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
