@@ -38,9 +38,9 @@ func sampleReport(state coordinatorv1.OperationState) *coordinatorv1.Report {
 		},
 		CommitSpreadNanos: 187_654,
 		Nodes: []*coordinatorv1.NodeResult{
-			{Node: "n1", AgentPhase: "FINALIZED", Port: 4889, ApplyNanos: 1_523_000, ClockOffsetNanos: -12_345},
-			{Node: "n2", AgentPhase: "FINALIZED", Port: 4889, ApplyNanos: 1_611_222, ClockOffsetNanos: 250_001},
-			{Node: "node-three.example", AgentPhase: "FINALIZED", Port: 4889, ApplyNanos: 1_499_999, ClockOffsetNanos: 0},
+			{Node: "n1", AgentPhase: "PHASE_FINALIZED", Port: 4889, ApplyNanos: 1_523_000, ClockOffsetNanos: -12_345},
+			{Node: "n2", AgentPhase: "PHASE_FINALIZED", Port: 4889, ApplyNanos: 1_611_222, ClockOffsetNanos: 250_001},
+			{Node: "node-three.example", AgentPhase: "PHASE_FINALIZED", Port: 4889, ApplyNanos: 1_499_999, ClockOffsetNanos: 0},
 		},
 		Disruption: []*coordinatorv1.PairDisruption{
 			{From: "n1", To: "n2", Sent: 1200, Lost: 1, LongestGapMicros: 2_150},
@@ -114,7 +114,7 @@ func TestRenderGolden(t *testing.T) {
 	r.Error = "n2: rollback: ovs-vsctl: timeout"
 	r.Disruption, r.ProbesSent, r.ProbesLost, r.LongestGapMicros = nil, 0, 0, 0
 	r.Nodes[1].Error = "rollback: ovs-vsctl: timeout"
-	r.Nodes[1].AgentPhase = "FAILED"
+	r.Nodes[1].AgentPhase = "PHASE_FAILED"
 	renderReport(&b, r)
 
 	golden := filepath.Join("testdata", "render.golden")

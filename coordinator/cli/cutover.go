@@ -127,6 +127,10 @@ func reportExit(rep *coordinatorv1.Report, o outcome) error {
 		detail = ": " + rep.GetError()
 	}
 	id := orDash(rep.GetOperationId())
+	if o == outcomeDryRun && st == coordinatorv1.OperationState_OPERATION_STATE_UNSPECIFIED && rep.GetError() == "" {
+		// A dry run that passed preflight reports no state: nothing ran.
+		return nil
+	}
 	switch st {
 	case coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED:
 		if o == outcomeRollback {

@@ -104,6 +104,9 @@ func renderPlan(w io.Writer, p *coordinatorv1.PlanResponse) {
 }
 
 func stateName(s coordinatorv1.OperationState) string {
+	if s == coordinatorv1.OperationState_OPERATION_STATE_UNSPECIFIED {
+		return "NOT RUN (dry run or preflight only)"
+	}
 	return strings.TrimPrefix(s.String(), "OPERATION_STATE_")
 }
 
@@ -124,13 +127,15 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 		}
 		_ = t.Flush()
 	}
-	_, _ = fmt.Fprintf(w, "\ncommit spread: %s ms\n", fmtMillis(r.GetCommitSpreadNanos()))
+	if r.GetCommitSpreadNanos() != 0 || r.GetState() != coordinatorv1.OperationState_OPERATION_STATE_UNSPECIFIED {
+		_, _ = fmt.Fprintf(w, "\ncommit spread: %s ms\n", fmtMillis(r.GetCommitSpreadNanos()))
+	}
 	if len(r.GetNodes()) > 0 {
 		_, _ = fmt.Fprintln(w)
 		t := newTable(w)
 		_, _ = fmt.Fprintln(t, "NODE\tPHASE\tPORT\tAPPLY(ms)\tOFFSET(ms)\tERROR")
 		for _, n := range r.GetNodes() {
-			_, _ = fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\t%s\n", n.GetNode(), orDash(n.GetAgentPhase()), n.GetPort(),
+			_, _ = fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\t%s\n", n.GetNode(), orDash(strings.TrimPrefix(n.GetAgentPhase(), "PHASE_")), n.GetPort(),
 				fmtMillis(n.GetApplyNanos()), fmtMillis(n.GetClockOffsetNanos()), orDash(n.GetError()))
 		}
 		_ = t.Flush()

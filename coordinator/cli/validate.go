@@ -146,7 +146,8 @@ func labelKeyProblem(k string) string {
 	return ""
 }
 
-var opID = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9_.:]{0,127}$`)
+// opID is the coordinator's own rule for operation ids.
+var opID = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9_.]{0,63}$`)
 
 // optionalOpID validates the optional OP argument of status and rollback.
 func optionalOpID(args []string) (string, error) {
@@ -154,7 +155,7 @@ func optionalOpID(args []string) (string, error) {
 		return "", nil
 	}
 	if !opID.MatchString(args[0]) {
-		return "", usageError("operation id %q: want 1-128 of letters, digits, '-', '_', '.', ':' (as printed by coordctl cutover/status)", args[0])
+		return "", usageError("operation id %q: want 1-64 of letters, digits, '.', '_', '-', starting with a letter or digit (as printed by coordctl cutover/status)", args[0])
 	}
 	return args[0], nil
 }
