@@ -15,8 +15,8 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/operation"
-	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	"github.com/cutover-dev/cutover/pkg/version"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
 
 func listServices(t *testing.T, conn *grpc.ClientConn) []string {
