@@ -136,7 +136,10 @@ func (c *Coordinator) Wait() {
 		if op == nil {
 			return
 		}
-		<-op.finished()
+		select {
+		case <-op.finished():
+		case <-time.After(10 * time.Millisecond): // in preflight: not launched yet
+		}
 	}
 }
 
@@ -274,29 +277,26 @@ func (c *Coordinator) release(op *operation) {
 }
 
 // launch records op and runs first (the core's first actions) in the
-// background.
+// background. The caller holds the slot (c.current == op).
 func (c *Coordinator) launch(op *operation, first []barrier.Action) {
+	done := make(chan struct{})
 	c.mu.Lock()
 	c.ops[op.rec.ID] = op
 	c.lastID = op.rec.ID
 	c.current = op
-	c.mu.Unlock()
 	op.mu.Lock()
-	if !op.running {
-		op.running = true
-		select {
-		case <-op.done:
-			op.done = make(chan struct{})
-		default:
-		}
-	}
+	op.running = true
+	op.done = done
 	op.mu.Unlock()
-	c.wg.Go(func() { c.drive(op, first) })
+	c.mu.Unlock()
+	c.wg.Go(func() { c.drive(op, first, done) })
 }
 
 // drive runs the event loop of one operation run: actions from the core
-// become parallel calls; their results become events for the core.
-func (c *Coordinator) drive(op *operation, acts []barrier.Action) {
+// become parallel calls; their results become events for the core. Only
+// drive touches op.core while op.running.
+func (c *Coordinator) drive(op *operation, acts []barrier.Action, done chan struct{}) {
+	defer close(done)
 	evCh := make(chan barrier.Event, 64)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -317,8 +317,11 @@ func (c *Coordinator) drive(op *operation, acts []barrier.Action) {
 			}
 		}
 		if op.core.Outcome() != barrier.Pending {
-			c.endRun(op)
-			return
+			var more bool
+			if acts, more = c.endRun(op); !more {
+				return
+			}
+			continue
 		}
 		select {
 		case ev := <-evCh:
@@ -330,12 +333,15 @@ func (c *Coordinator) drive(op *operation, acts []barrier.Action) {
 			// Shutdown: leave the operation where it is. The journal says
 			// where; the next start resumes or undoes it, and the agents'
 			// dead-man timers cover a commit in between.
+			c.mu.Lock()
 			op.emit(string(op.core.Phase()), "", "coordinator stopping: the operation resumes at the next start", true, op.snapshot())
 			op.mu.Lock()
 			op.running = false
-			close(op.done)
 			op.mu.Unlock()
-			c.release(op)
+			if c.current == op {
+				c.current = nil
+			}
+			c.mu.Unlock()
 			return
 		}
 	}
@@ -409,8 +415,10 @@ func (c *Coordinator) declare(op *operation, d barrier.Declare) {
 }
 
 // endRun reads every node's final state into the report, journals it,
-// frees the slot and sends the last event.
-func (c *Coordinator) endRun(op *operation) {
+// sends the last event and frees the slot. A rollback requested while the
+// run was ending is taken instead (more is true and acts are its actions).
+func (c *Coordinator) endRun(op *operation) (acts []barrier.Action, more bool) {
+	out := op.core.Outcome()
 	ctx, cancel := context.WithTimeout(c.ctx, op.step)
 	fanOut(op.nodes, func(n string) {
 		info, err := c.agents[n].client.Info(ctx, &agentv1.InfoRequest{})
@@ -428,22 +436,42 @@ func (c *Coordinator) endRun(op *operation) {
 	_ = c.save(op)
 	rep := op.snapshot()
 	c.mu.Lock()
+	select {
+	case reason := <-op.rollback:
+		if acts := op.core.Step(barrier.RollbackRequested{Reason: reason}); len(acts) > 0 {
+			c.mu.Unlock()
+			op.reopen()
+			op.emit("rollback", "", "rollback requested: "+reason, false, nil)
+			return acts, true
+		}
+	default:
+	}
+	msg := "operation " + out.String()
+	if rep.Error != "" {
+		msg += ": " + rep.Error
+	}
+	// The last event goes out before running turns false, so that a
+	// Rollback stream started after this never sees it as its own end.
+	op.emit("done", "", msg, out != barrier.Succeeded, rep)
+	op.mu.Lock()
+	op.running = false
+	op.mu.Unlock()
 	if c.current == op {
 		c.current = nil
 	}
 	c.mu.Unlock()
+	c.log.Info("operation ended", "operation", op.rec.ID, "outcome", out.String(), "error", rep.Error)
+	return nil, false
+}
+
+// reopen marks a finished operation as running again (a rollback).
+func (op *operation) reopen() {
 	op.mu.Lock()
-	op.running = false
-	op.mu.Unlock()
-	msg := "operation " + op.core.Outcome().String()
-	if rep.Error != "" {
-		msg += ": " + rep.Error
-	}
-	op.emit("done", "", msg, op.core.Outcome() != barrier.Succeeded, rep)
-	op.mu.Lock()
-	close(op.done)
-	op.mu.Unlock()
-	c.log.Info("operation ended", "operation", op.rec.ID, "outcome", op.core.Outcome().String(), "error", rep.Error)
+	defer op.mu.Unlock()
+	op.rec.Outcome = "pending"
+	op.report.State = coordinatorv1.OperationState_OPERATION_STATE_RUNNING
+	op.report.Error = ""
+	op.report.EndedUnixNano = 0
 }
 
 // commitLead is how far ahead the commit instant is set: enough for every

@@ -93,6 +93,7 @@ func (c *Coordinator) Cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	seq := c.seq
 	c.mu.Unlock()
 	op := newOperation(r.id, "cutover", 0, r.to, r.nodes, r.step, max(c.cfg.Deadman, 3*r.step), seq)
+	op.core = barrier.New(barrier.Config{Nodes: r.nodes, StepTimeout: r.step, RollbackAttempts: c.cfg.RollbackAttempts})
 	if err := c.reserve(op); err != nil {
 		return err
 	}
@@ -111,7 +112,6 @@ func (c *Coordinator) Cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		op.offsets[n] = nc.clock
 		op.results[n].ClockOffsetNanos = nc.clock.offset.Nanoseconds()
 	}
-	op.core = barrier.New(barrier.Config{Nodes: r.nodes, StepTimeout: r.step, RollbackAttempts: c.cfg.RollbackAttempts})
 	// The record must exist on disk before any agent hears of the operation.
 	op.rec.Step = "preflight"
 	if err := c.save(op); err != nil {
@@ -153,7 +153,7 @@ func (c *Coordinator) lookup(id string) (*operation, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if id == "" {
-		if c.current != nil && c.current.core != nil {
+		if c.current != nil && c.ops[c.current.rec.ID] == c.current {
 			return c.current, nil
 		}
 		id = c.lastID
@@ -184,36 +184,43 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 	if err != nil {
 		return err
 	}
+	c.mu.Lock()
 	op.mu.Lock()
 	from, running := len(op.events), op.running
 	op.mu.Unlock()
 	if running {
+		// The run in flight takes it at its next barrier, or as it ends.
 		select {
 		case op.rollback <- "operator requested rollback":
 		default:
 		}
+		c.mu.Unlock()
 		return c.follow(stream, op, from)
 	}
-	c.mu.Lock()
 	if c.current != nil && c.current != op {
 		id := c.current.rec.ID
 		c.mu.Unlock()
 		return status.Errorf(codes.FailedPrecondition, "operation %s is running: wait for it or roll it back first", id)
 	}
+	// Claim the slot and the core: no run of op is in flight.
 	c.current = op
+	op.mu.Lock()
+	op.running = true
+	op.mu.Unlock()
 	c.mu.Unlock()
 	acts := op.core.Step(barrier.RollbackRequested{Reason: "operator requested rollback"})
 	if len(acts) == 0 {
-		c.release(op)
+		c.mu.Lock()
+		op.mu.Lock()
+		op.running = false
+		op.mu.Unlock()
+		c.current = nil
+		c.mu.Unlock()
 		rep := op.snapshot()
 		return stream.Send(&coordinatorv1.OperationEvent{OperationId: op.rec.ID, Phase: "rollback", UnixNano: time.Now().UnixNano(),
 			Message: fmt.Sprintf("nothing to roll back: operation is %s", rep.State), Report: rep})
 	}
-	op.mu.Lock()
-	op.rec.Outcome = "pending"
-	op.report.State = coordinatorv1.OperationState_OPERATION_STATE_RUNNING
-	op.report.Error = ""
-	op.mu.Unlock()
+	op.reopen()
 	c.launch(op, acts)
 	return c.follow(stream, op, from)
 }
@@ -268,9 +275,6 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 		c.log.Warn("resuming interrupted operation", "operation", rec.ID, "step", rec.Step, "commit_sent", rec.CommitSent, "resume", point)
 		op.emit("resume", "", fmt.Sprintf("coordinator restarted during %s: %s", rec.Step, map[barrier.Resume]string{
 			barrier.ResumeAbort: "aborting", barrier.ResumeVerify: "every agent is committed: verifying", barrier.ResumeRollback: "rolling back"}[point]), false, nil)
-		c.mu.Lock()
-		c.current = op
-		c.mu.Unlock()
 		c.launch(op, op.core.ResumeAt(point))
 		// Only one operation can have been running; any other non-terminal
 		// record is older and was superseded, but handle it the same way

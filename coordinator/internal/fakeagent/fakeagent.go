@@ -39,19 +39,21 @@ type Fault struct {
 type Agent struct {
 	agentv1.UnimplementedAgentServiceServer
 
-	mu        sync.Mutex
-	node      string
-	port      uint32
-	ready     bool
-	notReady  []string
-	busyPorts map[uint32]string
-	labels    map[string]string
-	skew      time.Duration // agent clock − real clock
-	op        *agentv1.OperationStatus
-	calls     []string
-	faults    map[string]Fault
-	probeRst  int
-	peers     []*agentv1.PeerProbeStats
+	mu         sync.Mutex
+	node       string
+	port       uint32
+	ready      bool
+	notReady   []string
+	busyPorts  map[uint32]string
+	labels     map[string]string
+	skew       time.Duration // agent clock − real clock
+	op         *agentv1.OperationStatus
+	calls      []string
+	faults     map[string]Fault
+	probeRst   int
+	fight      bool // after a commit, the next Info finds the old port back
+	fightArmed bool
+	peers      []*agentv1.PeerProbeStats
 }
 
 // New returns a ready agent for node on port.
@@ -84,13 +86,22 @@ func (a *Agent) SetReady(ready bool, notReady ...string) {
 func (a *Agent) SetPort(p uint32) { a.mu.Lock(); a.port = p; a.mu.Unlock() }
 
 // HoldPort marks a port as held by a local socket of holder.
-func (a *Agent) HoldPort(p uint32, holder string) { a.mu.Lock(); a.busyPorts[p] = holder; a.mu.Unlock() }
+func (a *Agent) HoldPort(p uint32, holder string) {
+	a.mu.Lock()
+	a.busyPorts[p] = holder
+	a.mu.Unlock()
+}
 
 // SetLabels sets the labels Info reports.
 func (a *Agent) SetLabels(l map[string]string) { a.mu.Lock(); a.labels = l; a.mu.Unlock() }
 
 // SetPeers sets the probe stats ProbeStats reports.
 func (a *Agent) SetPeers(p []*agentv1.PeerProbeStats) { a.mu.Lock(); a.peers = p; a.mu.Unlock() }
+
+// SetFightBack makes the node's dataplane put the old port back right after
+// a commit (a CNI reconciler fighting the change): the commit reads back
+// fine, the next Info sees the old port.
+func (a *Agent) SetFightBack(on bool) { a.mu.Lock(); a.fight = on; a.mu.Unlock() }
 
 // Calls returns the mutating calls received, in order ("Prepare op1").
 func (a *Agent) Calls() []string { a.mu.Lock(); defer a.mu.Unlock(); return slices.Clone(a.calls) }
@@ -121,24 +132,36 @@ func (a *Agent) Dump() string {
 
 func (a *Agent) now() time.Time { return time.Now().Add(a.skew) }
 
-// fault applies the configured fault for method. It returns the error to
-// return before acting (nil to act) and the one to return after acting.
-func (a *Agent) fault(ctx context.Context, method, opID string) (before, after error) {
+// fault applies the configured fault for method and records the call. It
+// returns the error to return before acting (nil: act) and a function to
+// call after acting: for an After fault it waits out the delay (or the
+// caller's deadline) and returns the fault's error, modelling a call that
+// took effect but whose answer was lost or late.
+func (a *Agent) fault(ctx context.Context, method, opID string) (before error, after func() error) {
 	a.mu.Lock()
 	a.calls = append(a.calls, strings.TrimSpace(method+" "+opID))
 	f := a.faults[method]
 	a.mu.Unlock()
-	if f.Delay > 0 {
-		select {
-		case <-time.After(f.Delay):
-		case <-ctx.Done():
-			if !f.After {
-				return ctx.Err(), nil
+	wait := func() error {
+		if f.Delay > 0 {
+			select {
+			case <-time.After(f.Delay):
+			case <-ctx.Done():
+				return ctx.Err()
 			}
 		}
+		return nil
 	}
 	if f.After {
-		return nil, f.Err
+		return nil, func() error {
+			if err := wait(); err != nil {
+				return err
+			}
+			return f.Err
+		}
+	}
+	if err := wait(); err != nil {
+		return err, nil
 	}
 	return f.Err, nil
 }
@@ -170,6 +193,9 @@ func (a *Agent) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.Info
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.fightArmed && a.op != nil {
+		a.port, a.fightArmed = a.op.FromPort, false
+	}
 	return &agentv1.InfoResponse{Node: a.node, Version: "fake", Backend: "fake", Device: "vxlan0", CurrentPort: a.port,
 		Ready: a.ready, NotReady: a.notReady, Operation: a.statusLocked(), Labels: a.labels}, nil
 }
@@ -233,7 +259,9 @@ func (a *Agent) Prepare(ctx context.Context, r *agentv1.PrepareRequest) (*agentv
 	st := a.statusLocked()
 	a.mu.Unlock()
 	if after != nil {
-		return nil, after
+		if err := after(); err != nil {
+			return nil, err
+		}
 	}
 	return &agentv1.PrepareResponse{Status: st}, nil
 }
@@ -265,6 +293,7 @@ func (a *Agent) Commit(ctx context.Context, r *agentv1.CommitRequest) (*agentv1.
 			a.port = a.op.ToPort
 			a.op.Phase = agentv1.Phase_PHASE_COMMITTED
 			a.op.DeadlineUnixNano = a.op.AppliedUnixNano + r.DeadmanMillis*int64(time.Millisecond)
+			a.fightArmed = a.fight
 		}
 	}
 	if a.op.Phase != agentv1.Phase_PHASE_COMMITTED && a.op.Phase != agentv1.Phase_PHASE_CONFIRMED && a.op.Phase != agentv1.Phase_PHASE_FINALIZED {
@@ -275,7 +304,9 @@ func (a *Agent) Commit(ctx context.Context, r *agentv1.CommitRequest) (*agentv1.
 	st := a.statusLocked()
 	a.mu.Unlock()
 	if after != nil {
-		return nil, after
+		if err := after(); err != nil {
+			return nil, err
+		}
 	}
 	return &agentv1.CommitResponse{Status: st, AppliedUnixNano: st.AppliedUnixNano, ApplyNanos: 1000, ReadbackPort: st.CurrentPort}, nil
 }
@@ -304,7 +335,9 @@ func (a *Agent) transition(ctx context.Context, method, id string, allowed []age
 	st := a.statusLocked()
 	a.mu.Unlock()
 	if after != nil {
-		return nil, after
+		if err := after(); err != nil {
+			return nil, err
+		}
 	}
 	return st, nil
 }
@@ -329,9 +362,6 @@ func (a *Agent) Rollback(ctx context.Context, r *agentv1.RollbackRequest) (*agen
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.op == nil || a.op.OperationId != r.OperationId {
-		if after != nil {
-			return nil, after
-		}
 		return &agentv1.OperationStatus{OperationId: r.OperationId, Phase: agentv1.Phase_PHASE_IDLE, CurrentPort: a.port}, nil
 	}
 	switch a.op.Phase {
@@ -342,10 +372,16 @@ func (a *Agent) Rollback(ctx context.Context, r *agentv1.RollbackRequest) (*agen
 		a.op.Phase = agentv1.Phase_PHASE_REVERTED
 		a.op.RevertedBy = "rollback"
 	}
+	st := a.statusLocked()
 	if after != nil {
-		return nil, after
+		a.mu.Unlock()
+		err := after()
+		a.mu.Lock()
+		if err != nil {
+			return nil, err
+		}
 	}
-	return a.statusLocked(), nil
+	return st, nil
 }
 
 // Status implements AgentService.

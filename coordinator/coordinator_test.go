@@ -1,0 +1,302 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+var (
+	succeeded  = coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED
+	aborted    = coordinatorv1.OperationState_OPERATION_STATE_ABORTED
+	rolledBack = coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK
+)
+
+func TestCutoverHappy(t *testing.T) {
+	l := newLab(t, 4, nil)
+	// Skewed agent clocks: the commit instant is converted per agent, so
+	// the applied instants still agree in the coordinator's clock.
+	l.fakes["n1"].SetSkew(250 * time.Millisecond)
+	l.fakes["n2"].SetSkew(-400 * time.Millisecond)
+	l.fakes["n3"].SetPeers([]*agentv1.PeerProbeStats{{Peer: "n4", Sent: 100, Received: 98, Lost: 2, LongestGapMicros: 1500}})
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != succeeded {
+		t.Fatalf("state %s (%s)\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	wantDump(t, l.dump(), `
+		n1 port=4889 op=op1 phase=FINALIZED
+		n2 port=4889 op=op1 phase=FINALIZED
+		n3 port=4889 op=op1 phase=FINALIZED
+		n4 port=4889 op=op1 phase=FINALIZED`)
+	l.everyoneGot("Confirm")
+	l.everyoneGot("Finalize")
+	if rep.FromPort != 4789 || rep.ToPort != 4889 {
+		t.Errorf("ports %d→%d", rep.FromPort, rep.ToPort)
+	}
+	// The skews are hundreds of ms; the spread after correction must be a
+	// few ms at most (in-process, loaded CI: allow 20 ms).
+	if rep.CommitSpreadNanos <= 0 || rep.CommitSpreadNanos > int64(20*time.Millisecond) {
+		t.Errorf("commit spread %s, want (0, 20ms]", time.Duration(rep.CommitSpreadNanos))
+	}
+	var phases []string
+	for _, p := range rep.Phases {
+		phases = append(phases, p.Phase)
+	}
+	if got := strings.Join(phases, ","); got != "preflight,prepare,commit,verify,confirm,finalize" {
+		t.Errorf("phases %s", got)
+	}
+	for _, n := range rep.Nodes {
+		if n.Port != 4889 || n.AgentPhase != "PHASE_FINALIZED" || n.AppliedUnixNano == 0 || n.Error != "" {
+			t.Errorf("node result %v", n)
+		}
+	}
+	if rep.ProbesSent != 100 || rep.ProbesLost != 2 || rep.LongestGapMicros != 1500 || len(rep.Disruption) != 1 {
+		t.Errorf("disruption: sent %d lost %d gap %d pairs %v", rep.ProbesSent, rep.ProbesLost, rep.LongestGapMicros, rep.Disruption)
+	}
+	st, err := l.client.Status(context.Background(), &coordinatorv1.StatusRequest{})
+	if err != nil || st.OperationId != "op1" || st.State != succeeded {
+		t.Errorf("status: %v %v", st, err)
+	}
+	if problems, err := testutil.GatherAndLint(l.c.Metrics().Registry); err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %v", problems, err)
+	}
+	if got := testutil.ToFloat64(l.c.metrics.operations.WithLabelValues("succeeded")); got != 1 {
+		t.Errorf("operations_total{succeeded} = %v", got)
+	}
+	if got := testutil.ToFloat64(l.c.metrics.phase.WithLabelValues("idle")); got != 1 {
+		t.Errorf("phase{idle} = %v", got)
+	}
+}
+
+func TestPrepareFailureAborts(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.fakes["n2"].SetFault("Prepare", fakeagent.Fault{Err: status.Error(codes.Internal, "iptables: permission denied")})
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != aborted || !strings.Contains(rep.Error, "n2") || !strings.Contains(rep.Error, "permission denied") {
+		t.Fatalf("state %s error %q\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	l.nobodyGot("Commit") // I2
+	l.everyoneGot("Rollback")
+	wantDump(t, l.dump(), `
+		n1 port=4789 op=op1 phase=ABORTED
+		n2 port=4789
+		n3 port=4789 op=op1 phase=ABORTED`)
+}
+
+func TestPrepareTimeoutAborts(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.fakes["n3"].SetFault("Prepare", fakeagent.Fault{Delay: 5 * time.Second})
+	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1", TimeoutMillis: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != aborted {
+		t.Fatalf("state %s %s", rep.State, rep.Error)
+	}
+	l.nobodyGot("Commit")
+	l.everyoneGot("Rollback")
+}
+
+func TestCommitFailureRollsBack(t *testing.T) {
+	l := newLab(t, 3, nil)
+	// n2 applies, then its answer is lost: it must be rolled back too.
+	l.fakes["n2"].SetFault("Commit", fakeagent.Fault{After: true, Err: status.Error(codes.Unavailable, "connection reset")})
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != rolledBack {
+		t.Fatalf("state %s %s\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	// I1: everyone back on one port.
+	wantDump(t, l.dump(), `
+		n1 port=4789 op=op1 phase=REVERTED
+		n2 port=4789 op=op1 phase=REVERTED
+		n3 port=4789 op=op1 phase=REVERTED`)
+	l.nobodyGot("Confirm")
+}
+
+func TestVerifyFailureRollsBack(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.c.verifier = VerifierFunc(func(context.Context, VerifyInput) error { return errors.New("probe mesh: n1→n3 lost 40 of 40") })
+	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != rolledBack || !strings.Contains(rep.Error, "probe mesh") {
+		t.Fatalf("state %s %q", rep.State, rep.Error)
+	}
+	wantDump(t, l.dump(), `
+		n1 port=4789 op=op1 phase=REVERTED
+		n2 port=4789 op=op1 phase=REVERTED
+		n3 port=4789 op=op1 phase=REVERTED`)
+	l.nobodyGot("Confirm")
+}
+
+func TestReadbackFailureRollsBack(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.fakes["n2"].SetFightBack(true)
+	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != rolledBack || !strings.Contains(rep.Error, "verify failed on n2") || !strings.Contains(rep.Error, "read back port 4789") {
+		t.Fatalf("state %s %q", rep.State, rep.Error)
+	}
+	wantDump(t, l.dump(), `
+		n1 port=4789 op=op1 phase=REVERTED
+		n2 port=4789 op=op1 phase=REVERTED
+		n3 port=4789 op=op1 phase=REVERTED`)
+	l.nobodyGot("Confirm")
+}
+
+func TestOperatorRollbackAfterSuccess(t *testing.T) {
+	l := newLab(t, 3, nil)
+	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil || rep.State != succeeded {
+		t.Fatalf("%v %v", rep, err)
+	}
+	st, err := l.client.Rollback(context.Background(), &coordinatorv1.RollbackRequest{OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, _, err = drain(st)
+	if err != nil || rep.State != rolledBack {
+		t.Fatalf("%v %v", rep, err)
+	}
+	wantDump(t, l.dump(), `
+		n1 port=4789 op=op1 phase=REVERTED
+		n2 port=4789 op=op1 phase=REVERTED
+		n3 port=4789 op=op1 phase=REVERTED`)
+	// Rolling back again has nothing to do.
+	st, _ = l.client.Rollback(context.Background(), &coordinatorv1.RollbackRequest{})
+	if rep, _, err = drain(st); err != nil || rep.State != rolledBack {
+		t.Fatalf("%v %v", rep, err)
+	}
+}
+
+func TestBadInputs(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.fakes["n3"].HoldPort(4999, "pid 42 (dnsmasq)")
+	cases := []struct {
+		name  string
+		req   *coordinatorv1.CutoverRequest
+		setup func()
+		code  codes.Code
+		want  []string
+	}{
+		{"no port", &coordinatorv1.CutoverRequest{}, nil, codes.InvalidArgument, []string{"port 0", "not set"}},
+		{"port too big", &coordinatorv1.CutoverRequest{Port: 70000}, nil, codes.InvalidArgument, []string{"port 70000", "1–65535"}},
+		{"nodeport range", &coordinatorv1.CutoverRequest{Port: 30080}, nil, codes.InvalidArgument, []string{"port 30080", "NodePort", "allow_nodeport_range"}},
+		{"geneve", &coordinatorv1.CutoverRequest{Port: 6081}, nil, codes.InvalidArgument, []string{"port 6081", "Geneve", "allow_tunnel_port"}},
+		{"flannel", &coordinatorv1.CutoverRequest{Port: 8472}, nil, codes.InvalidArgument, []string{"port 8472", "allow_tunnel_port"}},
+		{"current port", &coordinatorv1.CutoverRequest{Port: 4789, AllowTunnelPort: true}, nil, codes.FailedPrecondition, []string{"n1: already on port 4789"}},
+		{"unknown node", &coordinatorv1.CutoverRequest{Port: 4889, Nodes: []string{"n1", "n9"}}, nil, codes.InvalidArgument, []string{"nodes n9", "not in the inventory"}},
+		{"bad selector", &coordinatorv1.CutoverRequest{Port: 4889, Selector: "rack"}, nil, codes.InvalidArgument, []string{"selector", "key=value"}},
+		{"empty selection", &coordinatorv1.CutoverRequest{Port: 4889, Selector: "rack=z"}, nil, codes.InvalidArgument, []string{"selector", "selects no agent"}},
+		{"nodes and selector", &coordinatorv1.CutoverRequest{Port: 4889, Selector: "rack=a", Nodes: []string{"n1"}}, nil, codes.InvalidArgument, []string{"not both"}},
+		{"negative timeout", &coordinatorv1.CutoverRequest{Port: 4889, TimeoutMillis: -1}, nil, codes.InvalidArgument, []string{"timeout_millis -1"}},
+		{"bad id", &coordinatorv1.CutoverRequest{Port: 4889, OperationId: "../etc"}, nil, codes.InvalidArgument, []string{"operation_id", "../etc"}},
+		{"port held", &coordinatorv1.CutoverRequest{Port: 4999}, nil, codes.FailedPrecondition, []string{"n3: target port 4999 is not free: held by pid 42 (dnsmasq)"}},
+		{"drift", &coordinatorv1.CutoverRequest{Port: 4889}, func() { l.fakes["n2"].SetPort(4790) }, codes.FailedPrecondition, []string{"drift", "4789 on n1,n3", "4790 on n2"}},
+		{"not ready", &coordinatorv1.CutoverRequest{Port: 4889}, func() { l.fakes["n2"].SetPort(4789); l.fakes["n1"].SetReady(false, "ovsdb") }, codes.FailedPrecondition, []string{"n1: agent not ready: ovsdb"}},
+		{"unreachable", &coordinatorv1.CutoverRequest{Port: 4889, TimeoutMillis: 500}, func() { l.fakes["n1"].SetReady(true); l.servers["n3"].Stop() }, codes.FailedPrecondition, []string{"n3: agent at 198.18.0.3:9443 unreachable"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.setup != nil {
+				tc.setup()
+			}
+			for _, dry := range []bool{false, true} {
+				tc.req.DryRun = dry
+				_, _, err := l.cutover(tc.req)
+				if status.Code(err) != tc.code {
+					t.Fatalf("dry_run=%t: got %v, want code %s", dry, err, tc.code)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(status.Convert(err).Message(), w) {
+						t.Errorf("dry_run=%t: message %q lacks %q", dry, status.Convert(err).Message(), w)
+					}
+				}
+			}
+			if tc.code == codes.InvalidArgument {
+				_, err := l.client.Plan(context.Background(), tc.req)
+				if status.Code(err) != codes.InvalidArgument {
+					t.Errorf("Plan: %v", err)
+				}
+			}
+		})
+	}
+	// I3/I6: nothing changed anywhere, no operation recorded.
+	l.nobodyGot("Prepare")
+	l.nobodyGot("Rollback")
+	if ents, _ := os.ReadDir(filepath.Join(l.dir, "operations")); len(ents) != 0 {
+		t.Errorf("journal has %d entries after refused requests", len(ents))
+	}
+}
+
+func TestPlanChangesNothing(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.fakes["n2"].HoldPort(4889, "pid 7")
+	p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889, Selector: "rack=b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.CurrentPort != 4789 || len(p.Nodes) != 1 || p.Nodes[0].Node != "n2" || p.Nodes[0].TargetPortFree || len(p.Problems) == 0 {
+		t.Errorf("plan %v", p)
+	}
+	l.nobodyGot("Prepare")
+	ag, err := l.client.ListAgents(context.Background(), &coordinatorv1.ListAgentsRequest{})
+	if err != nil || len(ag.Agents) != 3 || !ag.Agents[0].Ready || ag.Agents[0].CurrentPort != 4789 || ag.Agents[0].RttNanos <= 0 {
+		t.Errorf("agents %v %v", ag, err)
+	}
+}
+
+func TestSecondCutoverRefused(t *testing.T) {
+	l := newLab(t, 2, nil)
+	l.fakes["n1"].SetFault("Prepare", fakeagent.Fault{Delay: 400 * time.Millisecond})
+	done := make(chan *coordinatorv1.Report, 1)
+	go func() {
+		rep, _, _ := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "first"})
+		done <- rep
+	}()
+	for !l.fakes["n1"].Called("Prepare") {
+		time.Sleep(time.Millisecond)
+	}
+	_, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4890, OperationId: "second"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "operation first is running") {
+		t.Fatalf("second cutover: %v", err)
+	}
+	if rep := <-done; rep == nil || rep.State != succeeded {
+		t.Fatalf("first: %v", rep)
+	}
+	for _, f := range l.fakes {
+		for _, c := range f.Calls() {
+			if strings.Contains(c, "second") {
+				t.Errorf("agent got %q", c)
+			}
+		}
+	}
+	// The id is now taken.
+	_, _, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4789, AllowTunnelPort: true, OperationId: "first"})
+	if status.Code(err) != codes.AlreadyExists {
+		t.Errorf("reused id: %v", err)
+	}
+}
