@@ -21,7 +21,7 @@ import (
 	"github.com/cutover-dev/cutover/pkg/testenv"
 )
 
-func randHex(t *testing.T, n int) string {
+func randHex(t testing.TB, n int) string {
 	t.Helper()
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
@@ -30,7 +30,7 @@ func randHex(t *testing.T, n int) string {
 	return hex.EncodeToString(b)
 }
 
-func newNS(t *testing.T) string {
+func newNS(t testing.TB) string {
 	t.Helper()
 	name := "cot-ipt-" + randHex(t, 4)
 	if err := netns.Create(name); err != nil {
@@ -45,7 +45,7 @@ func newNS(t *testing.T) string {
 }
 
 // in runs fn inside ns and fails the test on error.
-func in(t *testing.T, ns string, fn func() error) {
+func in(t testing.TB, ns string, fn func() error) {
 	t.Helper()
 	if err := netns.Do(ns, fn); err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func hostMustNotShow(t *testing.T, s string) {
 // (iptables-legacy on a kernel built without CONFIG_IP_NF_IPTABLES_LEGACY /
 // ip_tables): that holds in CI too, so the skip is honest there. Any other
 // failure fails the test.
-func requireBackend(t *testing.T, backend string) {
+func requireBackend(t testing.TB, backend string) {
 	t.Helper()
 	testenv.RequirePrivileged(t, "ip", "iptables-"+backend, "iptables-"+backend+"-save")
 	ns := newNS(t)

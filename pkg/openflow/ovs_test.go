@@ -20,7 +20,7 @@ import (
 	"github.com/cutover-dev/cutover/pkg/testenv"
 )
 
-func startOVS(t *testing.T, ctx context.Context) *ovsproc.Instance {
+func startOVS(t testing.TB, ctx context.Context) *ovsproc.Instance {
 	t.Helper()
 	testenv.RequirePrivileged(t, "ip", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl")
 	b := make([]byte, 4)
@@ -53,7 +53,7 @@ func startOVS(t *testing.T, ctx context.Context) *ovsproc.Instance {
 	return inst
 }
 
-func parse(t *testing.T, s string) openflow.Flow {
+func parse(t testing.TB, s string) openflow.Flow {
 	t.Helper()
 	f, err := openflow.ParseFlow(s)
 	if err != nil {
