@@ -100,7 +100,10 @@ func (l *Lab) build(ctx context.Context) error {
 	}
 	nodes := l.st.Nodes
 	if err := forEach(ctx, len(nodes), cfg.Parallel, func(k int) error {
-		return netns.Create(nodes[k].Netns)
+		if err := netns.Create(nodes[k].Netns); err != nil {
+			return err
+		}
+		return quietIPv6(nodes[k].Netns)
 	}); err != nil {
 		return err
 	}
@@ -133,6 +136,11 @@ func (l *Lab) build(ctx context.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	if cfg.Backend == BackendOVS {
+		if err := l.announce(ctx); err != nil {
+			return err
+		}
 	}
 	if cfg.StartProcesses {
 		return l.startProcesses(ctx)
@@ -434,8 +442,11 @@ func (l *Lab) Port(ctx context.Context, node string) (int, error) {
 			} `json:"info_data"`
 		} `json:"linkinfo"`
 	}
-	if err := json.Unmarshal([]byte(out), &links); err != nil || len(links) != 1 {
-		return 0, fmt.Errorf("lab: node %s: flannel.1: cannot read port from %q: %v", node, out, err)
+	if err := json.Unmarshal([]byte(out), &links); err != nil {
+		return 0, fmt.Errorf("lab: node %s: flannel.1: cannot read port from %q: %w", node, out, err)
+	}
+	if len(links) != 1 {
+		return 0, fmt.Errorf("lab: node %s: flannel.1: want one link in %q", node, out)
 	}
 	return links[0].Linkinfo.InfoData.Port, nil
 }
@@ -471,4 +482,27 @@ func (l *Lab) SetPortDirect(ctx context.Context, node string, port int) error {
 		return err
 	}
 	return setupKernelNode(ctx, n, l.Nodes(), port, false)
+}
+
+// announce has every OVS node send one gratuitous ARP from br-ul. Each
+// peer's userspace tunnel snoops it into its tunnel neighbor table, so no
+// node has to resolve a peer's underlay MAC with its own broadcast. Without
+// it, a 32-node lab's first overlay traffic sets off ~N² underlay ARP
+// broadcasts that every node's ovs-vswitchd must read from eth0; on a small
+// machine its AF_PACKET socket overflows, replies are lost and pairs take
+// tens of seconds to come up.
+func (l *Lab) announce(ctx context.Context) error {
+	nodes := l.Nodes()
+	return forEach(ctx, len(nodes), l.cfg().Parallel, func(k int) error {
+		n := nodes[k]
+		i := l.OVS(n.Name)
+		if i == nil {
+			return nil
+		}
+		_, err := i.Ofctl(ctx, "packet-out", "br-ul", "in_port=LOCAL,packet="+garp(n)+",actions=NORMAL")
+		if err != nil {
+			return fmt.Errorf("node %s: gratuitous ARP: %w", n.Name, err)
+		}
+		return nil
+	})
 }

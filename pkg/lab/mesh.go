@@ -102,7 +102,7 @@ func pingAll(ctx context.Context, ns string, targets []netip.Addr, self int, tim
 	if err != nil {
 		return nil, fmt.Errorf("icmp socket: %w", err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	var idb [2]byte
 	_, _ = rand.Read(idb[:])
 	id := binary.BigEndian.Uint16(idb[:])

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/cutover-dev/cutover/pkg/netns"
 	"github.com/cutover-dev/cutover/pkg/ovs/ovsproc"
 )
 
@@ -102,6 +104,15 @@ func Br0Flows(self Node, nodes []Node) []string {
 // setupOVSNode starts node n's Open vSwitch and builds its bridges, addresses,
 // route and flows. rec is called with each daemon as soon as it runs.
 func setupOVSNode(ctx context.Context, n Node, nodes []Node, port int, rec func(Proc) error) (*ovsproc.Instance, error) {
+	// eth0 is an OVS port, but the userspace datapath reads it through
+	// AF_PACKET, so the node's kernel still sees its frames and, with the
+	// default arp_ignore=0, answers ARP for br-ul's address with eth0's
+	// own MAC. Peers whose tunnel neighbor cache learns that MAC send
+	// VXLAN to eth0, where OVS does not terminate it: pairs stay broken
+	// until the entry ages out (minutes). Only br-ul may answer.
+	if err := sysctl(n.Netns, "net/ipv4/conf/eth0/arp_ignore", "1"); err != nil {
+		return nil, fmt.Errorf("node %s: %w", n.Name, err)
+	}
 	inst, err := ovsproc.Start(ctx, ovsproc.Options{Dir: n.OVSDir, Netns: n.Netns})
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
@@ -125,8 +136,17 @@ func setupOVSNode(ctx context.Context, n Node, nodes []Node, port int, rec func(
 	// Userspace tunnels look up the underlay route in OVS's own table; the
 	// kernel route of br-ul's address usually lands there too, but add it
 	// explicitly as the userspace-tunneling doc does.
-	if _, err := inst.Appctl(ctx, "ovs/route/add", UnderlayNet.String(), "br-ul"); err != nil {
-		return inst, fmt.Errorf("node %s: %w", n.Name, err)
+	// The add fails ("Error while inserting route") until ovs-vswitchd has
+	// seen br-ul's new address through netlink, a few ms later: retry.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		_, err := inst.Appctl(ctx, "ovs/route/add", UnderlayNet.String(), "br-ul")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return inst, fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	flows := filepath.Join(n.Dir, "br0.flows")
 	if err := os.WriteFile(flows, []byte(strings.Join(Br0Flows(n, nodes), "\n")+"\n"), 0o644); err != nil {
@@ -192,4 +212,38 @@ func setupKernelNode(ctx context.Context, n Node, nodes []Node, port int, first 
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	return nil
+}
+
+// sysctl writes a /proc/sys value inside namespace ns: net sysctls resolve
+// against the writing thread's namespace.
+func sysctl(ns, key, value string) error {
+	return netns.Do(ns, func() error {
+		if err := os.WriteFile("/proc/sys/"+key, []byte(value), 0o644); err != nil {
+			return fmt.Errorf("sysctl %s=%s in %s: %w", key, value, ns, err)
+		}
+		return nil
+	})
+}
+
+// quietIPv6 turns IPv6 off in a node namespace before its links exist. The
+// lab is IPv4 only, and on the OVS backend every router solicitation, MLD
+// report and DAD probe of every tap and veth is a broadcast that each
+// node's userspace datapath must take from its AF_PACKET socket on eth0.
+func quietIPv6(ns string) error {
+	for _, k := range []string{"net/ipv6/conf/all/disable_ipv6", "net/ipv6/conf/default/disable_ipv6"} {
+		if err := sysctl(ns, k, "1"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// garp is a gratuitous ARP request from node n's br-ul (sender and target
+// address both n's underlay address), hex-encoded for ovs-ofctl packet-out.
+func garp(n Node) string {
+	m := strings.ReplaceAll(mac(macBrUL, n.Index), ":", "")
+	ip := fmt.Sprintf("%x", n.UnderlayIP.AsSlice())
+	return "ffffffffffff" + m + "0806" + // Ethernet
+		"0001" + "0800" + "06" + "04" + "0001" + // ARP request, IPv4 over Ethernet
+		m + ip + "000000000000" + ip
 }
