@@ -188,6 +188,7 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 // machine over the persisted record. It returns (nil, nil) when ctx ends
 // first, and an error only when the record cannot be read.
 func setupCore(ctx context.Context, cfg Config, o runOptions, svc *Service, store operation.Store, metrics *Metrics, log *slog.Logger) (*operation.Machine, error) {
+	var lastErr string
 	for {
 		be := o.backend
 		var err error
@@ -217,7 +218,12 @@ func setupCore(ctx context.Context, cfg Config, o runOptions, svc *Service, stor
 			return m, nil
 		}
 		svc.SetBackendError(err)
-		log.Error("backend not available; serving /healthz and retrying", "err", err, "retry_in", cfg.BackendRetry)
+		if err.Error() != lastErr { // once per distinct cause, not every retry
+			log.Error("backend not available; serving /healthz and retrying", "err", err, "retry_every", cfg.BackendRetry)
+			lastErr = err.Error()
+		} else {
+			log.Debug("backend still not available", "err", err)
+		}
 		t := time.NewTimer(cfg.BackendRetry)
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,134 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func TestDefaultsAreValidWithTLS(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Default()
+	cfg.NodeName = "node-1"
+	for _, f := range []*string{&cfg.TLSCA, &cfg.TLSCert, &cfg.TLSKey} {
+		*f = filepath.Join(dir, "x.pem")
+	}
+	os.WriteFile(cfg.TLSCA, []byte("x"), 0o600)
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults + TLS files: %v", err)
+	}
+	if cfg.ListenAddr != ":9443" || cfg.MetricsAddr != ":9444" || cfg.StateDir != "/var/lib/cutover" ||
+		cfg.OVSDB != "unix:/var/run/openvswitch/db.sock" || cfg.Bridge != "br0" || cfg.Interface != "vxlan0" ||
+		cfg.KernelDevice != "flannel.1" || cfg.FirewallChain != "OS_FIREWALL_ALLOW" || cfg.FirewallTable != "filter" ||
+		cfg.IptablesBackend != "auto" || cfg.PrepareTimeout != 5*time.Minute {
+		t.Fatalf("defaults changed: %+v", cfg)
+	}
+}
+
+// TestValidateNamesFlagValueReason feeds one bad value at a time and
+// checks the error names the flag, the value and says why.
+func TestValidateNamesFlagValueReason(t *testing.T) {
+	cases := []struct {
+		args []string
+		flag string
+		want string // part of the reason
+	}{
+		{[]string{"--node-name", "Node_1"}, "node-name", "DNS-1123"},
+		{[]string{"--node-name", ""}, "node-name", "empty"},
+		{[]string{"--listen", "9443"}, "listen", "not host:port"},
+		{[]string{"--listen", ":99999"}, "listen", "0-65535"},
+		{[]string{"--metrics-listen", ":9443"}, "metrics-listen", "same address as --listen"},
+		{[]string{"--state-dir", "relative/dir"}, "state-dir", "absolute"},
+		{[]string{"--backend", "geneve"}, "backend", "want ovs or kernel-vxlan"},
+		{[]string{"--ovsdb", "/var/run/db.sock"}, "ovsdb", "unix:/path or tcp:host:port"},
+		{[]string{"--ovsdb", "unix:db.sock"}, "ovsdb", "absolute"},
+		{[]string{"--bridge", "a-very-long-bridge-name"}, "bridge", "15-character"},
+		{[]string{"--interface", "vx/lan"}, "interface", "not a valid interface name"},
+		{[]string{"--backend", "kernel-vxlan", "--kernel-device", ""}, "kernel-device", "empty"},
+		{[]string{"--firewall-chain", "A-CHAIN-NAME-LONGER-THAN-28-CHARS"}, "firewall-chain", "28-character"},
+		{[]string{"--firewall-chain", "bad chain"}, "firewall-chain", "only letters"},
+		{[]string{"--firewall-table", "filtre"}, "firewall-table", "unknown iptables table"},
+		{[]string{"--iptables-backend", "xtables"}, "iptables-backend", "auto, nft, legacy"},
+		{[]string{"--tls-ca", ""}, "tls-ca", "required"},
+		{[]string{"--tls-cert", "/nonexistent/cert.pem"}, "tls-cert", "no such file"},
+		{[]string{"--insecure", "--tls-key", "/k.pem"}, "tls-key", "together with --insecure"},
+		{[]string{"--labels", "zone=a b"}, "labels", "not a valid label value"},
+		{[]string{"--labels", "-zone=a"}, "labels", "not a valid label key"},
+		{[]string{"--deadman", "0s"}, "deadman", "positive"},
+		{[]string{"--deadman", "2h"}, "deadman", "longer than --max-deadman"},
+		{[]string{"--prepare-timeout", "-1s"}, "prepare-timeout", "positive"},
+		{[]string{"--log-level", "loud"}, "log-level", "debug, info, warn, error"},
+	}
+	dir := t.TempDir()
+	pem := filepath.Join(dir, "x.pem")
+	os.WriteFile(pem, []byte("x"), 0o600)
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			cfg := Default()
+			cfg.NodeName = "node-1"
+			cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = pem, pem, pem
+			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+			cfg.AddFlags(fs)
+			if err := fs.Parse(c.args); err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Insecure {
+				cfg.TLSCA, cfg.TLSCert = "", ""
+			}
+			err := cfg.Validate()
+			var fe *FlagError
+			if !errors.As(err, &fe) {
+				t.Fatalf("Validate = %v, want a *FlagError", err)
+			}
+			if !strings.Contains(err.Error(), "--"+c.flag+" ") || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Validate = %q, want it to name --%s and say %q", err, c.flag, c.want)
+			}
+			if strings.Count(err.Error(), "\n") != 0 {
+				t.Fatalf("one bad value gave several errors: %q", err)
+			}
+		})
+	}
+}
+
+func TestValidateReportsAllProblems(t *testing.T) {
+	cfg := Default()
+	cfg.NodeName = "n"
+	cfg.Insecure = true
+	cfg.Backend = "x"
+	cfg.FirewallTable = "y"
+	err := cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "--backend") || !strings.Contains(err.Error(), "--firewall-table") {
+		t.Fatalf("Validate = %v, want both problems", err)
+	}
+}
+
+func TestLabelsFlag(t *testing.T) {
+	cfg := Default()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	cfg.AddFlags(fs)
+	if err := fs.Parse([]string{"--labels", "zone=a,topology.kubernetes.io/region=eu-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Labels["zone"] != "a" || cfg.Labels["topology.kubernetes.io/region"] != "eu-1" {
+		t.Fatalf("labels = %v", cfg.Labels)
+	}
+	cfg.NodeName, cfg.Insecure = "n", true
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewBackendNotBuiltYet(t *testing.T) {
+	for _, b := range []string{BackendOVS, BackendKernelVXLAN} {
+		cfg := Default()
+		cfg.Backend = b
+		if _, err := NewBackend(cfg); err == nil || !strings.Contains(err.Error(), "backend "+b) || !strings.Contains(err.Error(), "not built yet") {
+			t.Fatalf("NewBackend(%s) = %v", b, err)
+		}
+	}
+}

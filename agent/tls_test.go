@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/cutover-dev/cutover/pkg/pki"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+)
+
+// TestMutualTLS serves the agent over TCP with lab certificates: only a
+// coordinator certificate from the configured CA is accepted (I5); every
+// rejection is counted by reason.
+func TestMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	if err := pki.Issue(dir, pki.IssueOptions{Agents: []pki.AgentIdentity{{Name: "node-1"}, {Name: "node-2"}}, Validity: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir() // a second, unrelated CA
+	if err := pki.Issue(other, pki.IssueOptions{Validity: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	files := pki.AgentFiles(dir, "node-1")
+	cfg := testConfig(t)
+	cfg.Insecure = false
+	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = files.CA, files.Cert, files.Key
+
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, cfg, WithBackend(newFake()), WithListeners(gl, hl), WithRegistry(reg), WithLogger(quiet))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	call := func(client pki.Files) error {
+		tc, err := pki.ClientConfig(client, pki.RoleAgent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		_, err = agentv1.NewAgentServiceClient(conn).Info(cctx, &agentv1.InfoRequest{})
+		return err
+	}
+	if err := call(pki.CoordinatorFiles(dir)); err != nil {
+		t.Fatalf("coordinator refused: %v", err)
+	}
+	for name, f := range map[string]pki.Files{
+		"admin":                     pki.AdminFiles(dir),
+		"another agent":             pki.AgentFiles(dir, "node-2"),
+		"coordinator of another CA": {CA: files.CA, Cert: pki.CoordinatorFiles(other).Cert, Key: pki.CoordinatorFiles(other).Key},
+	} {
+		if err := call(f); err == nil {
+			t.Errorf("%s accepted, want refused", name)
+		}
+	}
+	// No client certificate at all.
+	conn, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(
+		&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}))) //nolint:gosec // the client side is not under test
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ccancel()
+	if _, err := agentv1.NewAgentServiceClient(conn).Info(cctx, &agentv1.InfoRequest{}); err == nil {
+		t.Errorf("client without a certificate accepted")
+	}
+	if v := gathered(t, reg, "cutover_agent_tls_rejections_total", "reason", pki.ReasonNoCertificate); v != 1 {
+		t.Errorf("no_certificate rejections = %v, want 1", v)
+	}
+	if v := gathered(t, reg, "cutover_agent_tls_rejections_total", "reason", pki.ReasonWrongRole); v != 2 {
+		t.Errorf("wrong_role rejections = %v, want 2", v)
+	}
+	if v := gathered(t, reg, "cutover_agent_tls_rejections_total", "reason", pki.ReasonUnknownCA); v != 1 {
+		t.Errorf("unknown_authority rejections = %v, want 1", v)
+	}
+}
