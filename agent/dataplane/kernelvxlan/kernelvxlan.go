@@ -438,13 +438,13 @@ func (b *Backend) Abort(_ context.Context, s dataplane.Snapshot) error {
 
 // Finalize implements dataplane.Backend: the old port's rules go, but only
 // once the device is read back on the new port — closing the old port under
-// a device still on it would cut the node off.
+// a device still on it would cut the node off. Then the old port's
+// conntrack entries are deleted again: peers that flipped a little later
+// than this node (the commit skew) sent to the old port after Commit's
+// deletion, and with the rules gone no new entry is confirmed.
 func (b *Backend) Finalize(ctx context.Context, s dataplane.Snapshot) error {
 	if _, err := b.decode(s); err != nil {
 		return err
-	}
-	if b.cfg.Firewall == nil {
-		return nil
 	}
 	st, err := b.Read(ctx)
 	if err != nil {
@@ -453,7 +453,17 @@ func (b *Backend) Finalize(ctx context.Context, s dataplane.Snapshot) error {
 	if st.Port != s.ToPort {
 		return fmt.Errorf("finalize %s: the device is on port %d, not %d: not closing port %d", b.cfg.Device, st.Port, s.ToPort, s.FromPort)
 	}
-	return b.cfg.Firewall.Close(s.FromPort, nil)
+	if b.cfg.Firewall != nil {
+		if err := b.cfg.Firewall.Close(s.FromPort, nil); err != nil {
+			return err
+		}
+	}
+	if b.cfg.Conntrack != nil {
+		if _, err := b.cfg.Conntrack.DeleteUDPDstPort(s.FromPort); err != nil {
+			return fmt.Errorf("finalize %s: old port's rules closed; conntrack cleanup of port %d failed (retry Finalize): %w", b.cfg.Device, s.FromPort, err)
+		}
+	}
+	return nil
 }
 
 // Ready implements dataplane.Backend.
