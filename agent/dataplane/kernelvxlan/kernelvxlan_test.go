@@ -512,3 +512,31 @@ func TestReadAndReady(t *testing.T) {
 		t.Fatalf("ready without device: %v", nr)
 	}
 }
+
+// Finalize deletes the old port's conntrack entries again: a peer that
+// flipped after this node sent to the old port after Commit's deletion.
+func TestFinalizeForgetsLatePeers(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	snap, err := r.b.Snapshot(ctx, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.Prepare(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.b.Commit(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	r.ct.Flows = append(r.ct.Flows, conntrack.Flow{Proto: "udp", Src: "198.18.0.3", Dst: "198.18.0.1", SrcPort: 40009, DstPort: from})
+	if err := r.b.Finalize(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.dump(), wantState(t, "finalized", true); got != want {
+		t.Fatalf("after finalize:\n%s\nwant:\n%s", got, want)
+	}
+	r.ct.Err = errors.New("netlink busy")
+	if err := r.b.Finalize(ctx, snap); err == nil || !strings.Contains(err.Error(), "retry Finalize") {
+		t.Fatalf("finalize with failing conntrack: %v", err)
+	}
+}
