@@ -37,6 +37,19 @@ type testAgent struct {
 	conn    *grpc.ClientConn
 	httpURL string
 	done    chan error
+	stopped bool
+	cancel  context.CancelFunc
+}
+
+// stop ends Run now, as a SIGTERM would.
+func (a *testAgent) stop(t *testing.T) {
+	t.Helper()
+	a.conn.Close()
+	a.cancel()
+	if err := <-a.done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	a.stopped = true
 }
 
 func testConfig(t *testing.T) Config {
@@ -67,6 +80,7 @@ func startAgent(t *testing.T, cfg Config, backend dataplane.Backend) *testAgent 
 		opts = append(opts, WithBackend(backend))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
 	go func() { a.done <- Run(ctx, cfg, opts...) }()
 	a.conn, err = grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return bl.DialContext(ctx) }),
@@ -76,6 +90,9 @@ func startAgent(t *testing.T, cfg Config, backend dataplane.Backend) *testAgent 
 	}
 	a.client = agentv1.NewAgentServiceClient(a.conn)
 	t.Cleanup(func() {
+		if a.stopped {
+			return
+		}
 		a.conn.Close()
 		cancel()
 		select {
@@ -393,5 +410,69 @@ func TestServiceHealthAndReflection(t *testing.T) {
 	}
 	if got := listServices(t, a.conn); !slices.Contains(got, "cutover.agent.v1.AgentService") || !slices.Contains(got, "grpc.health.v1.Health") {
 		t.Fatalf("reflection lists %q", got)
+	}
+}
+
+// TestRestartKeepsDeadline stops the agent right after a commit and starts
+// a new one over the same state dir and dataplane: the dead-man deadline
+// survives the restart and the new agent reverts by itself.
+func TestRestartKeepsDeadline(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	f := newFake()
+	a := startAgent(t, cfg, f)
+	a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-1", FromPort: 4789, ToPort: 4889})
+	cr, err := a.client.Commit(ctx, &agentv1.CommitRequest{OperationId: "op-1", DeadmanMillis: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.stop(t)
+	if f.Port() != 4889 {
+		t.Fatalf("stopping the agent changed the dataplane: %s", f.Dump())
+	}
+	b := startAgent(t, cfg, f)
+	st, err := b.client.Status(ctx, &agentv1.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetPhase() != agentv1.Phase_PHASE_COMMITTED || st.GetDeadlineUnixNano() != cr.GetStatus().GetDeadlineUnixNano() {
+		t.Fatalf("after restart: %v, want COMMITTED with deadline %d", st, cr.GetStatus().GetDeadlineUnixNano())
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if st, _ = b.client.Status(ctx, &agentv1.StatusRequest{}); st.GetPhase() == agentv1.Phase_PHASE_REVERTED {
+			break
+		}
+	}
+	if st.GetPhase() != agentv1.Phase_PHASE_REVERTED || st.GetRevertedBy() != "deadman" || f.Dump() != "port=4789 fw=[4789]" {
+		t.Fatalf("restarted agent did not revert at the deadline: %v, %s", st, f.Dump())
+	}
+}
+
+// TestConcurrentPrepares sends two operations at once: exactly one is
+// prepared and the other is refused naming it.
+func TestConcurrentPrepares(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	f.SetLatency(dataplane.MethodPrepare, 20*time.Millisecond) // widen the window
+	a := startAgent(t, testConfig(t), f)
+	errs := make(chan error, 2)
+	for _, id := range []string{"op-a", "op-b"} {
+		go func() {
+			_, err := a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: 4789, ToPort: 4889})
+			errs <- err
+		}()
+	}
+	e1, e2 := <-errs, <-errs
+	if (e1 == nil) == (e2 == nil) {
+		t.Fatalf("want exactly one prepared: %v, %v", e1, e2)
+	}
+	refused := e1
+	if refused == nil {
+		refused = e2
+	}
+	st, _ := a.client.Status(ctx, &agentv1.StatusRequest{})
+	wantStatus(t, refused, codes.FailedPrecondition, "operation "+st.GetOperationId()+" is in flight")
+	if len(f.Calls()) != 1 {
+		t.Fatalf("calls %q", f.Calls())
 	}
 }
