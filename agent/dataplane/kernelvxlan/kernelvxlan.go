@@ -30,7 +30,7 @@
 //   - Calico Felix re-checks its VXLAN device in a loop and recreates it on
 //     its configured FelixConfiguration vxlanPort when the port differs, so
 //     vxlanPort must change together with the cutover (within one Felix
-//     device-sync interval), or Felix moves each node back.
+//     device-sync interval, 10 s), or Felix moves each node back.
 //   - Cilium's cilium_vxlan is flow-based (external) and has BPF programs
 //     attached that a recreation does not carry over; Preflight refuses such
 //     a device unless Config.AllowFlowBased says the operator restarts
