@@ -35,6 +35,16 @@
 // name) carries 198.19.i.1/24 so both backends answer on the same overlay
 // address.
 //
+// # Processes
+//
+// With Config.StartProcesses, Up issues a lab PKI (pkg/pki) into <dir>/pki,
+// starts one real agent per node inside the node's namespace (listening on
+// mgmt0, logging to <dir>/n<i>/agent.log) and the real coordinator in the
+// hub namespace on 198.18.128.1:9444 with an inventory file, mTLS on, and
+// waits until all serve /healthz. The coordinator listens on TCP only, which
+// the host namespace cannot reach: coordctl runs in the hub namespace
+// (CoordctlCommand builds that command line with the admin identity).
+//
 // # State and tear-down
 //
 // Everything the lab creates is recorded in <dir>/lab.json before (for

@@ -356,16 +356,13 @@ func (l *Lab) Procs() []Proc {
 	return append([]Proc(nil), l.st.Procs...)
 }
 
-// CoordinatorAddr is what coordctl's --coordinator takes to reach the lab's
-// coordinator from the host namespace ("unix:///…/coordinator.sock"), or
-// "" when the lab runs no coordinator.
+// CoordinatorAddr is the coordinator's gRPC address (host:port on the
+// management network, reachable from the hub and every node namespace; see
+// CoordctlCommand), or "" when the lab runs no coordinator.
 func (l *Lab) CoordinatorAddr() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.st.CoordinatorSock == "" {
-		return ""
-	}
-	return "unix://" + l.st.CoordinatorSock
+	return l.st.CoordinatorTCP
 }
 
 // PKIDir is where the lab's certificates are ("" without processes or with

@@ -19,10 +19,9 @@ type state struct {
 	Namespaces []string  `json:"namespaces"` // recorded before they are created
 	Nodes      []Node    `json:"nodes"`
 	Procs      []Proc    `json:"procs"`
-	// Coordinator endpoints, set when the coordinator runs.
-	CoordinatorSock string `json:"coordinator_sock,omitempty"`
-	CoordinatorTCP  string `json:"coordinator_tcp,omitempty"`
-	PKIDir          string `json:"pki_dir,omitempty"`
+	// Set when the processes run.
+	CoordinatorTCP string `json:"coordinator_tcp,omitempty"`
+	PKIDir         string `json:"pki_dir,omitempty"`
 }
 
 // save writes lab.json atomically (temp file + rename), so a crash never
