@@ -44,6 +44,9 @@ type Config struct {
 
 	// Kernel VXLAN backend.
 	KernelDevice string
+	// ConntrackCleanup deletes the conntrack entries of the port a kernel
+	// VXLAN device leaves (narrowly: UDP, that destination port).
+	ConntrackCleanup bool
 
 	// Firewall opening of the new port (both backends).
 	FirewallChain   string
@@ -73,28 +76,29 @@ type Config struct {
 func Default() Config {
 	host, _ := os.Hostname()
 	return Config{
-		NodeName:        host,
-		ListenAddr:      ":9443",
-		MetricsAddr:     ":9444",
-		StateDir:        "/var/lib/cutover",
-		Backend:         BackendOVS,
-		OVSDB:           "unix:/var/run/openvswitch/db.sock",
-		Bridge:          "br0",
-		Interface:       "vxlan0",
-		KernelDevice:    "flannel.1",
-		FirewallChain:   "OS_FIREWALL_ALLOW",
-		FirewallTable:   "filter",
-		CreateChain:     false,
-		StateNewMatch:   true,
-		IptablesBackend: "auto",
-		Labels:          map[string]string{},
-		Deadman:         30 * time.Second,
-		MaxDeadman:      time.Hour,
-		PrepareTimeout:  5 * time.Minute,
-		MaxCommitDelay:  10 * time.Minute,
-		CallTimeout:     30 * time.Second,
-		BackendRetry:    10 * time.Second,
-		LogLevel:        "info",
+		NodeName:         host,
+		ListenAddr:       ":9443",
+		MetricsAddr:      ":9444",
+		StateDir:         "/var/lib/cutover",
+		Backend:          BackendOVS,
+		OVSDB:            "unix:/var/run/openvswitch/db.sock",
+		Bridge:           "br0",
+		Interface:        "vxlan0",
+		KernelDevice:     "flannel.1",
+		FirewallChain:    "OS_FIREWALL_ALLOW",
+		FirewallTable:    "filter",
+		CreateChain:      false,
+		ConntrackCleanup: true,
+		StateNewMatch:    true,
+		IptablesBackend:  "auto",
+		Labels:           map[string]string{},
+		Deadman:          30 * time.Second,
+		MaxDeadman:       time.Hour,
+		PrepareTimeout:   5 * time.Minute,
+		MaxCommitDelay:   10 * time.Minute,
+		CallTimeout:      30 * time.Second,
+		BackendRetry:     10 * time.Second,
+		LogLevel:         "info",
 	}
 }
 
@@ -112,6 +116,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.KernelDevice, "kernel-device", c.KernelDevice, "kernel VXLAN device (kernel-vxlan backend)")
 	fs.StringVar(&c.FirewallChain, "firewall-chain", c.FirewallChain, "iptables chain where the new port is opened")
 	fs.StringVar(&c.FirewallTable, "firewall-table", c.FirewallTable, "iptables table of --firewall-chain")
+	fs.BoolVar(&c.ConntrackCleanup, "conntrack-cleanup", c.ConntrackCleanup, "kernel-vxlan: delete conntrack entries of the old port after the flip")
 	fs.BoolVar(&c.CreateChain, "create-chain", c.CreateChain, "create --firewall-chain when it does not exist")
 	fs.BoolVar(&c.StateNewMatch, "state-new-match", c.StateNewMatch, "match only NEW connections (-m state --state NEW) in the opening")
 	fs.StringVar(&c.IptablesBackend, "iptables-backend", c.IptablesBackend, "iptables flavour: auto | nft | legacy")

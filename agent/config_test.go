@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cutover-dev/cutover/pkg/testenv"
 	"github.com/spf13/pflag"
 )
 
@@ -123,12 +125,29 @@ func TestLabelsFlag(t *testing.T) {
 	}
 }
 
-func TestNewBackendNotBuiltYet(t *testing.T) {
-	for _, b := range []string{BackendOVS, BackendKernelVXLAN} {
-		cfg := Default()
-		cfg.Backend = b
-		if _, err := NewBackend(cfg); err == nil || !strings.Contains(err.Error(), "backend "+b) || !strings.Contains(err.Error(), "not built yet") {
-			t.Fatalf("NewBackend(%s) = %v", b, err)
-		}
+func TestNewBackendUnknown(t *testing.T) {
+	cfg := Default()
+	cfg.Backend = "geneve"
+	if _, err := NewBackend(cfg); err == nil || !strings.Contains(err.Error(), `--backend "geneve"`) {
+		t.Fatalf("NewBackend(geneve) = %v", err)
+	}
+}
+
+// An OVS backend whose ovsdb-server is absent builds (OVS may start after
+// the agent) and says in its readiness what is missing.
+func TestNewBackendOVSWithoutServerIsNotReady(t *testing.T) {
+	testenv.RequirePrivileged(t, "iptables")
+	cfg := Default()
+	cfg.Backend = BackendOVS
+	cfg.OVSDB = "unix:" + t.TempDir() + "/absent.sock"
+	b, err := NewBackend(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	nr := b.Ready(ctx)
+	if len(nr) == 0 || !strings.Contains(nr[0], "ovsdb") {
+		t.Fatalf("Ready = %v, want an ovsdb problem", nr)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/operation"
+	"github.com/cutover-dev/cutover/pkg/testenv"
 	"github.com/cutover-dev/cutover/pkg/version"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
@@ -75,11 +76,13 @@ type errTest string
 
 func (e errTest) Error() string { return string(e) }
 
-// TestBackendUnavailable runs the agent with the real backend choice, which
-// cannot be built here: the agent still serves /healthz, /readyz and Info
-// say why, and operations are refused with UNAVAILABLE.
+// TestBackendUnavailable runs the agent with the real OVS backend and no
+// ovsdb-server: the agent still serves /healthz, /readyz and Info say why,
+// and operations are refused.
 func TestBackendUnavailable(t *testing.T) {
+	testenv.RequirePrivileged(t, "iptables")
 	cfg := testConfig(t)
+	cfg.OVSDB = "unix:" + t.TempDir() + "/absent.sock"
 	cfg.BackendRetry = 50 * time.Millisecond
 	a := startAgent(t, cfg, nil)
 	if code, _ := a.get(t, "/healthz"); code != http.StatusOK {
@@ -88,20 +91,22 @@ func TestBackendUnavailable(t *testing.T) {
 	var code int
 	var body string
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if code, body = a.get(t, "/readyz"); strings.Contains(body, "not built yet") {
-			break // the first attempt to build the backend has run
+		if code, body = a.get(t, "/readyz"); strings.Contains(body, "absent.sock") {
+			break // the backend is built and has been asked
 		}
 	}
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "backend ovs") || !strings.Contains(body, "not built yet") {
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "ovsdb") || !strings.Contains(body, "absent.sock") {
 		t.Fatalf("/readyz = %d %q", code, body)
 	}
 	ctx := context.Background()
 	info, err := a.client.Info(ctx, &agentv1.InfoRequest{})
-	if err != nil || info.GetReady() || info.GetNode() != "node-1" || !strings.Contains(strings.Join(info.GetNotReady(), ";"), "not built yet") {
+	if err != nil || info.GetReady() || info.GetNode() != "node-1" || !strings.Contains(strings.Join(info.GetNotReady(), ";"), "absent.sock") {
 		t.Fatalf("info: %v %v", info, err)
 	}
 	_, err = a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-1", FromPort: 4789, ToPort: 4889})
-	wantStatus(t, err, codes.Unavailable, "node-1 is not ready", "not built yet")
+	if err == nil || !strings.Contains(err.Error(), "absent.sock") {
+		t.Fatalf("Prepare without OVS: %v, want an error naming the ovsdb socket", err)
+	}
 }
 
 func TestMetrics(t *testing.T) {
