@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"regexp"
 	"slices"
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/cutover-dev/cutover/agent/probe"
 )
 
 // Backend names.
@@ -70,6 +73,13 @@ type Config struct {
 	BackendRetry   time.Duration // retry building the backend while it fails
 
 	LogLevel string // debug, info, warn, error
+
+	// Overlay probe mesh (off when ProbeListen is empty): UDP echo probes
+	// from this node's overlay address to its peers'.
+	ProbeListen   string // overlay ip:port
+	ProbePeers    string // name=ip:port,...
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
 }
 
 // Default returns the defaults every flag starts from.
@@ -99,6 +109,8 @@ func Default() Config {
 		CallTimeout:      30 * time.Second,
 		BackendRetry:     10 * time.Second,
 		LogLevel:         "info",
+		ProbeInterval:    10 * time.Millisecond,
+		ProbeTimeout:     200 * time.Millisecond,
 	}
 }
 
@@ -132,6 +144,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.CallTimeout, "call-timeout", c.CallTimeout, "timeout of each dataplane call the agent makes on its own (apply, revert, abort)")
 	fs.DurationVar(&c.BackendRetry, "backend-retry", c.BackendRetry, "interval between attempts to set up the backend while it fails")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug | info | warn | error")
+	fs.StringVar(&c.ProbeListen, "probe-listen", c.ProbeListen, "overlay ip:port the probe mesh sends from and answers on (empty: no probing)")
+	fs.StringVar(&c.ProbePeers, "probe-peers", c.ProbePeers, "probe targets over the overlay: name=ip:port,name=ip:port")
+	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "interval between two probes to the same peer (1ms to 1m)")
+	fs.DurationVar(&c.ProbeTimeout, "probe-timeout", c.ProbeTimeout, "an unanswered probe counts as lost after this")
 }
 
 // FlagError is a bad flag value: which flag, which value, why.
@@ -210,6 +226,16 @@ func (c Config) Validate() error {
 	}
 	if !slices.Contains(iptBackends, c.IptablesBackend) {
 		bad("iptables-backend", c.IptablesBackend, "want one of %s", strings.Join(iptBackends, ", "))
+	}
+	if c.ProbeListen != "" || c.ProbePeers != "" {
+		if _, err := c.probeConfig(); err != nil {
+			var fe *FlagError
+			if errors.As(err, &fe) {
+				errs = append(errs, fe)
+			} else {
+				bad("probe-peers", c.ProbePeers, "%v", err)
+			}
+		}
 	}
 	tlsFlags := []struct{ flag, value string }{{"tls-ca", c.TLSCA}, {"tls-cert", c.TLSCert}, {"tls-key", c.TLSKey}}
 	for _, f := range tlsFlags {
@@ -317,4 +343,26 @@ func unwrapAddr(err error) error {
 		return errors.New(ae.Err)
 	}
 	return err
+}
+
+// probeConfig builds the probe mesh's config from the flags.
+func (c Config) probeConfig() (probe.Config, error) {
+	var pc probe.Config
+	ap, err := netip.ParseAddrPort(c.ProbeListen)
+	if err != nil {
+		return pc, &FlagError{Flag: "probe-listen", Value: c.ProbeListen, Reason: "want the node's overlay ip:port, e.g. 198.19.1.1:9445"}
+	}
+	peers, err := probe.ParsePeers(c.ProbePeers)
+	if err != nil {
+		return pc, &FlagError{Flag: "probe-peers", Value: c.ProbePeers, Reason: err.Error()}
+	}
+	pc = probe.Config{Listen: ap, Peers: peers, Interval: c.ProbeInterval, Timeout: c.ProbeTimeout}
+	if err := pc.Validate(); err != nil {
+		flag := "probe-interval"
+		if c.ProbeTimeout < c.ProbeInterval {
+			flag = "probe-timeout"
+		}
+		return pc, &FlagError{Flag: flag, Value: fmt.Sprint(map[string]time.Duration{"probe-interval": c.ProbeInterval, "probe-timeout": c.ProbeTimeout}[flag]), Reason: err.Error()}
+	}
+	return pc, nil
 }

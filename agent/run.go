@@ -21,6 +21,7 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/operation"
+	"github.com/cutover-dev/cutover/agent/probe"
 	"github.com/cutover-dev/cutover/pkg/pki"
 	"github.com/cutover-dev/cutover/pkg/version"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
@@ -103,6 +104,18 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 	}
 	store := operation.FileStore{Dir: cfg.StateDir}
 	svc := NewService(cfg, o.clock, store, metrics)
+	var mesh *probe.Mesh
+	if cfg.ProbeListen != "" {
+		pc, err := cfg.probeConfig()
+		if err != nil {
+			return err
+		}
+		if mesh, err = probe.New(pc); err != nil {
+			return fmt.Errorf("probe mesh: %w", err)
+		}
+		reg.MustRegister(mesh.Collector())
+		svc.SetProbes(mesh)
+	}
 
 	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(metrics.UnaryInterceptor()))
 	agentv1.RegisterAgentServiceServer(srv, svc)
@@ -146,6 +159,9 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 
 	setupCtx, cancelSetup := context.WithCancel(ctx)
 	defer cancelSetup()
+	if mesh != nil {
+		go runProbes(setupCtx, mesh, cfg.ProbeListen, log)
+	}
 	machc := make(chan *operation.Machine, 1)
 	go func() {
 		m, err := setupCore(setupCtx, cfg, o, svc, store, metrics, log)
@@ -242,4 +258,21 @@ func NewLogger(level string) *slog.Logger {
 		l = slog.LevelInfo
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// runProbes keeps the probe mesh running: its overlay address may appear
+// after the agent starts (the CNI configures it), so a failed listen is
+// retried rather than fatal.
+func runProbes(ctx context.Context, m *probe.Mesh, listen string, log *slog.Logger) {
+	for ctx.Err() == nil {
+		err := m.Run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("probe mesh stopped; retrying in 1s", "listen", listen, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/operation"
+	"github.com/cutover-dev/cutover/agent/probe"
 	"github.com/cutover-dev/cutover/pkg/version"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
@@ -26,6 +27,8 @@ type Service struct {
 	clock   operation.Clock
 	store   operation.Store
 	metrics *Metrics
+
+	probes *probe.Mesh // nil when the probe mesh is off
 
 	mu         sync.Mutex
 	m          *operation.Machine
@@ -286,10 +289,24 @@ func (s *Service) Status(ctx context.Context, req *agentv1.StatusRequest) (*agen
 	return toStatus(rec, port), nil
 }
 
-// ProbeStats implements agentv1.AgentServiceServer. The probe mesh comes
-// later: until then it reports no peers.
-func (s *Service) ProbeStats(context.Context, *agentv1.ProbeStatsRequest) (*agentv1.ProbeStatsResponse, error) {
-	return &agentv1.ProbeStatsResponse{Node: s.cfg.NodeName}, nil
+// SetProbes attaches the overlay probe mesh whose figures ProbeStats reports.
+func (s *Service) SetProbes(m *probe.Mesh) { s.probes = m }
+
+// ProbeStats implements agentv1.AgentServiceServer: the probe mesh's per-peer
+// figures (no peers when probing is off).
+func (s *Service) ProbeStats(_ context.Context, req *agentv1.ProbeStatsRequest) (*agentv1.ProbeStatsResponse, error) {
+	resp := &agentv1.ProbeStatsResponse{Node: s.cfg.NodeName}
+	if s.probes == nil {
+		return resp, nil
+	}
+	resp.IntervalMicros = s.probes.Interval().Microseconds()
+	for _, st := range s.probes.Stats(req.GetReset_()) {
+		resp.Peers = append(resp.Peers, &agentv1.PeerProbeStats{
+			Peer: st.Peer, Address: st.Address, Sent: st.Sent, Received: st.Received,
+			Lost: st.Lost, LongestGapMicros: st.LongestGap.Microseconds(),
+		})
+	}
+	return resp, nil
 }
 
 // toStatus maps a record to the API. PREPARING has no API phase: it is

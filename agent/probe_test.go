@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+)
+
+// Two agents probe each other over loopback; ProbeStats reports the
+// figures and a reset starts them again from zero.
+func TestProbeStatsOverTwoAgents(t *testing.T) {
+	ca := testConfig(t)
+	ca.ProbeListen = "127.0.0.1:39471"
+	ca.ProbePeers = "node-2=127.0.0.1:39472"
+	ca.ProbeInterval = 2 * time.Millisecond
+	ca.ProbeTimeout = 50 * time.Millisecond
+	cb := testConfig(t)
+	cb.NodeName = "node-2"
+	cb.ProbeListen = "127.0.0.1:39472"
+	a := startAgent(t, ca, newFake())
+	startAgent(t, cb, newFake())
+
+	ctx := context.Background()
+	// Probes sent before node-2 listens are lost, truly: start counting
+	// once it answers.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r, err := a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.GetPeers()) == 1 && r.GetPeers()[0].GetReceived() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node-2 never answered: %v", r)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // let probes in flight settle
+	if _, err := a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Reset_: true}); err != nil {
+		t.Fatal(err)
+	}
+	var resp *agentv1.ProbeStatsResponse
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var err error
+		if resp, err = a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetPeers()) == 1 && resp.GetPeers()[0].GetReceived() >= 50 {
+			break
+		}
+	}
+	p := resp.GetPeers()
+	if resp.GetNode() != "node-1" || resp.GetIntervalMicros() != 2000 || len(p) != 1 || p[0].GetPeer() != "node-2" ||
+		p[0].GetReceived() < 50 || p[0].GetLost() != 0 || p[0].GetSent() != p[0].GetReceived() {
+		t.Fatalf("probe stats: %v", resp)
+	}
+	if _, err := a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Reset_: true}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.GetPeers()[0].GetSent() >= p[0].GetSent() {
+		t.Fatalf("reset did not restart the counters: before %v after %v", p[0], after.GetPeers()[0])
+	}
+	if code, body := a.get(t, "/metrics"); code != 200 || !strings.Contains(body, `cutover_agent_probe_sent_total{peer="node-2"}`) {
+		t.Fatalf("/metrics lacks the probe counters: %d", code)
+	}
+}
+
+func TestProbeFlagsValidated(t *testing.T) {
+	for _, tc := range []struct{ listen, peers, want string }{
+		{"198.19.1.1", "", "--probe-listen"},
+		{"198.19.1.1:9445", "n2", "--probe-peers"},
+		{"198.19.1.1:9445", "n2=198.19.2.1", "--probe-peers"},
+	} {
+		cfg := testConfig(t)
+		cfg.ProbeListen, cfg.ProbePeers = tc.listen, tc.peers
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("listen %q peers %q: %v, want an error naming %s", tc.listen, tc.peers, err, tc.want)
+		}
+	}
+	cfg := testConfig(t)
+	cfg.ProbeListen, cfg.ProbeInterval = "198.19.1.1:9445", time.Microsecond
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--probe-interval") {
+		t.Errorf("1µs interval: %v", err)
+	}
+}
