@@ -27,7 +27,7 @@ func dialAgents(inv Inventory, opts []grpc.DialOption) (map[string]*agentConn, e
 		cc, err := grpc.NewClient("passthrough:///"+s.Address, opts...)
 		if err != nil {
 			for _, a := range out {
-				a.conn.Close()
+				_ = a.conn.Close()
 			}
 			return nil, fmt.Errorf("agent %s at %s: %w", s.Node, s.Address, err)
 		}

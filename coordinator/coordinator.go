@@ -123,7 +123,7 @@ func (c *Coordinator) Close() {
 	c.cancel()
 	c.wg.Wait()
 	for _, a := range c.agents {
-		a.conn.Close()
+		_ = a.conn.Close()
 	}
 }
 
@@ -153,6 +153,8 @@ type operation struct {
 	step     time.Duration
 	deadman  time.Duration
 	offsets  map[string]clockSample
+	fanout   time.Duration // measured in preflight
+	prepDur  time.Duration // how long the prepare round took
 
 	mu        sync.Mutex
 	rec       Record
@@ -355,6 +357,9 @@ func (c *Coordinator) enterStep(op *operation, s barrier.Send) {
 	prev, started := op.curStep, op.stepStart
 	if prev != "" && prev != s.Step {
 		d := now.Sub(started)
+		if prev == barrier.Prepare {
+			op.prepDur = d
+		}
 		op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: string(prev), Nanos: d.Nanoseconds()})
 		c.metrics.phaseDuration.WithLabelValues(string(prev)).Observe(d.Seconds())
 	}
@@ -475,13 +480,22 @@ func (op *operation) reopen() {
 }
 
 // commitLead is how far ahead the commit instant is set: enough for every
-// Commit call to arrive before it.
+// Commit call to arrive before it. The worst single round trip is not
+// enough with many agents: sending N calls costs time of its own (CPU,
+// connection writes), so the lead also covers twice the measured duration
+// of preflight's first parallel round (Info to every target), plus a
+// configurable per-agent allowance. The prepare round is the best proxy
+// of all (same agents, same kind of durable write just before answering):
+// the lead covers it too.
 func (c *Coordinator) commitLead(op *operation) time.Duration {
 	var maxRTT time.Duration
 	for _, s := range op.offsets {
 		maxRTT = max(maxRTT, s.rtt)
 	}
-	return c.cfg.CommitLeadMin + time.Duration(c.cfg.CommitLeadRTTx)*maxRTT + time.Duration(len(op.nodes))*c.cfg.CommitLeadPerAgt
+	op.mu.Lock()
+	prep := op.prepDur
+	op.mu.Unlock()
+	return c.cfg.CommitLeadMin + max(time.Duration(c.cfg.CommitLeadRTTx)*maxRTT, 2*op.fanout, prep) + time.Duration(len(op.nodes))*c.cfg.CommitLeadPerAgt
 }
 
 // callResult classifies an agent call: ok, failed with a message, or
@@ -630,7 +644,7 @@ func (c *Coordinator) noteNode(op *operation, node string, ev barrier.Event) {
 			r.Error += "; " + msg
 		}
 	})
-	op.emit(string(op.curPhase()), node, msg, true, nil)
+	op.emit(op.curPhase(), node, msg, true, nil)
 }
 
 func (c *Coordinator) commitSpread(op *operation) {

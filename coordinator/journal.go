@@ -56,13 +56,13 @@ func (j *Journal) Save(r Record) error {
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
+	defer func() { _ = os.Remove(tmp.Name()) }() // no-op after the rename
 	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return fmt.Errorf("journal: write %s: %w", tmp.Name(), err)
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return fmt.Errorf("journal: fsync %s: %w", tmp.Name(), err)
 	}
 	if err := tmp.Close(); err != nil {
@@ -75,7 +75,7 @@ func (j *Journal) Save(r Record) error {
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("journal: fsync dir %s: %w", j.dir, err)
 	}

@@ -38,6 +38,13 @@ const fromPort = 4789
 
 func newLab(t *testing.T, n int, services map[string]agentv1.AgentServiceServer) *lab {
 	t.Helper()
+	return newLabWith(t, n, services, nil)
+}
+
+// newLabWith is newLab where serve, when set, serves each node's agent on
+// its listener itself (the real agent's Run, say).
+func newLabWith(t *testing.T, n int, services map[string]agentv1.AgentServiceServer, serve func(node string, lis *bufconn.Listener)) *lab {
+	t.Helper()
 	l := &lab{t: t, dir: t.TempDir(), fakes: map[string]*fakeagent.Agent{}, lis: map[string]*bufconn.Listener{}, servers: map[string]*grpc.Server{}}
 	var specs []AgentSpec
 	for i := 1; i <= n; i++ {
@@ -48,6 +55,12 @@ func newLab(t *testing.T, n int, services map[string]agentv1.AgentServiceServer)
 			rack = "b"
 		}
 		specs = append(specs, AgentSpec{Node: node, Address: addr, Labels: map[string]string{"rack": rack}})
+		if serve != nil {
+			lis := bufconn.Listen(1 << 20)
+			l.lis[addr] = lis
+			serve(node, lis)
+			continue
+		}
 		var svc agentv1.AgentServiceServer
 		if services != nil {
 			svc = services[node]

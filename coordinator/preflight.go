@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -164,6 +164,7 @@ type nodeCheck struct {
 // preflight is the outcome of a preflight over a request.
 type preflight struct {
 	from     uint32
+	fanout   time.Duration // how long one parallel round of calls to every target took
 	checks   map[string]*nodeCheck
 	problems []string // empty: the cutover may go
 	resp     *coordinatorv1.PlanResponse
@@ -174,12 +175,17 @@ type preflight struct {
 func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 	p := &preflight{checks: map[string]*nodeCheck{}}
 	var mu sync.Mutex
+	start := time.Now()
 	fanOut(r.nodes, func(n string) {
 		ac := c.agents[n]
 		nc := &nodeCheck{}
 		cctx, cancel := context.WithTimeout(ctx, r.step)
 		defer cancel()
 		nc.info, nc.err = ac.client.Info(cctx, &agentv1.InfoRequest{})
+		took := time.Since(start)
+		mu.Lock()
+		p.fanout = max(p.fanout, took)
+		mu.Unlock()
 		if nc.err == nil {
 			nc.pf, nc.err = ac.client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to})
 		}

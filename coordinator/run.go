@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.MetricsListen != "" {
 		ml, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {
-			lis.Close()
+			_ = lis.Close()
 			return fmt.Errorf("--metrics-listen %s: %w", cfg.MetricsListen, err)
 		}
 		hsrv = &http.Server{Handler: c.MetricsHandler(readyErr), ReadHeaderTimeout: 5 * time.Second}

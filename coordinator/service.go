@@ -106,6 +106,7 @@ func (c *Coordinator) Cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		return refused(pf)
 	}
 	op.from = pf.from
+	op.fanout = pf.fanout
 	op.rec.FromPort, op.report.FromPort = pf.from, pf.from
 	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: "preflight", Nanos: time.Since(started).Nanoseconds()})
 	for n, nc := range pf.checks {

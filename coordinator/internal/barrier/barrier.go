@@ -318,14 +318,14 @@ func (o *Op) requestRollback(reason string) []Action {
 	if reason == "" {
 		reason = "operator requested rollback"
 	}
-	switch {
-	case o.step == "":
+	switch o.step {
+	case "":
 		// Never started: nothing to undo.
 		o.step, o.outcome, o.reason = Done, Aborted, reason
 		return []Action{Declare{Outcome: Aborted, Reason: reason}}
-	case o.step == Abort || o.step == Rollback:
+	case Abort, Rollback:
 		return nil
-	case o.step == Done:
+	case Done:
 		switch o.outcome {
 		case Succeeded:
 			o.reason = reason

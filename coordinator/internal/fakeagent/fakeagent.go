@@ -137,7 +137,7 @@ func (a *Agent) now() time.Time { return time.Now().Add(a.skew) }
 // call after acting: for an After fault it waits out the delay (or the
 // caller's deadline) and returns the fault's error, modelling a call that
 // took effect but whose answer was lost or late.
-func (a *Agent) fault(ctx context.Context, method, opID string) (before error, after func() error) {
+func (a *Agent) fault(ctx context.Context, method, opID string) (after func() error, before error) {
 	a.mu.Lock()
 	a.calls = append(a.calls, strings.TrimSpace(method+" "+opID))
 	f := a.faults[method]
@@ -153,17 +153,17 @@ func (a *Agent) fault(ctx context.Context, method, opID string) (before error, a
 		return nil
 	}
 	if f.After {
-		return nil, func() error {
+		return func() error {
 			if err := wait(); err != nil {
 				return err
 			}
 			return f.Err
-		}
+		}, nil
 	}
 	if err := wait(); err != nil {
-		return err, nil
+		return nil, err
 	}
-	return f.Err, nil
+	return nil, f.Err
 }
 
 func (a *Agent) statusLocked() *agentv1.OperationStatus {
@@ -240,7 +240,7 @@ func (a *Agent) Preflight(ctx context.Context, r *agentv1.PreflightRequest) (*ag
 
 // Prepare implements AgentService.
 func (a *Agent) Prepare(ctx context.Context, r *agentv1.PrepareRequest) (*agentv1.PrepareResponse, error) {
-	before, after := a.fault(ctx, "Prepare", r.OperationId)
+	after, before := a.fault(ctx, "Prepare", r.OperationId)
 	if before != nil {
 		return nil, before
 	}
@@ -268,7 +268,7 @@ func (a *Agent) Prepare(ctx context.Context, r *agentv1.PrepareRequest) (*agentv
 
 // Commit implements AgentService.
 func (a *Agent) Commit(ctx context.Context, r *agentv1.CommitRequest) (*agentv1.CommitResponse, error) {
-	before, after := a.fault(ctx, "Commit", r.OperationId)
+	after, before := a.fault(ctx, "Commit", r.OperationId)
 	if before != nil {
 		return nil, before
 	}
@@ -312,7 +312,7 @@ func (a *Agent) Commit(ctx context.Context, r *agentv1.CommitRequest) (*agentv1.
 }
 
 func (a *Agent) transition(ctx context.Context, method, id string, allowed []agentv1.Phase, to agentv1.Phase, apply func()) (*agentv1.OperationStatus, error) {
-	before, after := a.fault(ctx, method, id)
+	after, before := a.fault(ctx, method, id)
 	if before != nil {
 		return nil, before
 	}
@@ -355,7 +355,7 @@ func (a *Agent) Finalize(ctx context.Context, r *agentv1.FinalizeRequest) (*agen
 // Rollback implements AgentService: an unknown operation has nothing to
 // undo and answers IDLE.
 func (a *Agent) Rollback(ctx context.Context, r *agentv1.RollbackRequest) (*agentv1.OperationStatus, error) {
-	before, after := a.fault(ctx, "Rollback", r.OperationId)
+	after, before := a.fault(ctx, "Rollback", r.OperationId)
 	if before != nil {
 		return nil, before
 	}

@@ -1,0 +1,66 @@
+package coordinator
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestConfigValidateNamesFlags(t *testing.T) {
+	cfg := Default()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--agent / --inventory") || !strings.Contains(err.Error(), "--tls-ca") {
+		t.Errorf("defaults without agents or TLS: %v", err)
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	cfg.AddFlags(fs)
+	if err := fs.Parse([]string{"--agent", "n1=198.18.0.1:9443", "--agent", "n2=198.18.0.2:9443", "--insecure", "--step-timeout", "10s", "--deadman", "15s"}); err != nil {
+		t.Fatal(err)
+	}
+	err := cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "--deadman 15s") {
+		t.Errorf("short deadman: %v", err)
+	}
+	cfg.Deadman = Default().Deadman
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("valid config: %v", err)
+	}
+	if len(cfg.Agents) != 2 {
+		t.Errorf("agents %v", cfg.Agents)
+	}
+}
+
+func TestInventoryErrors(t *testing.T) {
+	for _, tc := range []struct {
+		specs []AgentSpec
+		want  string
+	}{
+		{[]AgentSpec{{Node: "n1", Address: "198.18.0.1:9443"}, {Node: "n1", Address: "198.18.0.2:9443"}}, `node "n1": listed twice`},
+		{[]AgentSpec{{Node: "n1", Address: "198.18.0.1:9443"}, {Node: "n2", Address: "198.18.0.1:9443"}}, `agent n2 has the same address as agent n1`},
+		{[]AgentSpec{{Node: "n1", Address: "198.18.0.1"}}, `address "198.18.0.1": agent n1: want host:port`},
+		{[]AgentSpec{{Node: "n1", Address: "198.18.0.1:99999"}}, `port must be 1–65535`},
+		{[]AgentSpec{{Node: "bad name", Address: "198.18.0.1:1"}}, `node "bad name"`},
+		{nil, "no agents"},
+	} {
+		_, err := NewInventory("test", tc.specs)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !IsInventoryError(err) {
+			t.Errorf("%v: got %v, want %q", tc.specs, err, tc.want)
+		}
+	}
+	if _, err := ParseAgentFlags([]string{"198.18.0.1:9443"}); err == nil || !strings.Contains(err.Error(), "want node=host:port") {
+		t.Errorf("flag without node: %v", err)
+	}
+	p := filepath.Join(t.TempDir(), "inv.json")
+	_ = os.WriteFile(p, []byte(`{"agents":[{"node":"n2","address":"198.18.0.2:9443","labels":{"rack":"b"}},{"node":"n1","address":"198.18.0.1:9443"}]}`), 0o600)
+	cfg := Default()
+	cfg.InventoryFile = p
+	inv, err := cfg.LoadInventory()
+	if err != nil || len(inv.Agents) != 2 || inv.Agents[0].Node != "n1" || inv.Agents[1].Labels["rack"] != "b" {
+		t.Errorf("file inventory: %v %v", inv, err)
+	}
+	_ = os.WriteFile(p, []byte(`{"agents":[{"name":"n1"}]}`), 0o600)
+	if _, err := cfg.LoadInventory(); err == nil || !strings.Contains(err.Error(), "--inventory") {
+		t.Errorf("bad file: %v", err)
+	}
+}

@@ -1,0 +1,140 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cutover-dev/cutover/agent"
+	"github.com/cutover-dev/cutover/agent/dataplane"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/test/bufconn"
+)
+
+// realAgents starts the real agent (agent.Run, fake dataplane) for each node
+// of a lab over bufconn, and returns the dataplanes by node.
+func realAgents(t *testing.T, n int) (*lab, map[string]*dataplane.Fake) {
+	t.Helper()
+	planes := map[string]*dataplane.Fake{}
+	serve := func(node string, lis *bufconn.Listener) {
+		fake := dataplane.NewFake("ovs", "vxlan0", fromPort)
+		planes[node] = fake
+		cfg := agent.Default()
+		cfg.NodeName = node
+		cfg.Insecure = true
+		cfg.StateDir = t.TempDir()
+		cfg.MetricsAddr = "127.0.0.1:0"
+		hl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- agent.Run(ctx, cfg, agent.WithBackend(fake), agent.WithListeners(lis, hl),
+				agent.WithRegistry(prometheus.NewRegistry()), agent.WithLogger(slog.New(slog.DiscardHandler)))
+		}()
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("agent %s: %v", node, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("agent %s did not stop", node)
+			}
+		})
+		// Wait until it serves.
+		cc, err := grpc.NewClient("passthrough:///x", grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		hc := healthpb.NewHealthClient(cc)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: agentv1.AgentService_ServiceDesc.ServiceName})
+			if err == nil && r.Status == healthpb.HealthCheckResponse_SERVING {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("agent %s not serving: %v %v", node, r, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	l := newLabWith(t, n, nil, serve)
+	return l, planes
+}
+
+func planePorts(planes map[string]*dataplane.Fake, n int) string {
+	var s []string
+	for i := 1; i <= n; i++ {
+		s = append(s, fmt.Sprintf("n%d=%d", i, planes[fmt.Sprintf("n%d", i)].Port()))
+	}
+	return strings.Join(s, " ")
+}
+
+// TestRealAgents runs cutovers against the real agent package (fake
+// dataplane) over gRPC: success, then a commit failure rolled back.
+func TestRealAgents(t *testing.T) {
+	const n = 4
+	l, planes := realAgents(t, n)
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "real1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != succeeded {
+		t.Fatalf("state %s %s\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	if got := planePorts(planes, n); got != "n1=4889 n2=4889 n3=4889 n4=4889" {
+		t.Errorf("dataplanes: %s", got)
+	}
+	for _, nr := range rep.Nodes {
+		if nr.AgentPhase != "PHASE_FINALIZED" || nr.Port != 4889 {
+			t.Errorf("node %v", nr)
+		}
+	}
+	t.Logf("real agents: commit spread %s", time.Duration(rep.CommitSpreadNanos))
+
+	// Back to 4789 with a commit failure on n3: everyone returns to 4889.
+	planes["n3"].SetFailure("Commit", errors.New("injected: ovsdb transaction failed"))
+	rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4999, OperationId: "real2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != rolledBack {
+		t.Fatalf("state %s %s\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	if got := planePorts(planes, n); got != "n1=4889 n2=4889 n3=4889 n4=4889" {
+		t.Errorf("dataplanes after rollback: %s", got)
+	}
+
+	// Prepare failure: abort, nobody commits.
+	planes["n3"].SetFailure("Commit", nil)
+	planes["n2"].SetFailure("Prepare", errors.New("injected: iptables failed"))
+	rep, _, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4999, OperationId: "real3"})
+	if err != nil || rep.State != aborted {
+		t.Fatalf("%v %v", rep, err)
+	}
+	for _, ph := range rep.Phases {
+		if ph.Phase == "commit" {
+			t.Errorf("aborted operation has a commit phase: %v", rep.Phases) // I2
+		}
+	}
+	if got := planePorts(planes, n); got != "n1=4889 n2=4889 n3=4889 n4=4889" {
+		t.Errorf("dataplanes after abort: %s", got)
+	}
+}
