@@ -258,3 +258,29 @@ func (d *Discovery) Preflight(ctx context.Context, inv coordinator.Inventory, no
 	slices.Sort(probs)
 	return slices.Compact(probs), nil
 }
+
+// String dumps r as canonical text, one line per node, then the problems.
+func (r Result) String() string {
+	var b strings.Builder
+	for _, n := range r.Nodes {
+		fmt.Fprintf(&b, "node %s ready=%t schedulable=%t", n.Name, n.Ready, n.Schedulable)
+		if n.Agent != "" {
+			fmt.Fprintf(&b, " agent=%s pod=%s", n.Agent, n.Pod)
+		} else {
+			fmt.Fprintf(&b, " no-agent: %s", n.Why)
+		}
+		b.WriteByte('\n')
+	}
+	for _, a := range r.Agents {
+		keys := make([]string, 0, len(a.Labels))
+		for k, v := range a.Labels {
+			keys = append(keys, k+"="+v)
+		}
+		slices.Sort(keys)
+		fmt.Fprintf(&b, "agent %s %s %s\n", a.Node, a.Address, strings.Join(keys, ","))
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(&b, "problem: %s\n", p)
+	}
+	return b.String()
+}
