@@ -1,0 +1,525 @@
+// Package deploy_test checks the manifests in deploy/: rendered with the
+// pinned kustomize, their content against what the binaries accept (flags,
+// metric names), and every kustomization against a real kube-apiserver in a
+// server-side dry run (pkg/kubetest).
+package deploy_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/cutover-dev/cutover/pkg/kubetest"
+	"github.com/cutover-dev/cutover/pkg/testenv"
+	appsv1 "k8s.io/api/apps/v1"
+	authv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+)
+
+// kustomizations are every entry point a user builds.
+var kustomizations = []string{"base", "overlays/openshift", "overlays/flannel", "overlays/calico", "overlays/full"}
+
+// CRD sources for the dry run: the upstream definitions, fetched as Go
+// modules (never committed here), so the dry run checks our PodMonitor,
+// PrometheusRule, Issuer and Certificate against their real schemas.
+var crdModules = []struct {
+	module, version string
+	files           []string
+}{
+	{"github.com/prometheus-operator/prometheus-operator", "v0.85.0", []string{
+		"example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml",
+		"example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml",
+		"example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml",
+	}},
+	{"github.com/cert-manager/cert-manager", "v1.21.2", []string{
+		"deploy/crds/cert-manager.io_issuers.yaml",
+		"deploy/crds/cert-manager.io_certificates.yaml",
+	}},
+}
+
+func render(t *testing.T, k string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := kubetest.DecodeYAML(kubetest.Kustomize(t, k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string, into any) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, into); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("rendered manifests have no %s %s", kind, name)
+}
+
+func TestAgentDaemonSet(t *testing.T) {
+	for _, k := range kustomizations {
+		t.Run(strings.ReplaceAll(k, "/", "_"), func(t *testing.T) {
+			var ds appsv1.DaemonSet
+			find(t, render(t, k), "DaemonSet", "cutover-agent", &ds)
+			if err := checkAgent(&ds); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// checkAgent holds the agent DaemonSet to the requirements of issue 7 and
+// the brief (privileged, host network, every taint, OVS run dir, xtables
+// lock, state dir, probes, resources).
+func checkAgent(ds *appsv1.DaemonSet) error {
+	var errs []error
+	bad := func(f string, a ...any) { errs = append(errs, fmt.Errorf(f, a...)) }
+	ps := ds.Spec.Template.Spec
+	if !ps.HostNetwork {
+		bad("agent: hostNetwork must be true (requirement 6: the control path must not use the overlay)")
+	}
+	if ps.HostPID {
+		bad("agent: hostPID must be false")
+	}
+	if !slices.ContainsFunc(ps.Tolerations, func(t corev1.Toleration) bool {
+		return t.Operator == corev1.TolerationOpExists && t.Key == "" && t.Effect == ""
+	}) {
+		bad("agent: no toleration {operator: Exists}: nodes with taints would run no agent and fail preflight")
+	}
+	if len(ps.Containers) != 1 {
+		return fmt.Errorf("agent: %d containers, want 1", len(ps.Containers))
+	}
+	c := ps.Containers[0]
+	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		bad("agent: container must be privileged")
+	}
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	hostPaths := map[string]string{}
+	for _, v := range ps.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	for _, p := range []string{"/var/run/openvswitch", "/run/xtables.lock", "/var/lib/cutover"} {
+		if hostPaths[mounts[p]] != p {
+			bad("agent: %s must be the host's %s (hostPath), got volume %q → %q", p, p, mounts[p], hostPaths[mounts[p]])
+		}
+	}
+	for _, pr := range []struct {
+		name  string
+		probe *corev1.Probe
+		path  string
+	}{{"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
+		if pr.probe == nil || pr.probe.HTTPGet == nil || pr.probe.HTTPGet.Path != pr.path || pr.probe.HTTPGet.Port.String() != "metrics" {
+			bad("agent: %s probe must GET %s on the metrics port", pr.name, pr.path)
+		}
+	}
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if _, ok := c.Resources.Requests[r]; !ok {
+			bad("agent: no %s request", r)
+		}
+		if _, ok := c.Resources.Limits[r]; !ok {
+			bad("agent: no %s limit", r)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func TestAgentCheckFailsOnBadDaemonSet(t *testing.T) {
+	var ds appsv1.DaemonSet
+	find(t, render(t, "base"), "DaemonSet", "cutover-agent", &ds)
+	ds.Spec.Template.Spec.HostNetwork = false
+	ds.Spec.Template.Spec.Tolerations = nil
+	ds.Spec.Template.Spec.Containers[0].LivenessProbe = nil
+	err := checkAgent(&ds)
+	for _, want := range []string{"hostNetwork", "operator: Exists", "liveness"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("check did not flag %s: %v", want, err)
+		}
+	}
+}
+
+func TestCoordinatorDeployment(t *testing.T) {
+	for _, k := range kustomizations {
+		t.Run(strings.ReplaceAll(k, "/", "_"), func(t *testing.T) {
+			var d appsv1.Deployment
+			find(t, render(t, k), "Deployment", "cutover-coordinator", &d)
+			ps := d.Spec.Template.Spec
+			if !ps.HostNetwork {
+				t.Error("coordinator: hostNetwork must be true")
+			}
+			if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+				t.Errorf("coordinator: replicas %v, want 2 (one leader, one standby)", d.Spec.Replicas)
+			}
+			if ps.SecurityContext == nil || ps.SecurityContext.RunAsNonRoot == nil || !*ps.SecurityContext.RunAsNonRoot {
+				t.Error("coordinator: must run as non-root")
+			}
+			if !slices.ContainsFunc(ps.Tolerations, func(t corev1.Toleration) bool {
+				return t.Key == "node-role.kubernetes.io/control-plane"
+			}) {
+				t.Error("coordinator: must tolerate the control-plane taint")
+			}
+		})
+	}
+}
+
+// helpFlags builds pkg and returns the long flag names its -help lists.
+func helpFlags(t *testing.T, pkg string) map[string]bool {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	if out, err := exec.Command("go", "build", "-o", bin, "../"+pkg).CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	out, _ := exec.Command(bin, "--help").CombinedOutput() // exits 2 with flag's -help
+	flags := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+--?([a-z][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	if len(flags) < 3 {
+		t.Fatalf("%s --help listed %d flags:\n%s", pkg, len(flags), out)
+	}
+	return flags
+}
+
+// argProblems returns the container's args that name a flag the binary does
+// not have, or a $(VAR) the container does not define.
+func argProblems(c corev1.Container, flags map[string]bool) []string {
+	env := map[string]bool{}
+	for _, e := range c.Env {
+		env[e.Name] = true
+	}
+	var bad []string
+	for _, a := range c.Args {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || !flags[name] {
+			bad = append(bad, fmt.Sprintf("%q: the binary has no flag %q", a, name))
+		}
+		for _, m := range regexp.MustCompile(`\$\(([A-Z_]+)\)`).FindAllStringSubmatch(a, -1) {
+			if !env[m[1]] {
+				bad = append(bad, fmt.Sprintf("%q: $(%s) is not in the container's env", a, m[1]))
+			}
+		}
+	}
+	return bad
+}
+
+// Every flag a manifest passes must exist in the binary: a renamed flag
+// would crash-loop the DaemonSet on every node.
+func TestArgsMatchBinaryFlags(t *testing.T) {
+	kubetest.RequireKustomize(t)
+	agentFlags := helpFlags(t, "agent/cmd/agent")
+	coordFlags := helpFlags(t, "coordinator/cmd/coordinator")
+	for _, k := range kustomizations {
+		objs := render(t, k)
+		var ds appsv1.DaemonSet
+		find(t, objs, "DaemonSet", "cutover-agent", &ds)
+		for _, p := range argProblems(ds.Spec.Template.Spec.Containers[0], agentFlags) {
+			t.Errorf("%s: agent: %s", k, p)
+		}
+		var d appsv1.Deployment
+		find(t, objs, "Deployment", "cutover-coordinator", &d)
+		for _, p := range argProblems(d.Spec.Template.Spec.Containers[0], coordFlags) {
+			t.Errorf("%s: coordinator: %s", k, p)
+		}
+	}
+	bad := argProblems(corev1.Container{Args: []string{"--no-such-flag=1", "--node-name=$(UNSET)"}}, agentFlags)
+	if len(bad) != 2 {
+		t.Errorf("arg check missed a bad flag or env reference: %v", bad)
+	}
+}
+
+// metricNames are the metric families the binaries define, read from their
+// source (Name: "cutover_..."), plus the series a histogram exposes.
+func metricNames(t *testing.T) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	for _, f := range []string{"../agent/metrics.go", "../coordinator/metrics.go"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`Name:\s+"(cutover_[a-z_]+)"`).FindAllStringSubmatch(string(b), -1) {
+			names[m[1]] = true
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				names[m[1]+s] = true
+			}
+		}
+	}
+	if !names["cutover_agent_current_port"] || !names["cutover_coordinator_operation_phase"] {
+		t.Fatalf("metric names not found in the sources: %v", names)
+	}
+	return names
+}
+
+func unknownMetrics(expr string, known map[string]bool) []string {
+	var bad []string
+	for _, m := range regexp.MustCompile(`cutover_[a-z_]+`).FindAllString(expr, -1) {
+		if !known[m] {
+			bad = append(bad, m)
+		}
+	}
+	return bad
+}
+
+// Alerts and the dashboard must query metrics that exist: a typo is an alert
+// that never fires.
+func TestMonitoringUsesRealMetrics(t *testing.T) {
+	known := metricNames(t)
+	objs := render(t, "overlays/full")
+	var exprs []string
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "PrometheusRule":
+			groups, _, _ := unstructured.NestedSlice(o.Object, "spec", "groups")
+			for _, g := range groups {
+				rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+				for _, r := range rules {
+					exprs = append(exprs, fmt.Sprint(r.(map[string]any)["expr"]))
+				}
+			}
+		case "ConfigMap":
+			if o.GetLabels()["grafana_dashboard"] != "1" {
+				continue
+			}
+			data, _, _ := unstructured.NestedStringMap(o.Object, "data")
+			var dash struct {
+				Panels []struct {
+					Title   string
+					Targets []struct{ Expr string }
+				}
+			}
+			if err := json.Unmarshal([]byte(data["cutover.json"]), &dash); err != nil {
+				t.Fatalf("dashboard JSON: %v", err)
+			}
+			if len(dash.Panels) == 0 {
+				t.Fatal("dashboard has no panels")
+			}
+			for _, p := range dash.Panels {
+				for _, tg := range p.Targets {
+					exprs = append(exprs, tg.Expr)
+				}
+			}
+		}
+	}
+	if len(exprs) < 10 {
+		t.Fatalf("found %d expressions in the PrometheusRule and dashboard, want both present", len(exprs))
+	}
+	for _, e := range exprs {
+		if bad := unknownMetrics(e, known); len(bad) > 0 {
+			t.Errorf("expression uses metrics no binary defines %v: %s", bad, e)
+		}
+	}
+	if bad := unknownMetrics("rate(cutover_agent_no_such_total[5m])", known); len(bad) != 1 {
+		t.Errorf("metric check missed an unknown name: %v", bad)
+	}
+}
+
+// promtool checks the alert rules' syntax and runs the unit tests in
+// testdata/alerts_test.yaml (each alert fires on the series it is for).
+func TestAlertRules(t *testing.T) {
+	testenv.RequireBinaries(t, "promtool")
+	var rule *unstructured.Unstructured
+	for _, o := range render(t, "overlays/full") {
+		if o.GetKind() == "PrometheusRule" {
+			rule = o
+		}
+	}
+	if rule == nil {
+		t.Fatal("no PrometheusRule rendered")
+	}
+	spec, _, _ := unstructured.NestedMap(rule.Object, "spec")
+	b, err := yaml.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests, err := os.ReadFile("testdata/alerts_test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "alerts_test.yaml"), tests, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "alerts_test.yaml"}} {
+		cmd := exec.Command("promtool", args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// crdYAML fetches the upstream CRDs through the Go module proxy (cached in
+// GOMODCACHE after the first run).
+func crdYAML(t *testing.T) []byte {
+	t.Helper()
+	var all []byte
+	for _, m := range crdModules {
+		cmd := exec.Command("go", "mod", "download", "-json", m.module+"@"+m.version)
+		cmd.Dir = t.TempDir() // outside the main module: go.mod stays untouched
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+		out, err := cmd.Output()
+		var info struct{ Dir, Error string }
+		if err == nil {
+			err = json.Unmarshal(out, &info)
+		}
+		if err != nil || info.Dir == "" {
+			msg := fmt.Sprintf("CRDs of %s@%s not downloadable (%v %s): the dry run of monitoring and cert-manager kinds needs the Go module proxy", m.module, m.version, err, info.Error)
+			if testenv.InCI() {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+		for _, f := range m.files {
+			b, err := os.ReadFile(filepath.Join(info.Dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, "\n---\n"...)
+			all = append(all, b...)
+		}
+	}
+	b, err := os.ReadFile("testdata/crds/securitycontextconstraints.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(append(all, "\n---\n"...), b...)
+}
+
+// Every kustomization is accepted by a real kube-apiserver in a server-side
+// dry run (validation, defaulting, admission, CRD schemas), and the base's
+// RBAC, applied for real, is what the coordinator needs and no more.
+func TestServerSideDryRun(t *testing.T) {
+	kubetest.RequireKustomize(t)
+	c := kubetest.Start(t)
+	ctx := context.Background()
+	if err := c.Apply(ctx, crdYAML(t), kubetest.ApplyOptions{}); err != nil {
+		t.Fatalf("install CRDs: %v", err)
+	}
+	// A dry-run object cannot land in a namespace that does not exist, and
+	// a dry-run Namespace is not persisted: create them for real.
+	if err := c.Apply(ctx, []byte(`
+apiVersion: v1
+kind: Namespace
+metadata: {name: cutover}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: kube-flannel}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: openshift-sdn}
+`), kubetest.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range kustomizations {
+		t.Run("dryrun_"+strings.ReplaceAll(k, "/", "_"), func(t *testing.T) {
+			if err := c.Apply(ctx, kubetest.Kustomize(t, k), kubetest.ApplyOptions{DryRun: true, MappingTimeout: 30e9}); err != nil {
+				t.Errorf("kube-apiserver refused %s:\n%v", k, err)
+			}
+		})
+	}
+
+	// The dry run is not a rubber stamp: a broken agent is refused.
+	t.Run("dryrun_refuses_invalid", func(t *testing.T) {
+		objs := render(t, "base")
+		var broken []byte
+		for _, o := range objs {
+			if o.GetKind() == "DaemonSet" {
+				vols, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
+				vols[0].(map[string]any)["hostPath"].(map[string]any)["type"] = "Bogus"
+				_ = unstructured.SetNestedSlice(o.Object, vols, "spec", "template", "spec", "volumes")
+				broken, _ = o.MarshalJSON()
+			}
+		}
+		err := c.Apply(ctx, broken, kubetest.ApplyOptions{DryRun: true})
+		if err == nil || !strings.Contains(err.Error(), "Bogus") {
+			t.Fatalf("dry run accepted a hostPath of type Bogus: %v", err)
+		}
+	})
+
+	t.Run("coordinator_rbac", func(t *testing.T) {
+		if err := c.Apply(ctx, kubetest.Kustomize(t, "base"), kubetest.ApplyOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cs, err := c.Clientset()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sa := "system:serviceaccount:cutover:cutover-coordinator"
+		groups := []string{"system:serviceaccounts", "system:serviceaccounts:cutover", "system:authenticated"}
+		type ask struct {
+			ns, group, resource, verb string
+			want                      bool
+		}
+		asks := []ask{
+			{"cutover", "", "pods", "list", true},
+			{"cutover", "", "pods", "watch", true},
+			{"", "", "nodes", "list", true},
+			{"cutover", "coordination.k8s.io", "leases", "update", true},
+			{"cutover", "", "configmaps", "update", true},
+			{"cutover", "", "events", "create", true},
+			// Least privilege: no secrets, nothing outside its namespace,
+			// no writes to nodes or pods, no CNI objects without a component.
+			{"cutover", "", "secrets", "get", false},
+			{"kube-system", "", "pods", "list", false},
+			{"kube-system", "", "configmaps", "get", false},
+			{"", "", "nodes", "update", false},
+			{"cutover", "", "pods", "delete", false},
+			{"kube-flannel", "", "configmaps", "update", false},
+			{"", "crd.projectcalico.org", "felixconfigurations", "update", false},
+			{"cutover", "apps", "daemonsets", "patch", false},
+		}
+		var got []string
+		for _, a := range asks {
+			r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{
+				User: sa, Groups: groups,
+				ResourceAttributes: &authv1.ResourceAttributes{Namespace: a.ns, Group: a.group, Resource: a.resource, Verb: a.verb},
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status.Allowed != a.want {
+				got = append(got, fmt.Sprintf("%s %s.%s in %q: allowed=%v, want %v", a.verb, a.resource, a.group, a.ns, r.Status.Allowed, a.want))
+			}
+		}
+		sort.Strings(got)
+		for _, g := range got {
+			t.Error("coordinator RBAC: " + g)
+		}
+		// The agent has no API access at all.
+		r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{
+			User: "system:serviceaccount:cutover:cutover-agent", Groups: groups[:1],
+			ResourceAttributes: &authv1.ResourceAttributes{Namespace: "cutover", Resource: "pods", Verb: "list"},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status.Allowed {
+			t.Error("agent service account may list pods; it should have no API access")
+		}
+	})
+}
