@@ -362,7 +362,11 @@ func (c *Cluster) waitReady(ctx context.Context, pool *x509.CertPool, cert tls.C
 	for {
 		for _, p := range []*process{c.etcd, c.apiserver} {
 			if p.exited() {
-				return fmt.Errorf("kubetest: %s %w: %v\n%s", filepath.Base(p.path), errExitedEarly, p.waitErr, p.logTail())
+				werr := p.waitErr
+				if werr == nil {
+					werr = errors.New("exit status 0")
+				}
+				return fmt.Errorf("kubetest: %s %w: %w\n%s", filepath.Base(p.path), errExitedEarly, werr, p.logTail())
 			}
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL+"/readyz", nil)
