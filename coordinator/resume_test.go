@@ -67,6 +67,8 @@ func TestResumeAfterCrash(t *testing.T) {
 			}
 			settled := func() bool {
 				switch tc.name {
+				case "during prepare":
+					return strings.Contains(l.fakes["n1"].Dump(), "PREPARED") && strings.Contains(l.fakes["n3"].Dump(), "PREPARED")
 				case "during commit, n2 never applied":
 					return committed("n1", "n3")
 				case "during commit, all applied":
