@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator"
@@ -36,6 +37,7 @@ type Recorder struct {
 	log      *slog.Logger
 
 	queue chan *corev1.Event
+	seq   atomic.Uint32 // keeps names unique within one nanosecond
 	wg    sync.WaitGroup
 	once  sync.Once
 }
@@ -71,7 +73,7 @@ func (r *Recorder) Emit(eventType, reason, message string) {
 	now := metav1.NewTime(time.Now())
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      fmt.Sprintf("%s.%x", r.obj.Name, time.Now().UnixNano()),
+			Name:      fmt.Sprintf("%s.%016x%04x", r.obj.Name, time.Now().UnixNano(), r.seq.Add(1)&0xffff),
 			Namespace: r.obj.Namespace,
 		},
 		InvolvedObject:      r.obj,

@@ -222,6 +222,12 @@ func (j *Journal) build(r coordinator.Record) (*corev1.ConfigMap, error) {
 // annotation and adopted once; any other conflict is a ConflictError, and
 // OnConflict is called.
 func (j *Journal) Save(r coordinator.Record) error {
+	if err := j.ctx.Err(); err != nil {
+		// Checked here too, not only by the client: a write that still
+		// reaches the apiserver after leadership ended is what fencing
+		// is for.
+		return fmt.Errorf("journal: operation %s not written: this coordinator's leadership ended: %w", r.ID, err)
+	}
 	cm, err := j.build(r)
 	if err != nil {
 		return err
