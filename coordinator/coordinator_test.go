@@ -177,18 +177,27 @@ func TestOperatorRollbackAfterSuccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The nodes are finalized on 4889 and the old port's rules are gone:
+	// the rollback is a reverse cutover with its own barrier.
 	rep, _, err = drain(st)
-	if err != nil || rep.State != rolledBack {
+	if err != nil || rep.State != succeeded || rep.Kind != "rollback" || rep.RevertsOperationId != "op1" ||
+		rep.FromPort != 4889 || rep.ToPort != 4789 || rep.OperationId == "op1" {
 		t.Fatalf("%v %v", rep, err)
 	}
+	rid := rep.OperationId
 	wantDump(t, l.dump(), `
-		n1 port=4789 op=op1 phase=REVERTED
-		n2 port=4789 op=op1 phase=REVERTED
-		n3 port=4789 op=op1 phase=REVERTED`)
-	// Rolling back again has nothing to do.
+		n1 port=4789 op=`+rid+` phase=FINALIZED
+		n2 port=4789 op=`+rid+` phase=FINALIZED
+		n3 port=4789 op=`+rid+` phase=FINALIZED`)
+	// Rolling back the rollback is refused: it would silently redo the change.
 	st, _ = l.client.Rollback(context.Background(), &coordinatorv1.RollbackRequest{})
-	if rep, _, err = drain(st); err != nil || rep.State != rolledBack {
-		t.Fatalf("%v %v", rep, err)
+	if _, _, err = drain(st); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "is the rollback of op1") {
+		t.Fatalf("rollback of the rollback: %v", err)
+	}
+	// Rolling op1 back again is refused by preflight: the nodes are on 4789.
+	st, _ = l.client.Rollback(context.Background(), &coordinatorv1.RollbackRequest{OperationId: "op1"})
+	if _, _, err = drain(st); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("second rollback of op1: %v", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -155,7 +156,7 @@ func drain(st grpc.ServerStreamingClient[coordinatorv1.OperationEvent]) (*coordi
 	var msgs []string
 	for {
 		ev, err := st.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil, msgs, fmt.Errorf("stream ended without a report")
 		}
 		if err != nil {

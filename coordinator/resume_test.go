@@ -76,7 +76,7 @@ func TestResumeAfterCrash(t *testing.T) {
 				}
 				return true
 			}
-			for !(l.fakes["n2"].Called(tc.called) && journalStep(t, l.dir, "op1") == tc.step && settled()) {
+			for !l.fakes["n2"].Called(tc.called) || journalStep(t, l.dir, "op1") != tc.step || !settled() {
 				if time.Now().After(deadline) {
 					t.Fatalf("never reached %s (journal step %q)", tc.step, journalStep(t, l.dir, "op1"))
 				}

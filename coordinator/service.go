@@ -67,6 +67,12 @@ func refused(pf *preflight) error {
 
 // Cutover implements CoordinatorService.
 func (c *Coordinator) Cutover(req *coordinatorv1.CutoverRequest, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
+	return c.cutover(req, stream, "")
+}
+
+// cutover runs a cutover; reverts names the succeeded operation it rolls
+// back when it is a reverse cutover.
+func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent], reverts string) error {
 	ctx := stream.Context()
 	r, err := c.validate(req)
 	if err != nil {
@@ -92,7 +98,12 @@ func (c *Coordinator) Cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	c.seq++
 	seq := c.seq
 	c.mu.Unlock()
-	op := newOperation(r.id, "cutover", 0, r.to, r.nodes, r.step, max(c.cfg.Deadman, 3*r.step), seq)
+	kind := "cutover"
+	if reverts != "" {
+		kind = "rollback"
+	}
+	op := newOperation(r.id, kind, 0, r.to, r.nodes, r.step, max(c.cfg.Deadman, 3*r.step), seq)
+	op.report.Kind, op.report.RevertsOperationId = kind, reverts
 	op.core = barrier.New(barrier.Config{Nodes: r.nodes, StepTimeout: r.step, RollbackAttempts: c.cfg.RollbackAttempts})
 	if err := c.reserve(op); err != nil {
 		return err
@@ -197,6 +208,24 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 		}
 		c.mu.Unlock()
 		return c.follow(stream, op, from)
+	}
+	if op.rec.Kind == "rollback" && op.rec.Outcome == "succeeded" {
+		c.mu.Unlock()
+		return status.Errorf(codes.FailedPrecondition, "operation %s is the rollback of %s and it succeeded: there is nothing to roll back; to move the port again, run a cutover", op.rec.ID, op.report.RevertsOperationId)
+	}
+	if op.rec.Outcome == "succeeded" {
+		// Every node is finalized on the new port and the old port's
+		// firewall rules are gone: putting it back node by node would flip
+		// nodes apart and before the old port is open again (I2). Rolling
+		// back a finished change is a cutover in reverse, with its own
+		// preflight, barrier and verification.
+		c.mu.Unlock()
+		return c.cutover(&coordinatorv1.CutoverRequest{
+			Port: op.from, Nodes: op.nodes, TimeoutMillis: op.step.Milliseconds(),
+			// The prior port is known good for this overlay even when it
+			// is a tunnel port (4789) or in the NodePort range.
+			AllowTunnelPort: true, AllowNodeportRange: true,
+		}, stream, op.rec.ID)
 	}
 	if c.current != nil && c.current != op {
 		id := c.current.rec.ID

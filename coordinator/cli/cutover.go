@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -130,6 +131,20 @@ func reportExit(rep *coordinatorv1.Report, o outcome) error {
 	if o == outcomeDryRun && st == coordinatorv1.OperationState_OPERATION_STATE_UNSPECIFIED && rep.GetError() == "" {
 		// A dry run that passed preflight reports no state: nothing ran.
 		return nil
+	}
+	if rep.GetKind() == "rollback" && o == outcomeRollback {
+		// A reverse cutover undoes an operation that had succeeded: it
+		// worked when it succeeds; if it aborted or rolled back, the nodes
+		// stayed on the port the original operation moved them to.
+		switch st {
+		case coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED:
+			return nil
+		case coordinatorv1.OperationState_OPERATION_STATE_FAILED:
+			return Exitf(ExitOpFailed, "rollback of %s (reverse cutover %s) FAILED: operator needed%s", rep.GetRevertsOperationId(), id, detail)
+		default:
+			return Exitf(ExitFailed, "rollback of %s (reverse cutover %s) ended %s: every node stayed on port %d%s",
+				rep.GetRevertsOperationId(), id, strings.TrimPrefix(st.String(), "OPERATION_STATE_"), rep.GetFromPort(), detail)
+		}
 	}
 	switch st {
 	case coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED:

@@ -90,7 +90,7 @@ func Do(name string, fn func() error) error {
 	if err != nil {
 		return fmt.Errorf("netns %s: %w", name, err)
 	}
-	defer target.Close()
+	defer func() { _ = target.Close() }()
 	runtime.LockOSThread()
 	// The thread is not unlocked: if restoring the original namespace fails,
 	// the thread must die with the goroutine rather than serve others from
@@ -99,7 +99,7 @@ func Do(name string, fn func() error) error {
 	if err != nil {
 		return fmt.Errorf("netns: current: %w", err)
 	}
-	defer orig.Close()
+	defer func() { _ = orig.Close() }()
 	if err := netns.Set(target); err != nil {
 		return fmt.Errorf("netns %s: enter: %w", name, err)
 	}

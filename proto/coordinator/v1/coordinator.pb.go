@@ -865,8 +865,13 @@ type Report struct {
 	ProbesSent        uint64                 `protobuf:"varint,12,opt,name=probes_sent,json=probesSent,proto3" json:"probes_sent,omitempty"`
 	ProbesLost        uint64                 `protobuf:"varint,13,opt,name=probes_lost,json=probesLost,proto3" json:"probes_lost,omitempty"`
 	LongestGapMicros  int64                  `protobuf:"varint,14,opt,name=longest_gap_micros,json=longestGapMicros,proto3" json:"longest_gap_micros,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// "cutover", or "rollback" for the reverse cutover that rolls back an
+	// operation which had already succeeded (its nodes are finalized, so the
+	// prior port is reopened everywhere first and flipped at one instant).
+	Kind               string `protobuf:"bytes,15,opt,name=kind,proto3" json:"kind,omitempty"`
+	RevertsOperationId string `protobuf:"bytes,16,opt,name=reverts_operation_id,json=revertsOperationId,proto3" json:"reverts_operation_id,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Report) Reset() {
@@ -995,6 +1000,20 @@ func (x *Report) GetLongestGapMicros() int64 {
 		return x.LongestGapMicros
 	}
 	return 0
+}
+
+func (x *Report) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Report) GetRevertsOperationId() string {
+	if x != nil {
+		return x.RevertsOperationId
+	}
+	return ""
 }
 
 type StatusRequest struct {
@@ -1158,7 +1177,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
 	"\x04sent\x18\x03 \x01(\x04R\x04sent\x12\x12\n" +
 	"\x04lost\x18\x04 \x01(\x04R\x04lost\x12,\n" +
-	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\"\xea\x04\n" +
+	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\"\xb0\x05\n" +
 	"\x06Report\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12<\n" +
 	"\x05state\x18\x02 \x01(\x0e2&.cutover.coordinator.v1.OperationStateR\x05state\x12\x1b\n" +
@@ -1178,7 +1197,9 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"probesSent\x12\x1f\n" +
 	"\vprobes_lost\x18\r \x01(\x04R\n" +
 	"probesLost\x12,\n" +
-	"\x12longest_gap_micros\x18\x0e \x01(\x03R\x10longestGapMicros\"2\n" +
+	"\x12longest_gap_micros\x18\x0e \x01(\x03R\x10longestGapMicros\x12\x12\n" +
+	"\x04kind\x18\x0f \x01(\tR\x04kind\x120\n" +
+	"\x14reverts_operation_id\x18\x10 \x01(\tR\x12revertsOperationId\"2\n" +
 	"\rStatusRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\"4\n" +
 	"\x0fRollbackRequest\x12!\n" +
