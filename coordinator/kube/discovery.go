@@ -26,7 +26,7 @@ type DiscoveryConfig struct {
 
 // DefaultDiscovery matches deploy/base.
 func DefaultDiscovery() DiscoveryConfig {
-	return DiscoveryConfig{Namespace: "cutover-system", PodSelector: "app.kubernetes.io/name=cutover-agent", AgentPort: 9443}
+	return DiscoveryConfig{Namespace: "cutover", PodSelector: "app.kubernetes.io/name=cutover-agent", AgentPort: 9443}
 }
 
 // Validate checks c; errors name the field, the value and the reason.
@@ -35,8 +35,10 @@ func (c DiscoveryConfig) Validate() error {
 	if c.Namespace == "" {
 		errs = append(errs, errors.New("agent namespace: empty: name the namespace of the agent DaemonSet"))
 	}
-	if _, err := labels.Parse(c.PodSelector); err != nil || strings.TrimSpace(c.PodSelector) == "" {
-		errs = append(errs, fmt.Errorf("agent pod selector %q: want a non-empty label selector such as app.kubernetes.io/name=cutover-agent (%v)", c.PodSelector, err))
+	if strings.TrimSpace(c.PodSelector) == "" {
+		errs = append(errs, fmt.Errorf("agent pod selector %q: empty: want a label selector such as app.kubernetes.io/name=cutover-agent", c.PodSelector))
+	} else if _, err := labels.Parse(c.PodSelector); err != nil {
+		errs = append(errs, fmt.Errorf("agent pod selector %q: not a label selector: %w", c.PodSelector, err))
 	}
 	if _, err := labels.Parse(c.NodeSelector); err != nil {
 		errs = append(errs, fmt.Errorf("node selector %q: not a label selector: %w", c.NodeSelector, err))

@@ -34,7 +34,7 @@ func agentPod(name, nodeName, hostIP string, ready bool, age int) *corev1.Pod {
 		st, reason = corev1.ConditionTrue, ""
 	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "cutover-system",
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "cutover",
 			Labels:            map[string]string{"app.kubernetes.io/name": "cutover-agent"},
 			CreationTimestamp: metav1.NewTime(time.Unix(1700000000+int64(age), 0))},
 		Spec: corev1.PodSpec{NodeName: nodeName},
@@ -74,16 +74,16 @@ func TestDiscover(t *testing.T) {
 	}
 	want := `node worker-1 ready=true schedulable=true agent=198.18.0.1:9443 pod=agent-1
 node worker-2 ready=true schedulable=true agent=198.18.0.2:9443 pod=agent-2-new
-node worker-3 ready=true schedulable=true no-agent: no pod matching "app.kubernetes.io/name=cutover-agent" in namespace cutover-system is scheduled on it
-node worker-4 ready=true schedulable=false no-agent: no pod matching "app.kubernetes.io/name=cutover-agent" in namespace cutover-system is scheduled on it
-node worker-5 ready=false schedulable=true no-agent: pod cutover-system/agent-p is Pending, not Running
-node worker-6 ready=true schedulable=true no-agent: pod cutover-system/agent-6 is not Ready (ContainersNotReady)
+node worker-3 ready=true schedulable=true no-agent: no pod matching "app.kubernetes.io/name=cutover-agent" in namespace cutover is scheduled on it
+node worker-4 ready=true schedulable=false no-agent: no pod matching "app.kubernetes.io/name=cutover-agent" in namespace cutover is scheduled on it
+node worker-5 ready=false schedulable=true no-agent: pod cutover/agent-p is Pending, not Running
+node worker-6 ready=true schedulable=true no-agent: pod cutover/agent-6 is not Ready (ContainersNotReady)
 node worker-7 ready=true schedulable=false agent=198.18.0.7:9443 pod=agent-7
 agent worker-1 198.18.0.1:9443 role=worker,zone=a
 agent worker-2 198.18.0.2:9443 zone=b
 agent worker-7 198.18.0.7:9443 z=c
-problem: node worker-3 is Ready but has no ready cutover agent: no pod matching "app.kubernetes.io/name=cutover-agent" in namespace cutover-system is scheduled on it
-problem: node worker-6 is Ready but has no ready cutover agent: pod cutover-system/agent-6 is not Ready (ContainersNotReady)
+problem: node worker-3 is Ready but has no ready cutover agent: no pod matching "app.kubernetes.io/name=cutover-agent" in namespace cutover is scheduled on it
+problem: node worker-6 is Ready but has no ready cutover agent: pod cutover/agent-6 is not Ready (ContainersNotReady)
 `
 	if got := r.String(); got != want {
 		t.Errorf("discovery:\n%s\nwant:\n%s", got, want)
@@ -136,20 +136,20 @@ func TestPreflightAfterChanges(t *testing.T) {
 	// b's agent becomes unready, a new node c joins with an agent, a's
 	// agent is replaced on another address.
 	pb := agentPod("agent-b", "b", "198.18.0.2", false, 0)
-	if _, err := cs.CoreV1().Pods("cutover-system").Update(ctx, pb, metav1.UpdateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Pods("cutover").Update(ctx, pb, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_ = cs.CoreV1().Pods("cutover-system").Delete(ctx, "agent-a", metav1.DeleteOptions{})
-	_, _ = cs.CoreV1().Pods("cutover-system").Create(ctx, agentPod("agent-a2", "a", "198.18.0.11", true, 9), metav1.CreateOptions{})
+	_ = cs.CoreV1().Pods("cutover").Delete(ctx, "agent-a", metav1.DeleteOptions{})
+	_, _ = cs.CoreV1().Pods("cutover").Create(ctx, agentPod("agent-a2", "a", "198.18.0.11", true, 9), metav1.CreateOptions{})
 	_, _ = cs.CoreV1().Nodes().Create(ctx, node("c", true, false, nil), metav1.CreateOptions{})
-	_, _ = cs.CoreV1().Pods("cutover-system").Create(ctx, agentPod("agent-c", "c", "198.18.0.3", true, 0), metav1.CreateOptions{})
+	_, _ = cs.CoreV1().Pods("cutover").Create(ctx, agentPod("agent-c", "c", "198.18.0.3", true, 0), metav1.CreateOptions{})
 	probs, err := d.Preflight(ctx, inv, []string{"a", "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
 		"node a: its agent moved from 198.18.0.1:9443 to 198.18.0.11:9443 since this coordinator became leader: restart the coordinator",
-		"node b is Ready but has no ready cutover agent: pod cutover-system/agent-b is not Ready (ContainersNotReady)",
+		"node b is Ready but has no ready cutover agent: pod cutover/agent-b is not Ready (ContainersNotReady)",
 		"node c has a ready cutover agent at 198.18.0.3:9443 that joined after this coordinator became leader: restart the coordinator (or wait for the next leader) so it is included",
 	}
 	if strings.Join(probs, "\n") != strings.Join(want, "\n") {

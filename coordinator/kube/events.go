@@ -36,10 +36,11 @@ type Recorder struct {
 	identity string
 	log      *slog.Logger
 
-	queue chan *corev1.Event
-	seq   atomic.Uint32 // keeps names unique within one nanosecond
-	wg    sync.WaitGroup
-	once  sync.Once
+	mu     sync.Mutex
+	closed bool
+	queue  chan *corev1.Event
+	seq    atomic.Uint32 // keeps names unique within one nanosecond
+	wg     sync.WaitGroup
 }
 
 // NewRecorder returns a recorder of Events about obj. identity (the pod
@@ -90,6 +91,12 @@ func (r *Recorder) Emit(eventType, reason, message string) {
 	if ev.Namespace == "" {
 		ev.Namespace = metav1.NamespaceDefault
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		r.log.Warn("event dropped: recorder closed", "reason", reason, "message", message)
+		return
+	}
 	select {
 	case r.queue <- ev:
 	default:
@@ -111,7 +118,12 @@ func (r *Recorder) run() {
 
 // Close sends what is queued and stops.
 func (r *Recorder) Close() {
-	r.once.Do(func() { close(r.queue) })
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.queue)
+	}
+	r.mu.Unlock()
 	r.wg.Wait()
 }
 

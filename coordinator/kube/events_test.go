@@ -31,7 +31,7 @@ func eventDump(t *testing.T, cs kubernetes.Interface, ns string) string {
 func TestMilestoneEvents(t *testing.T) {
 	cs := versioned()
 	j := journal(t, cs, "coord-0")
-	ref := LeaseRef(context.Background(), cs, "cutover-system", "cutover-coordinator")
+	ref := LeaseRef(context.Background(), cs, "cutover", "cutover-coordinator")
 	rc := NewRecorder(cs, ref, "coord-0", nil)
 	m := WithMilestones(j, rc)
 	r := rec("op-1", 1, "preflight", "pending")
@@ -75,10 +75,10 @@ Warning OperationRolledBack: operation op-1: rolled back; every node is back on 
 Warning OperationRollingBack: operation op-2: abort to port 4789 under way
 Warning OperationAborted: operation op-2: aborted before any node flipped; every node stays on port 4789
 `
-	if got := eventDump(t, cs, "cutover-system"); got != want {
+	if got := eventDump(t, cs, "cutover"); got != want {
 		t.Errorf("events:\n%s\nwant:\n%s", got, want)
 	}
-	l, _ := cs.CoreV1().Events("cutover-system").List(context.Background(), metav1.ListOptions{})
+	l, _ := cs.CoreV1().Events("cutover").List(context.Background(), metav1.ListOptions{})
 	e := l.Items[0]
 	if e.InvolvedObject.Kind != "Lease" || e.InvolvedObject.Name != "cutover-coordinator" || e.ReportingController != "cutover.dev/coordinator" || e.Source.Host == "" {
 		t.Errorf("event %+v", e)

@@ -65,7 +65,7 @@ type JournalConfig struct {
 
 // DefaultJournal returns the defaults.
 func DefaultJournal() JournalConfig {
-	return JournalConfig{Namespace: "cutover-system", Name: "cutover-journal", Keep: 20, Timeout: 10 * time.Second}
+	return JournalConfig{Namespace: "cutover", Name: "cutover-journal", Keep: 20, Timeout: 10 * time.Second}
 }
 
 // Validate checks c.
@@ -266,7 +266,7 @@ func (j *Journal) Save(r coordinator.Record) error {
 			continue
 		}
 		if gerr != nil && !apierrors.IsNotFound(gerr) {
-			return fmt.Errorf("journal: operation %s: write ConfigMap %s/%s: %w (and reading it back: %v)", r.ID, j.cfg.Namespace, cm.Name, err, gerr)
+			return fmt.Errorf("journal: operation %s: write ConfigMap %s/%s: %w (and reading it back: %w)", r.ID, j.cfg.Namespace, cm.Name, err, gerr)
 		}
 		ce := &ConflictError{Operation: r.ID, ConfigMap: j.cfg.Namespace + "/" + cm.Name, Writer: writer, Err: err}
 		if j.cfg.OnConflict != nil {

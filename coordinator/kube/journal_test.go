@@ -98,7 +98,7 @@ func TestJournalRoundTrip(t *testing.T) {
 	if !strings.HasPrefix(name, "cutover-journal-op-op-2-x-") || name == j.ConfigMapName("op-2.x") {
 		t.Errorf("ConfigMap name %q (folded ids must not collide)", name)
 	}
-	cm, err := cs.CoreV1().ConfigMaps("cutover-system").Get(context.Background(), name, metav1.GetOptions{})
+	cm, err := cs.CoreV1().ConfigMaps("cutover").Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestJournalConflictFencesTheOldLeader(t *testing.T) {
 	}
 	// Someone deleting the record is a conflict too: recreating it
 	// would resurrect an operation another coordinator pruned.
-	_ = cs.CoreV1().ConfigMaps("cutover-system").Delete(context.Background(), nu.ConfigMapName("op-1"), metav1.DeleteOptions{})
+	_ = cs.CoreV1().ConfigMaps("cutover").Delete(context.Background(), nu.ConfigMapName("op-1"), metav1.DeleteOptions{})
 	if err := nu.Save(r); !IsConflict(err) {
 		t.Errorf("save after delete: %v", err)
 	}
@@ -163,7 +163,7 @@ func TestJournalAdoptsItsOwnLostWrite(t *testing.T) {
 	}
 	// An update of ours applied but its answer was lost: the object is
 	// newer than the version we hold, and carries our name.
-	cms := cs.CoreV1().ConfigMaps("cutover-system")
+	cms := cs.CoreV1().ConfigMaps("cutover")
 	cm, _ := cms.Get(ctx, j.ConfigMapName("op-1"), metav1.GetOptions{})
 	cm.Data[recordKey] = strings.Replace(cm.Data[recordKey], `"prepare"`, `"commit"`, 1)
 	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
@@ -200,7 +200,7 @@ func TestJournalSizeLimit(t *testing.T) {
 	if len(got) != 1 || got[0].Report != nil || got[0].Step != "verify" || got[0].ToPort != 4889 {
 		t.Errorf("loaded %+v", got)
 	}
-	cm, _ := cs.CoreV1().ConfigMaps("cutover-system").Get(context.Background(), j.ConfigMapName("op-big"), metav1.GetOptions{})
+	cm, _ := cs.CoreV1().ConfigMaps("cutover").Get(context.Background(), j.ConfigMapName("op-big"), metav1.GetOptions{})
 	if !strings.Contains(cm.Annotations[AnnotReportDrop], "over the 1000-byte limit") {
 		t.Errorf("annotation %q", cm.Annotations[AnnotReportDrop])
 	}

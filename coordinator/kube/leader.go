@@ -25,7 +25,7 @@ type LeaderConfig struct {
 
 // DefaultLeader returns client-go's usual timings.
 func DefaultLeader() LeaderConfig {
-	return LeaderConfig{Namespace: "cutover-system", Name: "cutover-coordinator", LeaseDuration: 15 * time.Second,
+	return LeaderConfig{Namespace: "cutover", Name: "cutover-coordinator", LeaseDuration: 15 * time.Second,
 		RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
 }
 

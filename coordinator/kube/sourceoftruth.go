@@ -196,7 +196,7 @@ func scanFlannel(s string) (flannelDoc, error) {
 			return d, fmt.Errorf("bad JSON: %w", err)
 		}
 		if tok != json.Delim('{') {
-			return d, fmt.Errorf("Backend is %v, not an object", tok)
+			return d, fmt.Errorf("the Backend field is %v, not an object", tok)
 		}
 		d.backendOpen = int(dec.InputOffset())
 		for dec.More() {

@@ -90,7 +90,7 @@ func TestFlannelPortErrors(t *testing.T) {
 	for in, want := range map[string]string{
 		`{"Backend":{"Type":"host-gw"}}`:             `Backend.Type is "host-gw", not "vxlan"`,
 		`{"Network":"10.244.0.0/16"}`:                "no Backend object",
-		`{"Backend":"vxlan"}`:                        "Backend is vxlan, not an object",
+		`{"Backend":"vxlan"}`:                        "the Backend field is vxlan, not an object",
 		`{"Backend":{"Type":"vxlan","Port":"8472"}}`: `Backend.Port "8472": not a number`,
 		`{"Backend":{"Type":"vxlan","Port":70000}}`:  "Backend.Port 70000: want an integer 1–65535",
 		`{"Backend":{"Type":"vxlan","Port":8472.5}}`: "Backend.Port 8472.5: want an integer 1–65535",
