@@ -34,8 +34,10 @@ type Config struct {
 // Default returns the defaults.
 func Default() Config {
 	return Config{
-		Listen:           ":9444",
-		MetricsListen:    ":9445",
+		// Not the agent's 9443/9444: a coordinator on a node shares the
+		// host network with that node's agent.
+		Listen:           ":9446",
+		MetricsListen:    ":9447",
 		StateDir:         "/var/lib/cutover/coordinator",
 		StepTimeout:      10 * time.Second,
 		Deadman:          30 * time.Second,
@@ -61,7 +63,7 @@ func (f agentFlag) Set(s string) error { *f.v = append(*f.v, s); return nil }
 
 // AddFlags binds c to fs.
 func (c *Config) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC listen address of the coordinator API (coordctl)")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC listen addresses of the coordinator API (coordctl), comma-separated: host:port or unix:/path")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "listen address of /healthz /readyz /metrics; empty disables")
 	fs.Var(agentFlag{&c.Agents}, "agent", "an agent as node=host:port (repeatable)")
 	fs.StringVar(&c.InventoryFile, "inventory", c.InventoryFile, `JSON inventory file: {"agents":[{"node":"n1","address":"host:port","labels":{}}]}`)
@@ -82,8 +84,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 // Validate checks c; errors name the flag, the value and the reason.
 func (c Config) Validate() error {
 	var errs []error
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		errs = append(errs, fmt.Errorf("--listen %q: want host:port: %w", c.Listen, err))
+	if _, err := c.listenAddrs(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MetricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
@@ -123,4 +125,30 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--rollback-attempts %d: must be at least 1", c.RollbackAttempts))
 	}
 	return errors.Join(errs...)
+}
+
+// listenAddr is one API listen address: network "tcp" or "unix".
+type listenAddr struct{ network, addr string }
+
+// listenAddrs parses --listen: comma-separated host:port or unix:/abs/path.
+// A unix socket lets coordctl reach a coordinator in another network
+// namespace (a lab's hub) through the filesystem.
+func (c Config) listenAddrs() ([]listenAddr, error) {
+	var out []listenAddr
+	for _, a := range strings.Split(c.Listen, ",") {
+		a = strings.TrimSpace(a)
+		if path, ok := strings.CutPrefix(a, "unix:"); ok {
+			path = "/" + strings.TrimLeft(path, "/")
+			if path == "/" {
+				return nil, fmt.Errorf("--listen %q: unix: needs an absolute socket path, e.g. unix:/run/cutover/coordinator.sock", c.Listen)
+			}
+			out = append(out, listenAddr{"unix", path})
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("--listen %q: %q: want host:port or unix:/path: %w", c.Listen, a, err)
+		}
+		out = append(out, listenAddr{"tcp", a})
+	}
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/cutover-dev/cutover/pkg/pki"
@@ -97,10 +98,35 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer c.Close()
-	lis, err := net.Listen("tcp", cfg.Listen)
+	addrs, err := cfg.listenAddrs()
 	if err != nil {
-		return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
+		return err
 	}
+	var listeners []net.Listener
+	closeAll := func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}
+	for _, a := range addrs {
+		if a.network == "unix" {
+			// A socket file left by a killed coordinator would make the
+			// listen fail; only a socket is removed, never another file.
+			if fi, err := os.Lstat(a.addr); err == nil && fi.Mode()&os.ModeSocket != 0 {
+				_ = os.Remove(a.addr)
+			}
+		}
+		l, err := net.Listen(a.network, a.addr)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
+		}
+		if a.network == "unix" {
+			_ = os.Chmod(a.addr, 0o600) // coordctl runs as root next to it
+		}
+		listeners = append(listeners, l)
+	}
+	lis := listeners[0]
 	srv := grpc.NewServer(sopts...)
 	c.Register(srv)
 	resumed := make(chan struct{})
@@ -116,15 +142,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.MetricsListen != "" {
 		ml, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {
-			_ = lis.Close()
+			closeAll()
 			return fmt.Errorf("--metrics-listen %s: %w", cfg.MetricsListen, err)
 		}
 		hsrv = &http.Server{Handler: c.MetricsHandler(readyErr), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hsrv.Serve(ml) }()
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, len(listeners))
+	for _, l := range listeners[1:] {
+		go func() { errc <- srv.Serve(l) }()
+	}
 	go func() { errc <- srv.Serve(lis) }()
-	log.Info("coordinator serving", "listen", lis.Addr().String(), "agents", len(inv.Agents), "state_dir", cfg.StateDir, "insecure", cfg.Insecure)
+	log.Info("coordinator serving", "listen", cfg.Listen, "agents", len(inv.Agents), "state_dir", cfg.StateDir, "insecure", cfg.Insecure)
 	go func() {
 		if err := c.Resume(ctx); err != nil {
 			log.Error("journal resume", "err", err)

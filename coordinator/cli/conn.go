@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -78,7 +79,11 @@ func diagnoseTLS(addr string, cfg *tls.Config, timeout time.Duration) string {
 	cfg = cfg.Clone()
 	cfg.NextProtos = []string{"h2"} // gRPC servers insist on ALPN h2
 	d := &net.Dialer{Timeout: min(timeout, 5*time.Second)}
-	conn, err := tls.DialWithDialer(d, "tcp", addr, cfg)
+	network := "tcp"
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		network, addr = "unix", "/"+strings.TrimLeft(path, "/")
+	}
+	conn, err := tls.DialWithDialer(d, network, addr, cfg)
 	if err != nil {
 		return "TLS handshake failed: " + err.Error()
 	}
@@ -93,6 +98,12 @@ func diagnoseTLS(addr string, cfg *tls.Config, timeout time.Duration) string {
 }
 
 func validateHostPort(flag, v string) error {
+	if path, ok := strings.CutPrefix(v, "unix:"); ok {
+		if !strings.HasPrefix(path, "/") || strings.Trim(path, "/") == "" {
+			return usageError("%s %q: unix: needs an absolute socket path, e.g. unix:/run/cutover-lab/lab/coordinator.sock", flag, v)
+		}
+		return nil
+	}
 	host, port, err := net.SplitHostPort(v)
 	if err != nil {
 		return usageError("%s %q: not host:port (e.g. 127.0.0.1:9444): %v", flag, v, err)

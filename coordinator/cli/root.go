@@ -33,7 +33,7 @@ const (
 
 // DefaultCoordinator is the --coordinator default: the coordinator's own
 // default listen port (coordinator.Default().Listen) on loopback.
-const DefaultCoordinator = "127.0.0.1:9444"
+const DefaultCoordinator = "127.0.0.1:9446"
 
 // ExitError carries an exit code with an error. Commands return it (also
 // the ones added with AddCommand); Execute prints Err and returns Code.
@@ -105,7 +105,7 @@ revert, follow and roll back operations.
 		return usageError("%v (see %s --help)", err, cmd.CommandPath())
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.Coordinator, "coordinator", DefaultCoordinator, "coordinator gRPC address host:port")
+	pf.StringVar(&g.Coordinator, "coordinator", DefaultCoordinator, "coordinator gRPC address: host:port or unix:/path")
 	pf.StringVar(&g.TLSDir, "tls-dir", "", "directory made by coordctl certs: uses its ca.pem, admin.pem, admin-key.pem unless --tls-* say otherwise")
 	pf.StringVar(&g.TLS.CA, "tls-ca", "", "CA certificate the coordinator must chain to")
 	pf.StringVar(&g.TLS.Cert, "tls-cert", "", "coordctl's client certificate (role admin)")
