@@ -459,6 +459,16 @@ metadata: {name: openshift-sdn}
 		if err == nil || !strings.Contains(err.Error(), "Bogus") {
 			t.Fatalf("dry run accepted a hostPath of type Bogus: %v", err)
 		}
+		// The upstream CRD schemas are enforced, not just the kinds.
+		err = c.Apply(ctx, []byte(`
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata: {name: bad, namespace: cutover}
+spec: {secretName: x, uris: cutover://role/agent, issuerRef: {name: cutover-ca}}
+`), kubetest.ApplyOptions{DryRun: true})
+		if err == nil || !strings.Contains(err.Error(), "spec.uris") {
+			t.Fatalf("dry run accepted a Certificate with uris not a list: %v", err)
+		}
 	})
 
 	t.Run("coordinator_rbac", func(t *testing.T) {

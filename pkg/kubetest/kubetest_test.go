@@ -3,11 +3,13 @@ package kubetest_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cutover-dev/cutover/pkg/kubetest"
 	corev1 "k8s.io/api/core/v1"
@@ -57,14 +59,18 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	// The kubernetes Service lands in the 198.18.0.0/15 service range.
+	// Services get their cluster IPs from the 198.18.0.0/15 service range.
 	t.Run("ServiceRange", func(t *testing.T) {
-		svc, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "probe"},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 9443}}},
+		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if svc.Spec.ClusterIP != kubetest.ServiceClusterIP {
-			t.Fatalf("kubernetes Service clusterIP %s, want %s", svc.Spec.ClusterIP, kubetest.ServiceClusterIP)
+		_, ipnet, _ := net.ParseCIDR(kubetest.ServiceClusterIPRange)
+		if ip := net.ParseIP(svc.Spec.ClusterIP); ip == nil || !ipnet.Contains(ip) {
+			t.Fatalf("Service clusterIP %q, want one in %s", svc.Spec.ClusterIP, ipnet)
 		}
 	})
 
@@ -117,7 +123,7 @@ spec: {clusterIP: 192.0.2.1, ports: [{port: 80}]}
 apiVersion: example.invalid/v1
 kind: Nope
 metadata: {name: nope}
-`), kubetest.ApplyOptions{DryRun: true})
+`), kubetest.ApplyOptions{DryRun: true, MappingTimeout: time.Second})
 		var oe *kubetest.ObjectError
 		if !errors.As(err, &oe) {
 			t.Fatalf("err %v, want ObjectErrors", err)
