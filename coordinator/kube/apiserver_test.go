@@ -162,6 +162,7 @@ func TestAPIServer(t *testing.T) {
 	t.Run("JournalConflict", e.testJournalConflict)
 	t.Run("Flannel", e.testFlannel)
 	t.Run("Calico", e.testCalico)
+	t.Run("Session", e.testSession)
 	t.Run("HandOverWithOperationInFlight", e.testHandOver)
 }
 
@@ -573,5 +574,54 @@ func (e *env) testHandOver(t *testing.T) {
 	want := "coord-a OperationStarted,coord-a OperationPrepared,coord-b OperationCommitted,coord-b OperationConfirmed,coord-b OperationSucceeded"
 	if strings.Join(got, ",") != want {
 		t.Errorf("events %v\nwant %s", got, want)
+	}
+}
+
+// testSession runs Run as the coordinator binary would: leadership, a
+// session over discovery, the journal and flannel, then a lead function
+// that returns, which must give the Lease up.
+func (e *env) testSession(t *testing.T) {
+	ctx := context.Background()
+	cfg := Default()
+	cfg.Leader.Namespace, cfg.Leader.Name, cfg.Leader.Identity = ns, "session-test", "coord-s"
+	cfg.Journal.Name = "session"
+	cfg.CNI = "flannel"
+	var sawNodes []string
+	var probs []string
+	err := Run(ctx, e.sa, cfg, func(lctx context.Context, s *Session) error {
+		for _, a := range s.Inventory.Agents {
+			sawNodes = append(sawNodes, a.Node)
+		}
+		probs = s.Preflight(lctx, 8472, []string{"worker-2"})
+		if err := s.Finalize(lctx, 8472, 4999); err != nil {
+			return err
+		}
+		if p, _ := s.Source.Port(lctx); p != 4999 {
+			t.Errorf("after Finalize: %d", p)
+		}
+		if err := s.Undo(lctx, 8472, 4999); err != nil {
+			return err
+		}
+		return s.Journal.Save(rec("op-s", 1, "done", "succeeded"))
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// worker-1's agent was made unready by the Discovery test.
+	if strings.Join(sawNodes, ",") != "worker-2,worker-3" {
+		t.Errorf("inventory %v", sawNodes)
+	}
+	if len(probs) != 1 || !strings.HasPrefix(probs[0], "node worker-1 is Ready but has no ready cutover agent") {
+		t.Errorf("preflight %q", probs)
+	}
+	if p, _ := NewFlannel(e.admin, "kube-flannel").Port(ctx); p != 8472 {
+		t.Errorf("flannel after Undo: %d", p)
+	}
+	l, err := e.admin.CoordinationV1().Leases(ns).Get(ctx, "session-test", metav1.GetOptions{})
+	if err != nil || (l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "") {
+		t.Errorf("lease not released: %v %v", err, l.Spec.HolderIdentity)
+	}
+	if cfg.CNI = "weave"; cfg.Validate() == nil {
+		t.Error("--cni weave accepted")
 	}
 }

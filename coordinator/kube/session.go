@@ -1,0 +1,217 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/cutover-dev/cutover/coordinator"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Config is the coordinator's in-cluster mode: where the agents are,
+// which Lease and journal to use, and which CNI source of truth to keep
+// in step.
+type Config struct {
+	Discovery        DiscoveryConfig
+	Leader           LeaderConfig
+	Journal          JournalConfig
+	CNI              string // "", "flannel" or "calico": the source of truth updated at finalize
+	FlannelNamespace string
+}
+
+// Default returns the defaults for deploy/base, with the namespace and
+// identity from the downward API (POD_NAMESPACE, POD_NAME) when set.
+func Default() Config {
+	c := Config{Discovery: DefaultDiscovery(), Leader: DefaultLeader(), Journal: DefaultJournal(), FlannelNamespace: "kube-flannel"}
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		c.Discovery.Namespace, c.Leader.Namespace, c.Journal.Namespace = ns, ns, ns
+	}
+	if id := os.Getenv("POD_NAME"); id != "" {
+		c.Leader.Identity, c.Journal.Identity = id, id
+	}
+	return c
+}
+
+// AddFlags binds c to fs.
+func (c *Config) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Discovery.Namespace, "agent-namespace", c.Discovery.Namespace, "namespace of the agent DaemonSet's pods")
+	fs.StringVar(&c.Discovery.PodSelector, "agent-selector", c.Discovery.PodSelector, "label selector of the agent pods")
+	fs.StringVar(&c.Discovery.NodeSelector, "node-selector", c.Discovery.NodeSelector, "label selector of the nodes a cutover must cover; empty: every node")
+	fs.IntVar(&c.Discovery.AgentPort, "agent-port", c.Discovery.AgentPort, "the agents' gRPC port on the host network")
+	fs.StringVar(&c.Leader.Namespace, "lease-namespace", c.Leader.Namespace, "namespace of the leader-election Lease, the journal and the Events")
+	fs.StringVar(&c.Leader.Name, "lease-name", c.Leader.Name, "name of the leader-election Lease")
+	fs.StringVar(&c.Leader.Identity, "identity", c.Leader.Identity, "this coordinator's identity in the Lease (default $POD_NAME)")
+	fs.StringVar(&c.Journal.Name, "journal-name", c.Journal.Name, "prefix of the journal's ConfigMaps")
+	fs.IntVar(&c.Journal.Keep, "journal-keep", c.Journal.Keep, "finished operations kept in the journal")
+	fs.StringVar(&c.CNI, "cni", c.CNI, `CNI source of truth updated at finalize: "flannel", "calico" or empty for none`)
+	fs.StringVar(&c.FlannelNamespace, "flannel-namespace", c.FlannelNamespace, "namespace of kube-flannel-cfg (kube-flannel, or kube-system on older installs)")
+}
+
+// normalize makes the journal follow the lease's namespace and identity.
+func (c *Config) normalize() {
+	c.Journal.Namespace, c.Journal.Identity = c.Leader.Namespace, c.Leader.Identity
+}
+
+// Validate checks c.
+func (c Config) Validate() error {
+	c.normalize()
+	errs := []error{c.Discovery.Validate(), c.Leader.Validate(), c.Journal.Validate()}
+	switch c.CNI {
+	case "", "flannel", "calico":
+	default:
+		errs = append(errs, fmt.Errorf("--cni %q: want flannel, calico or empty (the OpenShift ClusterNetwork has its own finalize)", c.CNI))
+	}
+	if c.CNI == "flannel" && c.FlannelNamespace == "" {
+		errs = append(errs, errors.New("--flannel-namespace: empty with --cni=flannel"))
+	}
+	return errors.Join(errs...)
+}
+
+// Session is one leadership's view of the cluster: what the coordinator
+// runtime is built from when this instance becomes leader, and what its
+// seams call back into. Everything in it stops with the leadership's
+// context.
+type Session struct {
+	Inventory coordinator.Inventory // discovered at leadership start
+	Journal   Store                 // ConfigMap journal, with milestone Events
+	Source    SourceOfTruth         // nil without --cni
+
+	discovery *Discovery
+	recorder  *Recorder
+}
+
+// NewSession discovers the agents and opens the journal for a leadership
+// whose context is ctx. onConflict is called when the journal finds that
+// another coordinator wrote an operation since (the wiring cancels the
+// coordinator there).
+func NewSession(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, cfg Config, onConflict func(error), log *slog.Logger) (*Session, error) {
+	cfg.normalize()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d, err := NewDiscovery(cs, cfg.Discovery)
+	if err != nil {
+		return nil, err
+	}
+	inv, err := d.Inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	jc := cfg.Journal
+	jc.OnConflict, jc.Log = onConflict, log
+	j, err := NewJournal(ctx, cs, jc)
+	if err != nil {
+		return nil, err
+	}
+	rec := NewRecorder(cs, LeaseRef(ctx, cs, cfg.Leader.Namespace, cfg.Leader.Name), cfg.Leader.Identity, log)
+	s := &Session{Inventory: inv, Journal: WithMilestones(j, rec), discovery: d, recorder: rec}
+	switch cfg.CNI {
+	case "flannel":
+		s.Source = NewFlannel(cs, cfg.FlannelNamespace)
+	case "calico":
+		s.Source = NewCalico(dyn)
+	}
+	return s, nil
+}
+
+// Preflight returns the cluster's objections to an operation moving
+// nodes off port from: targeted nodes without a ready agent (by name),
+// agents that appeared or moved since the session began, and a source of
+// truth that disagrees with the agents. It is the body of the preflight
+// seam the coordinator runtime calls.
+func (s *Session) Preflight(ctx context.Context, from uint32, nodes []string) []string {
+	probs, err := s.discovery.Preflight(ctx, s.Inventory, nodes)
+	if err != nil {
+		probs = append(probs, err.Error())
+	}
+	if s.Source != nil {
+		if _, err := CheckSourceOfTruth(ctx, s.Source, uint16(from)); err != nil {
+			probs = append(probs, err.Error())
+		}
+	}
+	return probs
+}
+
+// Finalize points the CNI's source of truth at the new port, after every
+// agent finalized. Without --cni it does nothing.
+func (s *Session) Finalize(ctx context.Context, from, to uint32) error {
+	if s.Source == nil {
+		return nil
+	}
+	return s.Source.Update(ctx, uint16(to))
+}
+
+// Undo puts the old port back in the source of truth when a finalized
+// operation is rolled back.
+func (s *Session) Undo(ctx context.Context, from, to uint32) error {
+	if s.Source == nil {
+		return nil
+	}
+	return s.Source.Restore(ctx, uint16(from))
+}
+
+// Close flushes the session's Events.
+func (s *Session) Close() { s.recorder.Close() }
+
+// Run campaigns for the Lease with rc's credentials and, for each
+// leadership, builds a Session and calls lead with the leadership's
+// context. lead must stop commanding agents when that context ends (the
+// coordinator: build it over the session, serve, Close at ctx.Done()).
+// Journal conflicts end the leadership too. Run returns ErrLeaseLost when
+// the Lease was lost: exit and let the Deployment restart the process.
+func Run(ctx context.Context, rc *rest.Config, cfg Config, lead func(ctx context.Context, s *Session) error, log *slog.Logger) error {
+	cfg.normalize()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+	runCtx, stepDown := context.WithCancel(ctx)
+	defer stepDown()
+	var leadErr error
+	e, err := NewElector(cs, cfg.Leader, func(elected context.Context) {
+		// client-go keeps renewing a Lease after OnStartedLeading
+		// returns: a leadership that ended on our side (lead returned, a
+		// journal conflict) must give the Lease up, so the other replica
+		// takes over instead of an idle leader holding it.
+		defer func() {
+			if elected.Err() == nil {
+				stepDown()
+			}
+		}()
+		lctx, cancel := context.WithCancel(elected)
+		defer cancel()
+		s, err := NewSession(lctx, cs, dyn, cfg, func(err error) {
+			log.Error("journal conflict: stepping down", "err", err)
+			cancel()
+		}, log)
+		if err != nil {
+			leadErr = err
+			return
+		}
+		defer s.Close()
+		leadErr = lead(lctx, s)
+	}, nil, log)
+	if err != nil {
+		return err
+	}
+	if err := e.Run(runCtx); err != nil {
+		return errors.Join(err, leadErr)
+	}
+	return leadErr
+}
