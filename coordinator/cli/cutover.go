@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
@@ -89,14 +91,24 @@ func follow(g *Globals, what string, recv func() (*coordinatorv1.OperationEvent,
 	if !g.JSON() {
 		prog = newProgress(g.Stdout, isTerminal(g.Stdout))
 	}
+	got := 0
 	for {
 		ev, err := recv()
 		if errors.Is(err, io.EOF) {
 			return Exitf(ExitInterrupted, "%s: the coordinator ended the stream without a final report; the operation may still be running: see coordctl status", what)
 		}
+		if err != nil && got > 0 && status.Code(err) == codes.Unavailable {
+			// The operation had started: the coordinator went away (crash,
+			// restart) mid-run. That is not "unreachable" (exit 3): a
+			// restarted coordinator resumes or undoes the operation from
+			// its journal, so say where to look.
+			return Exitf(ExitInterrupted, "%s: lost the coordinator during the operation (%s); it resumes or undoes the operation from its journal when it runs again: see coordctl status",
+				what, status.Convert(err).Message())
+		}
 		if err != nil {
 			return rpcError(g, what, err, true)
 		}
+		got++
 		if prog != nil {
 			prog.event(ev)
 		}
