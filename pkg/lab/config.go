@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -42,12 +43,32 @@ type Config struct {
 	ExtraAgentArgs       []string `json:"extra_agent_args,omitempty"`
 	ExtraCoordinatorArgs []string `json:"extra_coordinator_args,omitempty"`
 
+	// Probe mesh (with StartProcesses): every agent sends UDP probes over
+	// the overlay from <overlay ip>:ProbePort to ProbePeers peers every
+	// ProbeInterval. NoProbes turns it off.
+	NoProbes      bool          `json:"no_probes,omitempty"`
+	ProbeInterval time.Duration `json:"probe_interval"` // default DefaultProbeInterval
+	ProbeTimeout  time.Duration `json:"probe_timeout"`  // default max(200ms, 20×interval)
+	// ProbePeers is how many peers each node probes; 0 means all. At 1 ms
+	// on a small machine a full mesh of 32 nodes is more than a userspace
+	// OVS can carry (docs/lab.md); probePeers spreads a sample evenly.
+	ProbePeers int `json:"probe_peers"`
+
 	// Parallel bounds how many nodes are set up at once; default
 	// 2×CPUs, at least 4. Starting a userspace OVS is mostly waiting.
 	Parallel int `json:"parallel"`
 
 	Logger *slog.Logger `json:"-"` // default: discard
 }
+
+// DefaultProbeInterval is the lab's probe interval: 10 ms to all peers is
+// what a 2-core machine carries at 32 OVS nodes without losing probes on
+// its own (docs/lab.md has the measurements).
+const DefaultProbeInterval = 10 * time.Millisecond
+
+// ProbePort is the UDP port of the probe mesh on every node's overlay
+// address.
+const ProbePort = 9445
 
 // DefaultDir is the lab dir of a lab called name when Config.Dir is empty.
 func DefaultDir(name string) string { return filepath.Join("/run/cutover-lab", name) }
@@ -79,6 +100,12 @@ func (c Config) Default() Config {
 	}
 	if c.Parallel == 0 {
 		c.Parallel = max(4, 2*runtime.NumCPU())
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = DefaultProbeInterval
+	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = max(200*time.Millisecond, 20*c.ProbeInterval)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -114,6 +141,17 @@ func (c Config) Validate() error {
 	if c.Parallel < 1 {
 		return &ConfigError{"Parallel", fmt.Sprint(c.Parallel), "must be ≥ 1"}
 	}
+	if !c.NoProbes {
+		if c.ProbeInterval < time.Millisecond || c.ProbeInterval > time.Minute {
+			return &ConfigError{"ProbeInterval", c.ProbeInterval.String(), "must be 1ms..1m (the agent's --probe-interval range)"}
+		}
+		if c.ProbeTimeout < c.ProbeInterval {
+			return &ConfigError{"ProbeTimeout", c.ProbeTimeout.String(), "must be at least ProbeInterval " + c.ProbeInterval.String()}
+		}
+		if c.ProbePeers < 0 || c.ProbePeers > c.Nodes-1 {
+			return &ConfigError{"ProbePeers", fmt.Sprint(c.ProbePeers), fmt.Sprintf("must be 0 (all) .. %d (Nodes-1)", c.Nodes-1)}
+		}
+	}
 	if c.StartProcesses {
 		if c.AgentBin == "" {
 			return &ConfigError{"AgentBin", c.AgentBin, "required with StartProcesses"}
@@ -145,5 +183,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.AgentBin, "agent-bin", "bin/agent", "agent binary")
 	fs.StringVar(&c.CoordinatorBin, "coordinator-bin", "bin/coordinator", "coordinator binary")
 	fs.BoolVar(&c.Insecure, "insecure", false, "run the control path without mTLS (debugging only)")
+	fs.BoolVar(&c.NoProbes, "no-probes", false, "start the agents without the overlay probe mesh")
+	fs.DurationVar(&c.ProbeInterval, "probe-interval", DefaultProbeInterval, "interval between two probes to the same peer (1ms..1m)")
+	fs.DurationVar(&c.ProbeTimeout, "probe-timeout", 0, "an unanswered probe counts as lost after this (default max(200ms, 20×interval))")
+	fs.IntVar(&c.ProbePeers, "probe-peers", 0, "peers each node probes, spread evenly (0: all)")
 	fs.IntVar(&c.Parallel, "parallel", 0, "nodes set up at once (default 2×CPUs, at least 4)")
 }

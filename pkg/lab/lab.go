@@ -123,6 +123,9 @@ func (l *Lab) build(ctx context.Context) error {
 		if err := ipBatch(ctx, n.Netns, nodeBaseLines(n)); err != nil {
 			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
+		if err := setupFirewall(ctx, n, cfg.Port); err != nil {
+			return err
+		}
 		if cfg.Backend == BackendKernelVXLAN {
 			return setupKernelNode(ctx, n, nodes, cfg.Port, true)
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/cutover-dev/cutover/pkg/testenv"
 )
 
-var ovsBins = []string{"ip", "bridge", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl", "ovs-appctl"}
+var ovsBins = []string{"ip", "bridge", "iptables", "iptables-restore", "iptables-save", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl", "ovs-appctl"}
 
 // newConfig returns a config with a random lab name (so parallel tests and
 // packages never collide) and a short dir under the test's temp dir.
@@ -152,6 +152,13 @@ func testBackend(t *testing.T, backend string, oldPort, newPort int) {
 	wantPorts(t, l, portMap(l, oldPort, nil))
 	wantMesh(t, l, nil, 5*time.Second)
 
+	// The field report's step 3: open the new port on every node first
+	// (on kernel-vxlan the lab's firewall drops it otherwise).
+	for _, n := range names(l) {
+		if err := l.OpenPortDirect(context.Background(), n, newPort); err != nil {
+			t.Fatal(err)
+		}
+	}
 	setAll(t, l, newPort, names(l)...)
 	wantPorts(t, l, portMap(l, newPort, nil))
 	wantMesh(t, l, nil, 5*time.Second)
@@ -177,7 +184,7 @@ func TestOVSLab(t *testing.T) {
 }
 
 func TestKernelVXLANLab(t *testing.T) {
-	testenv.RequirePrivileged(t, "ip", "bridge")
+	testenv.RequirePrivileged(t, "ip", "bridge", "iptables", "iptables-restore", "iptables-save")
 	t.Parallel()
 	testBackend(t, lab.BackendKernelVXLAN, 8472, 4889)
 }

@@ -49,6 +49,24 @@ func agentArgs(cfg Config, n Node, pkiDir string) []string {
 	} else {
 		a = append(a, "--kernel-device", "flannel.1")
 	}
+	// The node list is a function of the config (addr.go), so a restarted
+	// agent gets the same peers as at Up.
+	var nodes []Node
+	for i := 1; i <= cfg.Nodes; i++ {
+		nodes = append(nodes, newNode(cfg.Name, cfg.Dir, i, cfg.Backend))
+	}
+	if !cfg.NoProbes && len(nodes) > 1 {
+		var peers []string
+		for _, p := range ProbePeersOf(n, nodes, cfg.ProbePeers) {
+			peers = append(peers, p.Name+"="+netip.AddrPortFrom(p.OverlayIP, ProbePort).String())
+		}
+		a = append(a,
+			"--probe-listen", netip.AddrPortFrom(n.OverlayIP, ProbePort).String(),
+			"--probe-peers", strings.Join(peers, ","),
+			"--probe-interval", cfg.ProbeInterval.String(),
+			"--probe-timeout", cfg.ProbeTimeout.String(),
+		)
+	}
 	if cfg.Insecure {
 		a = append(a, "--insecure")
 	} else {
@@ -74,6 +92,29 @@ func coordinatorArgs(cfg Config, inventory, pkiDir string) []string {
 		a = append(a, "-tls-ca", f.CA, "-tls-cert", f.Cert, "-tls-key", f.Key)
 	}
 	return append(a, cfg.ExtraCoordinatorArgs...)
+}
+
+// ProbePeersOf is the peers node n probes: all others when k is 0 (or
+// covers them all), else k peers at evenly spread distances around the ring
+// of nodes, so that every node is probed by exactly k others and pairs of
+// near and far indexes are both sampled.
+func ProbePeersOf(n Node, nodes []Node, k int) []Node {
+	others := len(nodes) - 1
+	if k <= 0 || k >= others {
+		k = others
+	}
+	self := -1
+	for i, p := range nodes {
+		if p.Index == n.Index {
+			self = i
+		}
+	}
+	out := make([]Node, 0, k)
+	for j := 0; j < k; j++ {
+		d := 1 + j*others/k // distinct in 1..others for k ≤ others
+		out = append(out, nodes[(self+d)%len(nodes)])
+	}
+	return out
 }
 
 type inventoryFile struct {

@@ -2,10 +2,12 @@ package lab_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,18 +15,41 @@ import (
 	"github.com/cutover-dev/cutover/pkg/testenv"
 )
 
-// buildBinaries builds the agent, coordinator and coordctl from this tree,
-// so the test never runs stale binaries from bin/.
-func buildBinaries(t *testing.T) string {
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// buildBinaries builds the agent, coordinator and coordctl from this tree
+// once per test binary (the tests that need them share it), so no test
+// runs stale binaries from bin/. TestMain removes the dir.
+func buildBinaries(t testing.TB) string {
 	t.Helper()
 	testenv.RequireBinaries(t, "go")
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./agent/cmd/agent", "./coordinator/cmd/coordinator", "./coordinator/cmd/coordctl")
-	cmd.Dir = "../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "cot-lab-bin-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", buildDir+"/", "./agent/cmd/agent", "./coordinator/cmd/coordinator", "./coordinator/cmd/coordctl")
+		cmd.Dir = "../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	return dir
+	return buildDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
 }
 
 // The real binaries in the lab: agents in the node namespaces, the
