@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: help build test test-unit test-priv lint fmt vet proto proto-check tools bench clean
+.PHONY: help build kube-tools test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -19,8 +19,8 @@ build: ## build agent, coordinator and coordctl into bin/
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./agent/cmd/agent ./coordinator/cmd/coordinator ./coordinator/cmd/coordctl
 
-test: lint build ## the full suite: lint, unit tier, and the privileged tier when root (CI is root)
-	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+test: lint build kube-tools ## the full suite: lint, unit tier, privileged tier when root (CI is root), Kubernetes tier
+	$(GO) test -race -count=1 -timeout 40m $(PKGS)
 
 test-unit: ## unit tier only (no root needed)
 	$(GO) test -race -count=1 -short $(PKGS)
@@ -52,6 +52,16 @@ proto: $(GOBIN_TOOLS)/protoc-gen-go $(GOBIN_TOOLS)/protoc-gen-go-grpc ## regener
 bench: build ## benchmarks: print figures and write results/*.json
 	@mkdir -p results
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... | tee results/bench.txt
+
+demo: ## as root: an 8-node lab, a real `coordctl cutover --port 4889`, measured and read back (hack/demo.sh)
+	hack/demo.sh
+
+bench-lab: ## lab cutover benchmark (N=8,16,32; field-report loop vs parallel vs Cutover): results/lab_cutover.json, docs/benchmarks.md
+	@mkdir -p results
+	set -o pipefail; cd pkg/lab && $(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab.txt
+
+kube-tools: ## build (once per machine, cached) kube-apiserver and kustomize for the Kubernetes tier
+	hack/kube-tools.sh >/dev/null
 
 clean:
 	rm -rf $(BIN)
