@@ -3,12 +3,15 @@ package agent
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/dataplane/kernelvxlan"
 	"github.com/cutover-dev/cutover/agent/dataplane/ovsvxlan"
 	"github.com/cutover-dev/cutover/pkg/iptables"
+	"github.com/cutover-dev/cutover/pkg/openflow"
 	"github.com/cutover-dev/cutover/pkg/ovs"
 	"github.com/cutover-dev/cutover/pkg/udpport"
 )
@@ -45,7 +48,28 @@ func NewBackend(cfg Config) (dataplane.Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backend %s: port checker: %w", cfg.Backend, err)
 	}
-	return ovsvxlan.New(ovsvxlan.Config{OVS: drv, Interface: cfg.Interface, Firewall: fw, Ports: ports})
+	var flows *ovsvxlan.PortFlows
+	if cfg.Profile == ProfileOpenShiftSDN {
+		flows = openshiftSDN(cfg, fw)
+	}
+	return ovsvxlan.New(ovsvxlan.Config{OVS: drv, Interface: cfg.Interface, Firewall: fw, Ports: ports, Flows: flows})
+}
+
+// openshiftSDN wires the openshift-sdn profile: the SDN's two port rules
+// join the firewall templates, and br0's drop flow is handled through
+// ovs-ofctl on the bridge's management socket, which lives in the same
+// run directory as the OVSDB socket (OVS_RUNDIR).
+func openshiftSDN(cfg Config, fw *dataplane.Firewall) *ovsvxlan.PortFlows {
+	fw.Templates = append(fw.Templates, ovsvxlan.SDNFirewallTemplates()...)
+	var runDir string
+	if strings.HasPrefix(cfg.OVSDB, "unix:") {
+		runDir = filepath.Dir(strings.TrimPrefix(cfg.OVSDB, "unix:"))
+	}
+	return &ovsvxlan.PortFlows{
+		OF:        &openflow.Client{RunDir: runDir},
+		Bridge:    cfg.Bridge,
+		Templates: []openflow.Flow{ovsvxlan.SDNDropFlow(0)},
+	}
 }
 
 // newFirewall builds the firewall the port is opened in: one ACCEPT rule in

@@ -31,6 +31,13 @@ const (
 	BackendKernelVXLAN = "kernel-vxlan"
 )
 
+// Profiles: what of a CNI's own state the agent keeps in step with the
+// port besides the tunnel itself.
+const (
+	ProfileNone         = ""
+	ProfileOpenShiftSDN = "openshift-sdn"
+)
+
 // Config is everything the agent is started with.
 type Config struct {
 	NodeName    string // identity reported to the coordinator; default: hostname
@@ -39,6 +46,10 @@ type Config struct {
 	StateDir    string // durable operation record
 
 	Backend string // BackendOVS or BackendKernelVXLAN
+	// Profile adds a CNI's port-bound state to the change: with
+	// ProfileOpenShiftSDN the SDN's OPENSHIFT-FIREWALL-ALLOW and raw
+	// OPENSHIFT-NOTRACK rules and br0's drop flow (ovs backend only).
+	Profile string
 
 	// OVS backend.
 	OVSDB     string // unix:/path or tcp:host:port
@@ -122,6 +133,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MetricsAddr, "metrics-listen", c.MetricsAddr, "HTTP listen address for /healthz, /readyz and /metrics")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory of the durable operation record")
 	fs.StringVar(&c.Backend, "backend", c.Backend, "overlay backend: ovs | kernel-vxlan")
+	fs.StringVar(&c.Profile, "profile", c.Profile, "CNI profile: '' (none) | openshift-sdn (also moves the SDN's firewall rules and br0 drop flow; ovs backend)")
 	fs.StringVar(&c.OVSDB, "ovsdb", c.OVSDB, "OVSDB server (unix:/path or tcp:host:port)")
 	fs.StringVar(&c.Bridge, "bridge", c.Bridge, "OVS bridge")
 	fs.StringVar(&c.Interface, "interface", c.Interface, "OVS VXLAN interface")
@@ -212,6 +224,15 @@ func (c Config) Validate() error {
 		}
 	default:
 		bad("backend", c.Backend, "unknown backend: want %s or %s", BackendOVS, BackendKernelVXLAN)
+	}
+	switch c.Profile {
+	case ProfileNone:
+	case ProfileOpenShiftSDN:
+		if c.Backend != BackendOVS {
+			bad("profile", c.Profile, "needs --backend %s (openshift-sdn runs OVS), not %s", BackendOVS, c.Backend)
+		}
+	default:
+		bad("profile", c.Profile, "unknown profile: want '' (none) or %s", ProfileOpenShiftSDN)
 	}
 	switch {
 	case c.FirewallChain == "":

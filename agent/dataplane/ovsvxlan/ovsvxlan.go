@@ -24,6 +24,10 @@ type Config struct {
 	Interface string // the VXLAN interface, "vxlan0"
 	Firewall  *dataplane.Firewall
 	Ports     udpport.Checker // nil: no port-free check
+	// Flows, when set, are OpenFlow flows that carry the port (the
+	// openshift-sdn profile's drop flow, sdn.go): opened, closed and
+	// reported like the firewall rules.
+	Flows *PortFlows
 }
 
 // Backend implements dataplane.Backend over OVS.
@@ -49,6 +53,8 @@ type snapshot struct {
 	// ToRulesPresent records which target-port rules existed before
 	// Prepare, so undoing Prepare removes only what Cutover added.
 	ToRulesPresent map[string]bool `json:"to_rules_present,omitempty"`
+	// ToFlowsPresent is the same for Config.Flows.
+	ToFlowsPresent map[string]bool `json:"to_flows_present,omitempty"`
 }
 
 // Name implements dataplane.Backend.
@@ -114,7 +120,15 @@ func (b *Backend) Preflight(ctx context.Context, to uint16) (dataplane.Check, er
 		}
 	}
 	c.Problems = append(c.Problems, b.cfg.Firewall.Problems()...)
+	if b.cfg.Flows != nil {
+		// A profile is on: say what of the CNI's it found.
+		found, problems := b.found(ctx, st.Port)
+		c.Actions = append(c.Actions, found...)
+		c.Problems = append(c.Problems, problems...)
+	}
 	open, closeOld := b.cfg.Firewall.Actions(st.Port, to)
+	flowsOpen, flowsClose := b.cfg.Flows.Actions(st.Port, to)
+	open, closeOld = append(open, flowsOpen...), append(closeOld, flowsClose...)
 	c.Actions = append(c.Actions, open...)
 	c.Actions = append(c.Actions, fmt.Sprintf("ovsdb transact: wait Interface %s options:dst_port=%d, update options:dst_port=%d, next_cfg+1; wait cur_cfg; read back ofport/error", b.cfg.Interface, st.Port, to))
 	c.Actions = append(c.Actions, closeOld...)
@@ -139,6 +153,9 @@ func (b *Backend) Snapshot(ctx context.Context, from, to uint16) (dataplane.Snap
 		if sd.ToRulesPresent, err = b.cfg.Firewall.Present(to); err != nil {
 			return dataplane.Snapshot{}, err
 		}
+	}
+	if sd.ToFlowsPresent, err = b.cfg.Flows.Present(ctx, to); err != nil {
+		return dataplane.Snapshot{}, err
 	}
 	raw, err := json.Marshal(sd)
 	if err != nil {
@@ -170,6 +187,9 @@ func (b *Backend) Prepare(ctx context.Context, s dataplane.Snapshot) error {
 		if err := b.cfg.Firewall.Open(s.ToPort); err != nil {
 			return err
 		}
+	}
+	if b.cfg.Flows != nil {
+		return b.cfg.Flows.Add(ctx, s.ToPort)
 	}
 	return nil
 }
@@ -213,6 +233,11 @@ func (b *Backend) Revert(ctx context.Context, s dataplane.Snapshot) (dataplane.S
 			return st, err
 		}
 	}
+	if b.cfg.Flows != nil {
+		if err := b.cfg.Flows.Remove(ctx, s.ToPort, sd.ToFlowsPresent); err != nil {
+			return st, err
+		}
+	}
 	return st, nil
 }
 
@@ -221,6 +246,11 @@ func (b *Backend) Abort(ctx context.Context, s dataplane.Snapshot) error {
 	sd, err := decode(s)
 	if err != nil {
 		return err
+	}
+	if b.cfg.Flows != nil {
+		if err := b.cfg.Flows.Remove(ctx, s.ToPort, sd.ToFlowsPresent); err != nil {
+			return err
+		}
 	}
 	if b.cfg.Firewall == nil {
 		return nil
@@ -232,6 +262,11 @@ func (b *Backend) Abort(ctx context.Context, s dataplane.Snapshot) error {
 func (b *Backend) Finalize(ctx context.Context, s dataplane.Snapshot) error {
 	if _, err := decode(s); err != nil {
 		return err
+	}
+	if b.cfg.Flows != nil {
+		if err := b.cfg.Flows.Remove(ctx, s.FromPort, nil); err != nil {
+			return err
+		}
 	}
 	if b.cfg.Firewall == nil {
 		return nil
