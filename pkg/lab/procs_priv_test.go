@@ -35,7 +35,7 @@ func buildBinaries(t testing.TB) string {
 		cmd := exec.Command("go", "build", "-o", buildDir+"/", "./agent/cmd/agent", "./coordinator/cmd/coordinator", "./coordinator/cmd/coordctl")
 		cmd.Dir = "../.."
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {
