@@ -203,8 +203,10 @@ func (s *Service) Commit(ctx context.Context, req *agentv1.CommitRequest) (*agen
 	case d < 0:
 		return nil, status.Errorf(codes.InvalidArgument, "deadman_millis %d: negative: give how long to wait for confirm (0: the agent's --deadman %s)", d, s.cfg.Deadman)
 	case d > 0:
+		// Compare in milliseconds first: a huge d would overflow the
+		// Duration and wrap to a tiny (or negative) dead-man.
 		deadman = time.Duration(d) * time.Millisecond
-		if deadman > s.cfg.MaxDeadman {
+		if d > s.cfg.MaxDeadman.Milliseconds() || deadman > s.cfg.MaxDeadman {
 			return nil, status.Errorf(codes.InvalidArgument, "deadman_millis %d: longer than the agent's --max-deadman %s", d, s.cfg.MaxDeadman)
 		}
 	}

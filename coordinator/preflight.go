@@ -38,6 +38,9 @@ type request struct {
 	allowTunnel   bool
 }
 
+// maxStepMillis bounds a request's per-step deadline (timeout_millis).
+const maxStepMillis = int64(time.Hour / time.Millisecond)
+
 // invalid is an InvalidArgument naming field, value and reason.
 func invalid(field string, value any, reason string) error {
 	return status.Errorf(codes.InvalidArgument, "%s %v: %s", field, value, reason)
@@ -60,6 +63,11 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 	}
 	if req.TimeoutMillis < 0 {
 		return r, invalid("timeout_millis", req.TimeoutMillis, "negative: want 0 (default) or a positive number of milliseconds")
+	}
+	if req.TimeoutMillis > maxStepMillis {
+		// Also keeps the Duration (and 3x it for the dead-man) from
+		// overflowing into a negative deadline.
+		return r, invalid("timeout_millis", req.TimeoutMillis, fmt.Sprintf("too long: at most %d (1 h) per step", maxStepMillis))
 	}
 	if req.TimeoutMillis > 0 {
 		r.step = time.Duration(req.TimeoutMillis) * time.Millisecond
