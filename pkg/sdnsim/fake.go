@@ -35,7 +35,11 @@ func (f *Fake) SetPort(p uint16) { f.mu.Lock(); f.Port = p; f.mu.Unlock() }
 func (f *Fake) DropConnection() { f.mu.Lock(); close(f.lost); f.mu.Unlock() }
 
 // DstPort implements Node.
-func (f *Fake) DstPort(context.Context) (uint16, error) { f.mu.Lock(); defer f.mu.Unlock(); return f.Port, nil }
+func (f *Fake) DstPort(context.Context) (uint16, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.Port, nil
+}
 
 // VersionFlows implements Node.
 func (f *Fake) VersionFlows(context.Context) ([]string, error) {

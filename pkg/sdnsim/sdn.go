@@ -73,7 +73,9 @@ type Config struct {
 // HealthError is a failed health check: the SDN exits with it.
 type HealthError struct{ Reason string }
 
-func (e *HealthError) Error() string { return "SDN healthcheck detected unhealthy OVS server: " + e.Reason }
+func (e *HealthError) Error() string {
+	return "SDN healthcheck detected unhealthy OVS server: " + e.Reason
+}
 
 // IsHealth reports whether err is a failed health check.
 func IsHealth(err error) bool {
