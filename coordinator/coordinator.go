@@ -3,8 +3,10 @@
 // drives each operation's plan (prepare → commit at one instant → verify →
 // confirm → finalize, or abort/rollback) by feeding the barrier core
 // (internal/barrier) with the outcome of parallel gRPC calls to the agents.
-// Every transition is journaled in --state-dir so that a restarted
-// coordinator resumes or undoes an interrupted operation.
+// Every transition is journaled (in --state-dir, or in the cluster through
+// WithJournal) so that a restarted coordinator, or a new leader, resumes or
+// undoes an interrupted operation. Cluster integrations act around an
+// operation through Hooks (hooks.go), whose calls are journaled too.
 //
 // It owns no dataplane: it must never touch OVS, iptables or netlink, only
 // ask agents. Decisions (what to send next, when to abort) belong to the
@@ -39,7 +41,35 @@ type options struct {
 	verifier Verifier
 	log      *slog.Logger
 	metrics  *Metrics
+	journal  JournalStore
+	ctx      context.Context
+	hooks    []Hook
 }
+
+// JournalStore keeps operation records: the file journal (Journal) or a
+// cluster one (coordinator/kube's ConfigMaps). Save replaces the record of
+// r.ID whole and must be durable when it returns; Load returns every
+// record, oldest first.
+type JournalStore interface {
+	Save(Record) error
+	Load() ([]Record, error)
+}
+
+var _ JournalStore = (*Journal)(nil)
+
+// WithJournal keeps the journal in j instead of --state-dir (which is then
+// not opened, and not needed).
+func WithJournal(j JournalStore) Option { return func(x *options) { x.journal = j } }
+
+// WithContext derives the coordinator's context (under which operations
+// call agents and hooks) from ctx: when ctx ends, e.g. the leadership's
+// context when the Lease is lost, every call stops at once and operations
+// stay where they are, for the journal's next reader to finish or undo.
+func WithContext(ctx context.Context) Option { return func(x *options) { x.ctx = ctx } }
+
+// WithHook adds a Hook; several may be given, and are called in the order
+// given (Restore in reverse). Names must be unique: they key the journal.
+func WithHook(h Hook) Option { return func(x *options) { x.hooks = append(x.hooks, h) } }
 
 // WithDialOptions sets the options used to dial agents (credentials, a
 // custom dialer for tests). Without it New dials with mTLS from
@@ -65,9 +95,10 @@ type Coordinator struct {
 	cfg      Config
 	inv      Inventory
 	agents   map[string]*agentConn
-	journal  *Journal
+	journal  JournalStore
 	metrics  *Metrics
 	verifier Verifier
+	hooks    []Hook
 	log      *slog.Logger
 
 	ctx    context.Context // operations run under it, not under an RPC's
@@ -81,8 +112,9 @@ type Coordinator struct {
 	seq     int64
 }
 
-// New builds a coordinator over inv. It opens the journal but does not
-// resume anything: call Resume.
+// New builds a coordinator over inv. It opens the journal (the file one in
+// Config.StateDir unless WithJournal is given) but does not resume
+// anything: call Resume.
 func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 	var o options
 	for _, f := range opts {
@@ -101,16 +133,36 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		}
 		o.dial = d
 	}
-	j, err := OpenJournal(cfg.StateDir)
-	if err != nil {
-		return nil, err
+	seen := map[string]bool{}
+	for i, h := range o.hooks {
+		switch {
+		case h == nil:
+			return nil, fmt.Errorf("hook %d: nil", i)
+		case h.Name() == "":
+			return nil, fmt.Errorf("hook %d (%T): empty Name: the journal keys hook calls by name", i, h)
+		case seen[h.Name()]:
+			return nil, fmt.Errorf("hook %d (%T): name %q used by an earlier hook: names key the journal and must be unique", i, h, h.Name())
+		}
+		seen[h.Name()] = true
+	}
+	j := o.journal
+	if j == nil {
+		fj, err := OpenJournal(cfg.StateDir)
+		if err != nil {
+			return nil, err
+		}
+		j = fj
 	}
 	agents, err := dialAgents(inv, o.dial)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Coordinator{cfg: cfg, inv: inv, agents: agents, journal: j, metrics: o.metrics, verifier: o.verifier,
+	parent := o.ctx
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithCancel(parent)
+	return &Coordinator{cfg: cfg, inv: inv, agents: agents, journal: j, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
 		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*operation{}}, nil
 }
 
@@ -168,6 +220,9 @@ type operation struct {
 	stepStart time.Time
 	curStep   barrier.Step
 	applied   map[string]int64 // coordinator clock, by node
+	hookErrs  []error          // this run's hook errors that do not change the outcome
+
+	rollbackAsked bool // the driving goroutine fed RollbackRequested in this run
 }
 
 func newOperation(id, kind string, from, to uint32, nodes []string, step, deadman time.Duration, seq int64) *operation {
@@ -312,9 +367,19 @@ func (c *Coordinator) drive(op *operation, acts []barrier.Action, done chan stru
 		for _, a := range acts {
 			switch a := a.(type) {
 			case barrier.Send:
+				if a.Step == barrier.Finalize && a.Attempt == 1 {
+					// Every agent confirmed: the change is verified good.
+					c.afterSuccess(op, HookAfterConfirm)
+				}
 				c.enterStep(op, a)
 				go c.dispatch(op, a, post)
 			case barrier.Declare:
+				switch a.Outcome {
+				case barrier.Succeeded:
+					c.afterSuccess(op, HookFinalize)
+				case barrier.Aborted, barrier.RolledBack:
+					c.restore(op)
+				}
 				c.declare(op, a)
 			}
 		}
@@ -327,25 +392,47 @@ func (c *Coordinator) drive(op *operation, acts []barrier.Action, done chan stru
 		}
 		select {
 		case ev := <-evCh:
+			if len(c.hooks) > 0 && op.completesPrepare(ev) {
+				// Every agent is prepared and the core would send Commit
+				// now: BeforeCommit runs first, and its failure turns the
+				// barrier into an abort (nothing has flipped).
+				if err := c.beforeCommit(op); err != nil {
+					op.core.Step(barrier.StepFailed{Step: barrier.Prepare, Reason: err.Error()})
+				}
+				if c.ctx.Err() != nil {
+					// Stopping (the Lease lost?) while BeforeCommit ran:
+					// never commit now. The journal says prepared with
+					// BeforeCommit made, so the next run aborts and
+					// calls Restore.
+					c.stopRun(op)
+					return
+				}
+			}
 			acts = op.core.Step(ev)
 		case reason := <-op.rollback:
 			op.emit("rollback", "", "rollback requested: "+reason, false, nil)
+			op.rollbackAsked = true
 			acts = op.core.Step(barrier.RollbackRequested{Reason: reason})
 		case <-c.ctx.Done():
-			// Shutdown: leave the operation where it is. The journal says
-			// where; the next start resumes or undoes it, and the agents'
-			// dead-man timers cover a commit in between.
-			c.mu.Lock()
-			op.emit(string(op.core.Phase()), "", "coordinator stopping: the operation resumes at the next start", true, op.snapshot())
-			op.mu.Lock()
-			op.running = false
-			op.mu.Unlock()
-			if c.current == op {
-				c.current = nil
-			}
-			c.mu.Unlock()
+			c.stopRun(op)
 			return
 		}
+	}
+}
+
+// stopRun ends a run at shutdown (or when the Lease is lost): the
+// operation stays where it is. The journal says where; the next start (or
+// leader) resumes or undoes it, and the agents' dead-man timers cover a
+// commit in between.
+func (c *Coordinator) stopRun(op *operation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	op.emit(string(op.core.Phase()), "", "coordinator stopping: the operation resumes at the next start", true, op.snapshot())
+	op.mu.Lock()
+	op.running = false
+	op.mu.Unlock()
+	if c.current == op {
+		c.current = nil
 	}
 }
 
@@ -412,6 +499,16 @@ func (c *Coordinator) declare(op *operation, d barrier.Declare) {
 	if d.Outcome == barrier.Failed {
 		op.report.Error = fmt.Sprintf("%s; rollback could not reach %v: an operator must check these nodes", d.Reason, d.Unreached)
 	}
+	op.mu.Unlock()
+	if he := op.takeHookErrors(); he != "" {
+		op.mu.Lock()
+		if op.report.Error != "" {
+			op.report.Error += "; "
+		}
+		op.report.Error += he
+		op.mu.Unlock()
+	}
+	op.mu.Lock()
 	op.rec.Step = string(barrier.Done)
 	op.rec.Outcome = d.Outcome.String()
 	op.mu.Unlock()

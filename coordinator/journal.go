@@ -25,10 +25,24 @@ type Record struct {
 	Outcome    string          `json:"outcome"`     // barrier outcome
 	Report     json.RawMessage `json:"report,omitempty"`
 	Seq        int64           `json:"seq"` // start order, for "the last operation"
+	// Hooks are the hook calls made so far: a resumed operation never
+	// repeats a BeforeCommit and knows which hooks to Restore.
+	Hooks []HookMark `json:"hooks,omitempty"`
 }
 
 // Terminal reports whether the operation ended.
 func (r Record) Terminal() bool { return r.Outcome != "" && r.Outcome != "pending" }
+
+// describeJournal names where the journal is, for errors.
+func describeJournal(j JournalStore, cfg Config) string {
+	if s, ok := j.(fmt.Stringer); ok {
+		return s.String()
+	}
+	if _, ok := j.(*Journal); ok {
+		return "--state-dir " + cfg.StateDir
+	}
+	return fmt.Sprintf("journal %T", j)
+}
 
 // Journal keeps one file per operation in dir/operations/<id>.json,
 // replaced atomically: write a temporary file, fsync it, rename it over

@@ -33,6 +33,7 @@ type lab struct {
 	c        *Coordinator
 	client   coordinatorv1.CoordinatorServiceClient
 	verifier Verifier
+	hooks    []Hook
 }
 
 const fromPort = 4789
@@ -46,7 +47,14 @@ func newLab(t *testing.T, n int, services map[string]agentv1.AgentServiceServer)
 // its listener itself (the real agent's Run, say).
 func newLabWith(t *testing.T, n int, services map[string]agentv1.AgentServiceServer, serve func(node string, lis *bufconn.Listener)) *lab {
 	t.Helper()
-	l := &lab{t: t, dir: t.TempDir(), fakes: map[string]*fakeagent.Agent{}, lis: map[string]*bufconn.Listener{}, servers: map[string]*grpc.Server{}}
+	return newLabHooks(t, n, services, serve)
+}
+
+// newLabHooks is newLabWith with hooks given to every coordinator the lab
+// starts (restarts included).
+func newLabHooks(t *testing.T, n int, services map[string]agentv1.AgentServiceServer, serve func(node string, lis *bufconn.Listener), hooks ...Hook) *lab {
+	t.Helper()
+	l := &lab{t: t, dir: t.TempDir(), fakes: map[string]*fakeagent.Agent{}, lis: map[string]*bufconn.Listener{}, servers: map[string]*grpc.Server{}, hooks: hooks}
 	var specs []AgentSpec
 	for i := 1; i <= n; i++ {
 		node := fmt.Sprintf("n%d", i)
@@ -112,6 +120,9 @@ func (l *lab) start() {
 		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if l.verifier != nil {
 		opts = append(opts, WithVerifier(l.verifier))
+	}
+	for _, h := range l.hooks {
+		opts = append(opts, WithHook(h))
 	}
 	c, err := New(l.testConfig(), l.inv, opts...)
 	if err != nil {

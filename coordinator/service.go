@@ -58,7 +58,7 @@ func (c *Coordinator) Plan(ctx context.Context, req *coordinatorv1.CutoverReques
 	if err != nil {
 		return nil, err
 	}
-	return c.runPreflight(ctx, r).resp, nil
+	return c.fullPreflight(ctx, r, "cutover").resp, nil
 }
 
 func refused(pf *preflight) error {
@@ -78,8 +78,12 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	if err != nil {
 		return err
 	}
+	kind := "cutover"
+	if reverts != "" {
+		kind = "rollback"
+	}
 	if req.DryRun {
-		pf := c.runPreflight(ctx, r)
+		pf := c.fullPreflight(ctx, r, kind)
 		if len(pf.problems) > 0 {
 			return refused(pf)
 		}
@@ -98,10 +102,6 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	c.seq++
 	seq := c.seq
 	c.mu.Unlock()
-	kind := "cutover"
-	if reverts != "" {
-		kind = "rollback"
-	}
 	op := newOperation(r.id, kind, 0, r.to, r.nodes, r.step, max(c.cfg.Deadman, 3*r.step), seq)
 	op.report.Kind, op.report.RevertsOperationId = kind, reverts
 	op.core = barrier.New(barrier.Config{Nodes: r.nodes, StepTimeout: r.step, RollbackAttempts: c.cfg.RollbackAttempts})
@@ -110,7 +110,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	}
 	started := time.Now()
 	c.metrics.setPhase("preflight")
-	pf := c.runPreflight(ctx, r)
+	pf := c.fullPreflight(ctx, r, kind)
 	if len(pf.problems) > 0 {
 		c.metrics.setPhase("idle")
 		c.release(op)
@@ -129,7 +129,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	if err := c.save(op); err != nil {
 		c.metrics.setPhase("idle")
 		c.release(op)
-		return status.Errorf(codes.Internal, "cannot journal operation %s in --state-dir %s, nothing was changed: %v", r.id, c.cfg.StateDir, err)
+		return status.Errorf(codes.Internal, "cannot journal operation %s (%s), nothing was changed: %v", r.id, describeJournal(c.journal, c.cfg), err)
 	}
 	op.emit("preflight", "", fmt.Sprintf("preflight passed: %d node(s) on port %d, target %d", len(r.nodes), pf.from, r.to), false, nil)
 	c.launch(op, op.core.Start())
