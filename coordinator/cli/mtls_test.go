@@ -130,13 +130,14 @@ func TestAddCommand(t *testing.T) {
 	saved := extensions
 	t.Cleanup(func() { extensions = saved })
 	AddCommand(func(root *cobra.Command, g *Globals) {
-		root.AddCommand(&cobra.Command{Use: "lab", RunE: func(*cobra.Command, []string) error {
-			_, _ = g.Stdout.Write([]byte("lab " + g.Output + "\n"))
-			return Exitf(ExitProblems, "lab: nothing up")
+		// Not "lab": the real lab group is registered the same way.
+		root.AddCommand(&cobra.Command{Use: "ext", RunE: func(*cobra.Command, []string) error {
+			_, _ = g.Stdout.Write([]byte("ext " + g.Output + "\n"))
+			return Exitf(ExitProblems, "ext: nothing up")
 		}})
 	})
-	code, stdout, stderr := run(t, "lab", "-o", "json")
-	if code != ExitProblems || stdout != "lab json\n" || !strings.Contains(stderr, "lab: nothing up") {
+	code, stdout, stderr := run(t, "ext", "-o", "json")
+	if code != ExitProblems || stdout != "ext json\n" || !strings.Contains(stderr, "ext: nothing up") {
 		t.Errorf("exit %d %q %q", code, stdout, stderr)
 	}
 }
