@@ -21,6 +21,10 @@ type Config struct {
 	TLS           pki.Files
 	Insecure      bool   // no TLS at all: local labs only
 	StateDir      string // journal of operations
+	// Cluster is --kube: the agents are discovered from the Kubernetes
+	// API, the journal is kept in ConfigMaps and one replica leads
+	// (coordinator/kube); --agent, --inventory and --state-dir are not used.
+	Cluster bool
 
 	StepTimeout      time.Duration // per-step deadline; a request's timeout_millis overrides it
 	Deadman          time.Duration // agent's dead-man timer after commit
@@ -71,7 +75,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLS.Cert, "tls-cert", c.TLS.Cert, "the coordinator's certificate (role coordinator)")
 	fs.StringVar(&c.TLS.Key, "tls-key", c.TLS.Key, "the coordinator's private key")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "no TLS on either side: LOCAL LABS ONLY, anyone who can reach the port can change the overlay")
-	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory of the operation journal")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory of the operation journal (not used with --kube)")
+	fs.BoolVar(&c.Cluster, "kube", c.Cluster, "run in a Kubernetes cluster: discover agents from the API, journal in ConfigMaps, leader election on a Lease (see the --lease-*, --agent-* and --cni flags)")
 	fs.DurationVar(&c.StepTimeout, "step-timeout", c.StepTimeout, "deadline of each step on each agent")
 	fs.DurationVar(&c.Deadman, "deadman", c.Deadman, "how long a committed agent waits for confirm before reverting by itself")
 	fs.DurationVar(&c.CommitLeadMin, "commit-lead-min", c.CommitLeadMin, "minimum time between sending Commit and the commit instant")
@@ -92,15 +97,18 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--metrics-listen %q: want host:port: %w", c.MetricsListen, err))
 		}
 	}
-	if len(c.Agents) == 0 && c.InventoryFile == "" {
-		errs = append(errs, errors.New("--agent / --inventory: no agents given: name at least one agent (--agent node=host:port) or an inventory file"))
+	switch {
+	case c.Cluster && (len(c.Agents) > 0 || c.InventoryFile != ""):
+		errs = append(errs, fmt.Errorf("--agent %q / --inventory %q: not used with --kube, where the agents are discovered from the cluster: drop them, or drop --kube", c.Agents, c.InventoryFile))
+	case !c.Cluster && len(c.Agents) == 0 && c.InventoryFile == "":
+		errs = append(errs, errors.New("--agent / --inventory: no agents given: name at least one agent (--agent node=host:port) or an inventory file, or run in a cluster with --kube"))
 	}
 	if !c.Insecure {
 		if err := c.TLS.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("%w (or --insecure for a local lab)", err))
 		}
 	}
-	if c.StateDir == "" {
+	if c.StateDir == "" && !c.Cluster {
 		errs = append(errs, errors.New("--state-dir: empty: the journal needs a directory"))
 	}
 	if c.StepTimeout <= 0 {

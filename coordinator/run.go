@@ -8,17 +8,20 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/cutover-dev/cutover/pkg/pki"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 )
 
 const insecureWarning = "INSECURE MODE: no TLS to agents or from coordctl; anyone who can reach these ports can change the overlay. Use only in a local lab."
@@ -63,6 +66,10 @@ func (c *Coordinator) Register(s *grpc.Server) *health.Server {
 // MetricsHandler serves /healthz (alive), /readyz (ready: the API serves
 // and the journal was resumed) and /metrics.
 func (c *Coordinator) MetricsHandler(ready func() error) http.Handler {
+	return metricsHandler(c.metrics, ready)
+}
+
+func metricsHandler(m *Metrics, ready func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -72,15 +79,18 @@ func (c *Coordinator) MetricsHandler(ready func() error) http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(c.metrics.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	return mux
 }
 
-// Run validates cfg, builds the coordinator, resumes the journal and
-// serves until ctx ends.
+// Run validates cfg, builds the coordinator over the static inventory,
+// resumes the journal and serves until ctx ends.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	if cfg.Cluster {
+		return errors.New("--kube: cluster mode is run by the coordinator command (coordinator/cmd/coordinator), not by coordinator.Run")
 	}
 	if cfg.Insecure {
 		log.Warn(insecureWarning)
@@ -89,22 +99,74 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	m := NewMetrics()
+	c, err := New(cfg, inv, WithLogger(log), WithMetrics(m))
+	if err != nil {
+		return err
+	}
+	s, err := Listen(cfg, m, log)
+	if err != nil {
+		c.Close()
+		return err
+	}
+	s.Start()
+	defer s.Stop()
+	log.Info("coordinator serving", "listen", cfg.Listen, "agents", len(inv.Agents), "state_dir", cfg.StateDir, "insecure", cfg.Insecure)
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var serveErr error
+	go func() {
+		select {
+		case serveErr = <-s.Err():
+			cancel()
+		case <-lctx.Done():
+		}
+	}()
+	s.Lead(lctx, c)
+	cancel()
+	return serveErr
+}
+
+// Server is one coordinator process's endpoints: the API on every
+// --listen address, and /healthz /readyz /metrics. The Coordinator behind
+// the API changes with leadership: in cluster mode a standby has none,
+// refuses every API call with UNAVAILABLE naming the leader and is not
+// ready, so that the coordinator Service routes coordctl to the leader.
+type Server struct {
+	coordinatorv1.UnimplementedCoordinatorServiceServer
+
+	cfg       Config
+	log       *slog.Logger
+	metrics   *Metrics
+	grpc      *grpc.Server
+	health    *health.Server
+	listeners []net.Listener
+	http      *http.Server
+	metricsL  net.Listener
+	errc      chan error
+
+	mu      sync.Mutex
+	c       *Coordinator // nil: standby (or not started)
+	resumed bool
+	self    string
+	leader  func() string // the leader's identity, for a standby's errors
+}
+
+// Listen binds every --listen address and --metrics-listen, with the
+// API's credentials from cfg; m is served on /metrics (give the same m to
+// every Coordinator served, WithMetrics).
+func Listen(cfg Config, m *Metrics, log *slog.Logger) (*Server, error) {
 	sopts, err := serverOptions(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	c, err := New(cfg, inv, WithLogger(log))
-	if err != nil {
-		return err
-	}
-	defer c.Close()
 	addrs, err := cfg.listenAddrs()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var listeners []net.Listener
+	s := &Server{cfg: cfg, log: log, metrics: m, errc: make(chan error, len(addrs)+1)}
 	closeAll := func() {
-		for _, l := range listeners {
+		for _, l := range s.listeners {
 			_ = l.Close()
 		}
 	}
@@ -119,58 +181,182 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		l, err := net.Listen(a.network, a.addr)
 		if err != nil {
 			closeAll()
-			return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
+			return nil, fmt.Errorf("--listen %s: %w", cfg.Listen, err)
 		}
 		if a.network == "unix" {
 			_ = os.Chmod(a.addr, 0o600) // coordctl runs as root next to it
 		}
-		listeners = append(listeners, l)
+		s.listeners = append(s.listeners, l)
 	}
-	lis := listeners[0]
-	srv := grpc.NewServer(sopts...)
-	c.Register(srv)
-	resumed := make(chan struct{})
-	readyErr := func() error {
-		select {
-		case <-resumed:
-			return nil
-		default:
-			return errors.New("journal: resuming interrupted operations")
-		}
-	}
-	var hsrv *http.Server
 	if cfg.MetricsListen != "" {
-		ml, err := net.Listen("tcp", cfg.MetricsListen)
+		s.metricsL, err = net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {
 			closeAll()
-			return fmt.Errorf("--metrics-listen %s: %w", cfg.MetricsListen, err)
+			return nil, fmt.Errorf("--metrics-listen %s: %w", cfg.MetricsListen, err)
 		}
-		hsrv = &http.Server{Handler: c.MetricsHandler(readyErr), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = hsrv.Serve(ml) }()
+		s.http = &http.Server{Handler: metricsHandler(m, s.ready), ReadHeaderTimeout: 5 * time.Second}
 	}
-	errc := make(chan error, len(listeners))
-	for _, l := range listeners[1:] {
-		go func() { errc <- srv.Serve(l) }()
+	s.grpc = grpc.NewServer(sopts...)
+	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, s)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	reflection.Register(s.grpc)
+	return s, nil
+}
+
+// Addrs returns the bound API addresses, then the metrics address if any.
+func (s *Server) Addrs() []net.Addr {
+	var out []net.Addr
+	for _, l := range s.listeners {
+		out = append(out, l.Addr())
 	}
-	go func() { errc <- srv.Serve(lis) }()
-	log.Info("coordinator serving", "listen", cfg.Listen, "agents", len(inv.Agents), "state_dir", cfg.StateDir, "insecure", cfg.Insecure)
+	if s.metricsL != nil {
+		out = append(out, s.metricsL.Addr())
+	}
+	return out
+}
+
+// Start serves in the background; Err reports a listener that failed.
+func (s *Server) Start() {
+	for _, l := range s.listeners {
+		go func() { s.errc <- s.grpc.Serve(l) }()
+	}
+	if s.http != nil {
+		go func() { _ = s.http.Serve(s.metricsL) }()
+	}
+}
+
+// Err delivers the error of a listener that stopped serving.
+func (s *Server) Err() <-chan error { return s.errc }
+
+// Stop stops serving at once (not gracefully: a Cutover stream lasts as
+// long as its operation, which stops with its Coordinator and resumes
+// from the journal).
+func (s *Server) Stop() {
+	s.grpc.Stop()
+	if s.http != nil {
+		_ = s.http.Close()
+	}
+}
+
+// SetStandby names this instance and tells a standby how to find the
+// leader, for its refusals and its /readyz.
+func (s *Server) SetStandby(self string, leader func() string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.self, s.leader = self, leader
+}
+
+// Lead serves c until ctx ends: it resumes c's journal (ready once done),
+// then, when ctx ends, detaches c (back to standby) and closes it. Every
+// agent call of c stops with ctx when c was built WithContext(ctx).
+func (s *Server) Lead(ctx context.Context, c *Coordinator) {
+	s.mu.Lock()
+	s.c, s.resumed = c, false
+	s.mu.Unlock()
+	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	resumed := make(chan struct{})
 	go func() {
+		defer close(resumed)
 		if err := c.Resume(ctx); err != nil {
-			log.Error("journal resume", "err", err)
+			s.log.Error("journal resume", "err", err)
 		}
-		close(resumed)
+		s.mu.Lock()
+		if s.c == c {
+			s.resumed = true
+		}
+		s.mu.Unlock()
 	}()
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	// Stop, not GracefulStop: a Cutover stream lasts as long as its
-	// operation; the operation itself stops at Close and resumes from the
-	// journal at the next start.
+	<-ctx.Done()
+	s.mu.Lock()
+	s.c, s.resumed = nil, false
+	s.mu.Unlock()
+	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	c.cancel()
-	srv.Stop()
-	if hsrv != nil {
-		_ = hsrv.Close()
+	<-resumed
+	c.Close()
+}
+
+// ready is /readyz: leading and the journal resumed.
+func (s *Server) ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.c == nil:
+		return errors.New(s.standbyLocked())
+	case !s.resumed:
+		return errors.New("journal: resuming interrupted operations")
 	}
-	return err
+	return nil
+}
+
+func (s *Server) standbyLocked() string {
+	if s.leader == nil {
+		return "the coordinator is not serving yet"
+	}
+	who := s.self
+	if who == "" {
+		who = "this coordinator"
+	}
+	l := s.leader()
+	if l == "" || l == s.self {
+		return fmt.Sprintf("%s is a standby and no leader is known yet (leader election in progress): retry in a few seconds", who)
+	}
+	return fmt.Sprintf("%s is a standby; the leader is %s: reach it through the coordinator Service (only the leader is ready)", who, l)
+}
+
+// active returns the Coordinator serving the API, or UNAVAILABLE.
+func (s *Server) active() (*Coordinator, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c == nil {
+		return nil, status.Error(codes.Unavailable, s.standbyLocked())
+	}
+	return s.c, nil
+}
+
+// ListAgents implements CoordinatorService.
+func (s *Server) ListAgents(ctx context.Context, r *coordinatorv1.ListAgentsRequest) (*coordinatorv1.ListAgentsResponse, error) {
+	c, err := s.active()
+	if err != nil {
+		return nil, err
+	}
+	return c.ListAgents(ctx, r)
+}
+
+// Plan implements CoordinatorService.
+func (s *Server) Plan(ctx context.Context, r *coordinatorv1.CutoverRequest) (*coordinatorv1.PlanResponse, error) {
+	c, err := s.active()
+	if err != nil {
+		return nil, err
+	}
+	return c.Plan(ctx, r)
+}
+
+// Cutover implements CoordinatorService.
+func (s *Server) Cutover(r *coordinatorv1.CutoverRequest, st grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
+	c, err := s.active()
+	if err != nil {
+		return err
+	}
+	return c.Cutover(r, st)
+}
+
+// Status implements CoordinatorService.
+func (s *Server) Status(ctx context.Context, r *coordinatorv1.StatusRequest) (*coordinatorv1.Report, error) {
+	c, err := s.active()
+	if err != nil {
+		return nil, err
+	}
+	return c.Status(ctx, r)
+}
+
+// Rollback implements CoordinatorService.
+func (s *Server) Rollback(r *coordinatorv1.RollbackRequest, st grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
+	c, err := s.active()
+	if err != nil {
+		return err
+	}
+	return c.Rollback(r, st)
 }

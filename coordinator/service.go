@@ -298,6 +298,9 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 			op.core = c.doneCore(rec)
 			continue
 		}
+		if c.ctx.Err() != nil {
+			break // stopping (the Lease lost?): the next run takes it
+		}
 		point := barrier.ResumeAbort
 		if rec.CommitSent {
 			point = c.resumePoint(ctx, op)

@@ -592,14 +592,18 @@ func (e *env) testSession(t *testing.T) {
 		for _, a := range s.Inventory.Agents {
 			sawNodes = append(sawNodes, a.Node)
 		}
-		probs = s.Preflight(lctx, 8472, []string{"worker-2"})
-		if err := s.Finalize(lctx, 8472, 4999); err != nil {
+		op := coordinator.OpInfo{ID: "op-s", Kind: "cutover", FromPort: 8472, ToPort: 4999, Nodes: []string{"worker-2"}}
+		probs = s.Preflight(lctx, op)
+		if err := s.BeforeCommit(lctx, op); err != nil {
 			return err
 		}
 		if p, _ := s.Source.Port(lctx); p != 4999 {
-			t.Errorf("after Finalize: %d", p)
+			t.Errorf("after BeforeCommit: %d", p)
 		}
-		if err := s.Undo(lctx, 8472, 4999); err != nil {
+		if err := s.Finalize(lctx, op); err != nil {
+			t.Errorf("Finalize: %v", err)
+		}
+		if err := s.Restore(lctx, op); err != nil {
 			return err
 		}
 		return s.Journal.Save(rec("op-s", 1, "done", "succeeded"))
@@ -615,7 +619,7 @@ func (e *env) testSession(t *testing.T) {
 		t.Errorf("preflight %q", probs)
 	}
 	if p, _ := NewFlannel(e.admin, "kube-flannel").Port(ctx); p != 8472 {
-		t.Errorf("flannel after Undo: %d", p)
+		t.Errorf("flannel after Restore: %d", p)
 	}
 	l, err := e.admin.CoordinationV1().Leases(ns).Get(ctx, "session-test", metav1.GetOptions{})
 	if err != nil || (l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "") {

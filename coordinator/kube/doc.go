@@ -5,12 +5,13 @@
 // operation journal in ConfigMaps (optimistic concurrency on
 // resourceVersion, so a new leader resumes an interrupted operation and a
 // deposed one cannot overwrite it), records Kubernetes Events for operation
-// milestones, and updates the CNI's source of truth (flannel's
-// kube-flannel-cfg Backend.Port, Calico's FelixConfiguration vxlanPort) at
-// finalize.
+// milestones, and keeps the CNI's source of truth (flannel's
+// kube-flannel-cfg Backend.Port, Calico's FelixConfiguration vxlanPort) in
+// step with the dataplane: moved right before the commit, put back if the
+// operation is undone (Session implements coordinator.Hook).
 //
 // It owns only Kubernetes API objects. It must never talk to agents or
 // touch a node's dataplane: operations are run by package coordinator,
 // which this package feeds through small adapters (Inventory, the journal's
-// Save/Load, preflight problems, a finalize hook).
+// Save/Load, and Session as a coordinator.Hook).
 package kube

@@ -21,7 +21,7 @@ type Config struct {
 	Discovery        DiscoveryConfig
 	Leader           LeaderConfig
 	Journal          JournalConfig
-	CNI              string // "", "flannel" or "calico": the source of truth updated at finalize
+	CNI              string // "", "flannel" or "calico": the source of truth kept in step (Session.BeforeCommit)
 	FlannelNamespace string
 }
 
@@ -49,7 +49,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Leader.Identity, "identity", c.Leader.Identity, "this coordinator's identity in the Lease (default $POD_NAME)")
 	fs.StringVar(&c.Journal.Name, "journal-name", c.Journal.Name, "prefix of the journal's ConfigMaps")
 	fs.IntVar(&c.Journal.Keep, "journal-keep", c.Journal.Keep, "finished operations kept in the journal")
-	fs.StringVar(&c.CNI, "cni", c.CNI, `CNI source of truth updated at finalize: "flannel", "calico" or empty for none`)
+	fs.StringVar(&c.CNI, "cni", c.CNI, `CNI source of truth moved to the new port right before the commit (and put back if the operation is undone): "flannel", "calico" or empty for none`)
 	fs.StringVar(&c.FlannelNamespace, "flannel-namespace", c.FlannelNamespace, "namespace of kube-flannel-cfg (kube-flannel, or kube-system on older installs)")
 }
 
@@ -120,40 +120,75 @@ func NewSession(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interf
 	return s, nil
 }
 
-// Preflight returns the cluster's objections to an operation moving
-// nodes off port from: targeted nodes without a ready agent (by name),
-// agents that appeared or moved since the session began, and a source of
-// truth that disagrees with the agents. It is the body of the preflight
-// seam the coordinator runtime calls.
-func (s *Session) Preflight(ctx context.Context, from uint32, nodes []string) []string {
-	probs, err := s.discovery.Preflight(ctx, s.Inventory, nodes)
+var _ coordinator.Hook = (*Session)(nil)
+
+// Name implements coordinator.Hook; it keys the journal's hook calls.
+func (s *Session) Name() string { return "cluster" }
+
+// Preflight implements coordinator.Hook: the cluster's objections to an
+// operation moving op.Nodes off op.FromPort: targeted nodes without a
+// ready agent (by name), agents that appeared or moved since the session
+// began, and a source of truth that disagrees with the agents.
+func (s *Session) Preflight(ctx context.Context, op coordinator.OpInfo) []string {
+	probs, err := s.discovery.Preflight(ctx, s.Inventory, op.Nodes)
 	if err != nil {
 		probs = append(probs, err.Error())
 	}
 	if s.Source != nil {
-		if _, err := CheckSourceOfTruth(ctx, s.Source, uint16(from)); err != nil {
+		if _, err := CheckSourceOfTruth(ctx, s.Source, uint16(op.FromPort)); err != nil {
 			probs = append(probs, err.Error())
 		}
 	}
 	return probs
 }
 
-// Finalize points the CNI's source of truth at the new port, after every
-// agent finalized. Without --cni it does nothing.
-func (s *Session) Finalize(ctx context.Context, from, to uint32) error {
+// BeforeCommit implements coordinator.Hook: it points the CNI's source of
+// truth at the new port once every agent is prepared, right before the
+// commit instant. Why there and not at finalize:
+//
+//   - Calico: Felix reconciles the VXLAN device from FelixConfiguration
+//     vxlanPort within seconds, so a source of truth still naming the old
+//     port after the flip would make Felix move every node back. Written
+//     just before the commit, the worst Felix can do is flip a node a few
+//     milliseconds early, and every node already has the new port open
+//     (I2 holds: BeforeCommit runs after the prepare barrier).
+//   - flannel: flanneld reads net-conf.json only when it starts, so either
+//     point would do; before commit keeps the window in which the
+//     ConfigMap and the dataplane disagree to the commit lead on the
+//     success path, where at finalize a flanneld restarting during verify
+//     and confirm would rebuild its device on the old port.
+//
+// Restore puts the old port back if the operation then aborts or rolls
+// back.
+func (s *Session) BeforeCommit(ctx context.Context, op coordinator.OpInfo) error {
 	if s.Source == nil {
 		return nil
 	}
-	return s.Source.Update(ctx, uint16(to))
+	return s.Source.Update(ctx, uint16(op.ToPort))
 }
 
-// Undo puts the old port back in the source of truth when a finalized
-// operation is rolled back.
-func (s *Session) Undo(ctx context.Context, from, to uint32) error {
+// AfterConfirm implements coordinator.Hook: nothing to do.
+func (s *Session) AfterConfirm(context.Context, coordinator.OpInfo) error { return nil }
+
+// Finalize implements coordinator.Hook: the source of truth was updated
+// before the commit; it must still say the new port (someone, or a CNI
+// operator, may have written it since).
+func (s *Session) Finalize(ctx context.Context, op coordinator.OpInfo) error {
 	if s.Source == nil {
 		return nil
 	}
-	return s.Source.Restore(ctx, uint16(from))
+	_, err := CheckSourceOfTruth(ctx, s.Source, uint16(op.ToPort))
+	return err
+}
+
+// Restore implements coordinator.Hook: the operation ended aborted or
+// rolled back after BeforeCommit, so the source of truth goes back to the
+// old port.
+func (s *Session) Restore(ctx context.Context, op coordinator.OpInfo) error {
+	if s.Source == nil {
+		return nil
+	}
+	return s.Source.Restore(ctx, uint16(op.FromPort))
 }
 
 // Close flushes the session's Events.

@@ -30,10 +30,10 @@ type SourceOfTruth interface {
 	// Port is the port it configures now (the CNI's default when unset).
 	// Preflight compares it with the agents' read-back.
 	Port(ctx context.Context) (uint16, error)
-	// Update sets the new port at finalize.
+	// Update sets the new port (right before the commit).
 	Update(ctx context.Context, port uint16) error
-	// Restore sets the old port back when a finalized operation is rolled
-	// back.
+	// Restore sets the old port back when an operation that updated it
+	// is aborted or rolled back.
 	Restore(ctx context.Context, port uint16) error
 }
 
