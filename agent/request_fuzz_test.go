@@ -52,8 +52,9 @@ func checkValidation(t *testing.T, what string, err error) {
 	case codes.Unavailable: // passed validation, stopped at the backend
 	case codes.InvalidArgument:
 		msg := status.Convert(err).Message()
-		if !strings.ContainsAny(msg, ":") || !(strings.Contains(msg, "operation_id") || strings.Contains(msg, "port") ||
-			strings.Contains(msg, "at_unix_nano") || strings.Contains(msg, "deadman")) {
+		named := strings.Contains(msg, "operation_id") || strings.Contains(msg, "port") ||
+			strings.Contains(msg, "at_unix_nano") || strings.Contains(msg, "deadman")
+		if !strings.Contains(msg, ":") || !named {
 			t.Fatalf("%s: InvalidArgument does not name the field: %q", what, msg)
 		}
 	default:

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,7 +66,7 @@ func bins(t *testing.T) string {
 		cmd := exec.Command("go", "build", "-o", binDir+"/", "./agent/cmd/agent", "./coordinator/cmd/coordinator", "./coordinator/cmd/coordctl")
 		cmd.Dir = "../../.."
 		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+			binErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	if binErr != nil {
@@ -83,6 +82,47 @@ type env struct {
 	bin  string
 	ctx  context.Context
 	base snapshot // before any operation
+
+	mu      sync.Mutex
+	lastBad time.Time // last port sample that found the nodes disagreeing
+	sampled bool
+}
+
+// sample reads every node's port from OVS every ~50 ms from now until
+// the test ends and remembers the last instant they disagreed, so the
+// time to consistency is measured, not guessed from when a test looked.
+func (e *env) sample() {
+	e.mu.Lock()
+	if e.sampled {
+		e.mu.Unlock()
+		return
+	}
+	e.sampled = true
+	e.mu.Unlock()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	e.t.Cleanup(func() { close(stop); <-done })
+	go func() {
+		defer close(done)
+		for {
+			seen := map[int]bool{}
+			for _, n := range nodes {
+				if p, err := e.l.Port(e.ctx, n); err == nil {
+					seen[p] = true
+				}
+			}
+			if len(seen) > 1 {
+				e.mu.Lock()
+				e.lastBad = time.Now()
+				e.mu.Unlock()
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
 }
 
 // newEnv brings up a 3-node OVS lab with the real processes and short
@@ -185,11 +225,11 @@ func (e *env) coordctl(args ...string) result {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var all, stdout bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(&all, &stdout), &all
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err = cmd.Run()
-	r := result{out: all.String(), stdout: stdout.String(), took: time.Since(start)}
+	r := result{out: stdout.String() + stderr.String(), stdout: stdout.String(), took: time.Since(start)}
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -226,6 +266,7 @@ func (e *env) coordctlBG(args ...string) (wait func() result) {
 		}
 		done <- r
 	}()
+	e.sample()
 	var once sync.Once
 	var r result
 	return func() result {
@@ -399,7 +440,10 @@ func waitUntil(timeout time.Duration, cond func() bool) bool {
 
 // consistent waits until every reachable node reads back the same port
 // from OVS, that port being want (0: any), and returns it with the time
-// that took from since. It fails the test after consistentIn.
+// to consistency from since (measured by the sampler when it runs). It
+// fails the test after consistentIn. Call it once the fault has played
+// out (operation ended, agents settled): before, nodes may agree only
+// because nothing has flipped yet.
 func (e *env) consistent(since time.Time, want int) (int, time.Duration) {
 	e.t.Helper()
 	var last map[string]int
@@ -425,6 +469,20 @@ func (e *env) consistent(since time.Time, want int) (int, time.Duration) {
 	took := time.Since(since)
 	if !ok {
 		e.t.Fatalf("ports not consistent (want %d) within %s: %v", want, consistentIn, last)
+	}
+	// With the sampler running, the time to consistency is from the fault
+	// to just after the last sample that saw the nodes disagree (0: they
+	// never did), however late the test looked.
+	e.mu.Lock()
+	if e.sampled {
+		took = 0
+		if e.lastBad.After(since) {
+			took = e.lastBad.Sub(since) + 50*time.Millisecond
+		}
+	}
+	e.mu.Unlock()
+	if took > consistentIn {
+		e.t.Errorf("nodes disagreed until %s after the fault, more than %s", took, consistentIn)
 	}
 	for _, p := range last {
 		return p, took

@@ -3,6 +3,7 @@ package faults_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,10 +37,10 @@ func TestPartitionBeforeCommit(t *testing.T) {
 	if err := lab.Thaw(n3); err != nil {
 		t.Fatal(err)
 	}
-	port, took := e.consistent(t0, fromPort)
 	e.waitPhase("n1", "ABORTED", prepareTimeout+2*time.Second)
 	r := wait()
 	t.Logf("coordctl exit %d:\n%s", r.code, r.out)
+	port, took := e.consistent(t0, fromPort)
 	e.heal("n1")
 	e.assertClean(port)
 	out := e.assertAgree(port)
@@ -74,10 +75,10 @@ func TestPartitionAfterCommit(t *testing.T) {
 	}
 	t.Cleanup(func() { e.heal("n1") })
 	t0 := time.Now()
-	port, took := e.consistent(t0, fromPort)
 	e.waitPhase("n1", "REVERTED", deadman+3*time.Second)
 	r := wait()
 	t.Logf("coordctl exit %d:\n%s", r.code, r.out)
+	port, took := e.consistent(t0, fromPort)
 	e.heal("n1")
 	e.assertClean(port)
 	out := e.assertAgree(port)
@@ -169,8 +170,10 @@ func TestStateDirUnwritable(t *testing.T) {
 }
 
 // assertUnchanged checks OVS ports, iptables, flows, every agent state
-// file and every journal file are byte for byte what they were.
-func (e *env) assertUnchanged(before snapshot) {
+// file and every journal file are byte for byte what they were; running
+// names journal files of an operation that is in progress meanwhile (its
+// own record moves on, but no file may appear or disappear).
+func (e *env) assertUnchanged(before snapshot, running ...string) {
 	e.t.Helper()
 	now := e.snap()
 	for _, n := range nodes {
@@ -191,7 +194,7 @@ func (e *env) assertUnchanged(before snapshot) {
 		e.t.Errorf("journal files %d, were %d", len(now.Journal), len(before.Journal))
 	}
 	for k, v := range before.Journal {
-		if now.Journal[k] != v {
+		if now.Journal[k] != v && !slices.Contains(running, k) {
 			e.t.Errorf("journal %s changed", k)
 		}
 	}
@@ -201,10 +204,16 @@ func (e *env) assertUnchanged(before snapshot) {
 // (held at its prepare barrier by a frozen n3). Expected: both REFUSED,
 // naming the running operation; the running one then finishes normally.
 func TestSecondOperationRefused(t *testing.T) {
-	e := newEnv(t, "two")
+	// Long steps: the first operation must stay in flight (held at its
+	// prepare barrier) for everything below, even on a loaded machine.
+	e := newEnv(t, "two", func(c *lab.Config) {
+		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "-step-timeout", "6s", "-deadman", "15s")
+	})
 	wait := e.coordctlBG("cutover", "--port", "4889")
 	n3 := e.holdPrepare("n3")
-	e.waitPhase("n1", "PREPARED", 5*time.Second)
+	// The coordinator resets the probe counters before Prepare and waits a
+	// step for the frozen n3 there first.
+	e.waitPhase("n1", "PREPARED", 9*time.Second)
 	running := e.journal().ID
 
 	r1 := e.coordctl("cutover", "--port", "4999")
@@ -256,7 +265,7 @@ func TestSecondOperationRefused(t *testing.T) {
 	e.fact("second cutover (same coordinator)", "prepare of the first", "refused naming the running op", "exit "+itoa(r1.code)+": refused, names it", 0)
 	e.fact("second coordinator, own journal", "prepare of the first", "refused by the agents' preflight naming the running op", "exit "+itoa(r2.code)+": refused", 0)
 	e.fact("second coordinator, same journal", "prepare of the first", "refuses to start", sameJournal, 0)
-	e.fact("(the first operation, n3 held past its prepare deadline)", "after the above", "abort", out+", exit "+itoa(r.code), took)
+	e.fact("(the first operation)", "after the above", "finishes (unless the second coordinator on its journal interfered)", out+", exit "+itoa(r.code), took)
 }
 
 func tail(s string, n int) string {

@@ -23,6 +23,7 @@ import (
 	"github.com/cutover-dev/cutover/pkg/netns"
 	"github.com/cutover-dev/cutover/pkg/pki"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
 // hubDial dials addr from the lab's hub namespace (where every management
@@ -127,9 +128,9 @@ func TestTLSRejectedAndCounted(t *testing.T) {
 		reason string // counter label that must go up; "" = not counted
 	}{
 		{"no client certificate", credentials.NewTLS(noCert), pki.ReasonNoCertificate},
-		{"certificate from another CA", clientCreds(t, pki.CoordinatorFiles(other)), pki.ReasonUnknownCA},
+		{"certificate from another CA", clientCreds(t, pki.Files{CA: lab3.CA, Cert: pki.CoordinatorFiles(other).Cert, Key: pki.CoordinatorFiles(other).Key}), pki.ReasonUnknownCA},
 		{"expired certificate (our CA)", clientCreds(t, pki.Files{CA: lab3.CA, Cert: pki.CoordinatorFiles(expired).Cert, Key: pki.CoordinatorFiles(expired).Key}), pki.ReasonExpired},
-		{"agent certificate presented as a client", clientCreds(t, pki.AgentFiles(dir, "n2")), ""},
+		{"agent certificate presented as a client", clientCreds(t, pki.AgentFiles(dir, "n2")), pki.ReasonWrongRole},
 		{"admin (coordctl) certificate presented to an agent", clientCreds(t, pki.AdminFiles(dir)), pki.ReasonWrongRole},
 		{"plaintext to the TLS port", insecure.NewCredentials(), ""},
 	}
@@ -169,24 +170,28 @@ func TestTLSRejectedAndCounted(t *testing.T) {
 	if _, err := e.l.StartAgent(e.ctx, "n1", "--tls-cert", lab3.Cert, "--tls-key", lab3.Key); err != nil {
 		t.Fatal(err)
 	}
-	r := e.coordctl("agents")
-	t.Logf("coordctl agents with n1 serving the coordinator's certificate: exit %d\n%s", r.code, r.out)
-	if !regexp.MustCompile(`n1.*(role|rejected)`).MatchString(r.out) {
-		t.Errorf("coordctl agents does not show n1 refused for its role:\n%s", r.out)
+	r := e.coordctl("agents", "-o", "json")
+	t.Logf("coordctl agents with n1 serving the coordinator's certificate: exit %d (%d bytes)\n%s", r.code, len(r.out), r.out)
+	if !regexp.MustCompile(`(?s)"n1".*?"error":[^\n]*(role|rejected)`).MatchString(r.stdout) {
+		t.Errorf("coordctl agents does not show n1 refused for its role")
 	}
-	e.fact("TLS: agent serving a coordinator certificate", "coordinator dials n1", "coordinator refuses (role)", "refused: wrong role shown by coordctl agents; not counted (no coordinator TLS metric)", 0)
+	e.fact("TLS: agent serving a coordinator certificate", "coordinator dials n1", "coordinator refuses (role)", "refused (wrong role, shown by coordctl agents); not counted: the coordinator has no TLS rejection metric", 0)
 
-	// And coordctl without a certificate at the coordinator.
-	cmd, err := e.l.Command(e.ctx, "hub", filepath.Join(e.bin, "coordctl"), "--coordinator", e.l.CoordinatorAddr(), "--tls-ca", lab3.CA, "agents")
+	// A client without a certificate at the coordinator's API.
+	conn, err := grpc.NewClient("passthrough:///"+e.l.CoordinatorAddr(), grpc.WithTransportCredentials(credentials.NewTLS(noCert)),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return e.hubDial(ctx, a) }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.CombinedOutput()
-	if err == nil {
-		t.Errorf("coordctl without a client certificate was served:\n%s", out)
+	defer func() { _ = conn.Close() }()
+	ctx, cancel := context.WithTimeout(e.ctx, 3*time.Second)
+	defer cancel()
+	if _, err := coordinatorv1.NewCoordinatorServiceClient(conn).ListAgents(ctx, &coordinatorv1.ListAgentsRequest{}); err == nil {
+		t.Error("the coordinator served a client without a certificate")
 	} else {
-		t.Logf("coordctl without a client certificate: %v\n%s", err, out)
+		t.Logf("coordinator, no client certificate: refused: %v", err)
 	}
+	e.fact("TLS: no client certificate at the coordinator", "ListAgents", "refused", "refused; not counted (no coordinator TLS metric)", 0)
 }
 
 func orNone(s string) string {
