@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: help build kube-tools test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab
+.PHONY: help build kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -28,6 +28,11 @@ LAB_PKGS := ./pkg/lab/...
 test: lint build kube-tools ## the full suite: lint, unit tier, privileged tier when root (CI is root), Kubernetes tier, lab end to end
 	$(GO) test -race -count=1 -timeout 40m $$($(GO) list $(PKGS) | grep -v '/pkg/lab')
 	$(GO) test -race -count=1 -p 1 -timeout 40m $(LAB_PKGS)
+	hack/fuzz-smoke.sh $(FUZZ_SECONDS)
+
+FUZZ_SECONDS ?= 3
+fuzz-smoke: ## run every Fuzz* target briefly (FUZZ_SECONDS each) beyond its seed corpus
+	hack/fuzz-smoke.sh $(FUZZ_SECONDS)
 
 test-unit: ## unit tier only (no root needed)
 	$(GO) test -race -count=1 -short $(PKGS)
