@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cutover-dev/cutover/coordinator"
+	"github.com/cutover-dev/cutover/coordinator/kube"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// runCluster is --kube: in-cluster credentials (or --kubeconfig), then a
+// cluster process until ctx ends or the Lease is lost.
+func runCluster(ctx context.Context, cfg coordinator.Config, kcfg kube.Config, kubeconfig string, log *slog.Logger) error {
+	var rc *rest.Config
+	var err error
+	if kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("--kube: Kubernetes client config (in-cluster, or --kubeconfig %q): %w", kubeconfig, err)
+	}
+	p, err := newCluster(cfg, kcfg, rc, log)
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
+}
+
+// cluster is one coordinator replica in a cluster: it always serves its
+// endpoints; as a standby it refuses the API (UNAVAILABLE, naming the
+// leader) and is not ready, and when it wins the Lease it builds the
+// coordinator over that leadership's Session: the ConfigMap journal, the
+// Session as the Hook (source of truth, cluster preflight), the discovered
+// agents, and the leadership's context, so every agent call stops the
+// moment the Lease is lost.
+type cluster struct {
+	cfg   coordinator.Config
+	kcfg  kube.Config
+	rc    *rest.Config
+	log   *slog.Logger
+	extra []coordinator.Option // tests: how to dial the agents
+
+	metrics *coordinator.Metrics
+	srv     *coordinator.Server
+	leases  kubernetes.Interface
+
+	mu       sync.Mutex
+	leader   string
+	leaderAt time.Time
+}
+
+func newCluster(cfg coordinator.Config, kcfg kube.Config, rc *rest.Config, log *slog.Logger, extra ...coordinator.Option) (*cluster, error) {
+	cfg.Cluster = true
+	if err := errors.Join(cfg.Validate(), kcfg.Validate()); err != nil {
+		return nil, err
+	}
+	if cfg.Insecure {
+		log.Warn("INSECURE MODE: no TLS to agents or from coordctl; anyone who can reach these ports can change the overlay. Use only in a local lab.")
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	m := coordinator.NewMetrics()
+	srv, err := coordinator.Listen(cfg, m, log)
+	if err != nil {
+		return nil, err
+	}
+	p := &cluster{cfg: cfg, kcfg: kcfg, rc: rc, log: log, extra: extra, metrics: m, srv: srv, leases: cs}
+	srv.SetStandby(kcfg.Leader.Identity, p.currentLeader)
+	return p, nil
+}
+
+// Run serves until ctx ends (nil) or the Lease is lost (kube.ErrLeaseLost:
+// exit, and start again as a standby).
+func (p *cluster) Run(ctx context.Context) error {
+	p.srv.Start()
+	defer p.srv.Stop()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var serveErr error
+	go func() {
+		select {
+		case serveErr = <-p.srv.Err():
+			cancel()
+		case <-runCtx.Done():
+		}
+	}()
+	p.log.Info("coordinator serving (cluster mode)", "listen", p.cfg.Listen, "identity", p.kcfg.Leader.Identity,
+		"lease", p.kcfg.Leader.Namespace+"/"+p.kcfg.Leader.Name, "cni", p.kcfg.CNI)
+	err := kube.Run(runCtx, p.rc, p.kcfg, p.lead, p.log)
+	cancel()
+	return errors.Join(err, serveErr)
+}
+
+// lead runs one leadership: it returns when lctx ends.
+func (p *cluster) lead(lctx context.Context, s *kube.Session) error {
+	opts := append([]coordinator.Option{
+		coordinator.WithLogger(p.log),
+		coordinator.WithMetrics(p.metrics),
+		coordinator.WithJournal(s.Journal),
+		coordinator.WithHook(s),
+		coordinator.WithContext(lctx),
+	}, p.extra...)
+	c, err := coordinator.New(p.cfg, s.Inventory, opts...)
+	if err != nil {
+		return err
+	}
+	p.log.Info("leading: serving the API", "agents", len(s.Inventory.Agents))
+	p.srv.Lead(lctx, c)
+	return nil
+}
+
+// currentLeader reads the Lease's holder for a standby's refusals and
+// /readyz, at most once a second (probes call it often).
+func (p *cluster) currentLeader() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Since(p.leaderAt) < time.Second {
+		return p.leader
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	l, err := p.leases.CoordinationV1().Leases(p.kcfg.Leader.Namespace).Get(ctx, p.kcfg.Leader.Name, metav1.GetOptions{})
+	p.leaderAt = time.Now()
+	switch {
+	case err != nil:
+		p.leader = ""
+	case l.Spec.HolderIdentity != nil:
+		p.leader = *l.Spec.HolderIdentity
+	default:
+		p.leader = ""
+	}
+	return p.leader
+}
