@@ -127,7 +127,9 @@ func (c *ClusterNetwork) Port(ctx context.Context) (uint16, error) {
 func (c *ClusterNetwork) Update(ctx context.Context, port uint16) error { return c.Recreate(ctx, port) }
 
 // Restore implements kube.SourceOfTruth: recreate with the old port.
-func (c *ClusterNetwork) Restore(ctx context.Context, port uint16) error { return c.Recreate(ctx, port) }
+func (c *ClusterNetwork) Restore(ctx context.Context, port uint16) error {
+	return c.Recreate(ctx, port)
+}
 
 // Recreate deletes the ClusterNetwork and creates it again with vxlanPort
 // port and every other field as it was. When it already says port it does
@@ -176,7 +178,7 @@ func (c *ClusterNetwork) Recreate(ctx context.Context, port uint16) error {
 	}
 	if cerr != nil {
 		if _, berr := res.Create(context.WithoutCancel(ctx), backup, metav1.CreateOptions{}); berr != nil {
-			return fmt.Errorf("%s: create with vxlanPort %d: %w; and putting the old one back failed too: %v — the cluster has NO ClusterNetwork now, create it from master-config", c.where(), port, cerr, berr)
+			return fmt.Errorf("%s: create with vxlanPort %d: %w; and putting the old one back failed too: %w — the cluster has NO ClusterNetwork now, create it from master-config", c.where(), port, cerr, berr)
 		}
 		return fmt.Errorf("%s: create with vxlanPort %d: %w (the old object was put back)", c.where(), port, cerr)
 	}

@@ -71,7 +71,7 @@ func binaries(t *testing.T) string {
 		cmd := exec.Command("go", "build", "-o", buildDir+"/", "./agent/cmd/agent", "./coordinator/cmd/coordinator", "./pkg/sdnsim/cmd/sdnsim")
 		cmd.Dir = repoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {

@@ -175,7 +175,10 @@ func (s *Supervisor) WaitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("sdn pods not ready: %w (last: %v)", ctx.Err(), err)
+			if err != nil {
+				return fmt.Errorf("sdn pods not ready: %w (last: %w)", ctx.Err(), err)
+			}
+			return fmt.Errorf("sdn pods not ready: %w", ctx.Err())
 		case <-time.After(s.cfg.Poll):
 		}
 	}
