@@ -18,7 +18,7 @@ import (
 
 // runCluster is --kube: in-cluster credentials (or --kubeconfig), then a
 // cluster process until ctx ends or the Lease is lost.
-func runCluster(ctx context.Context, cfg coordinator.Config, kcfg kube.Config, kubeconfig string, log *slog.Logger) error {
+func runCluster(ctx context.Context, cfg coordinator.Config, kcfg kube.Config, kubeconfig string, sdn *sdnFlags, log *slog.Logger) error {
 	var rc *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -29,7 +29,17 @@ func runCluster(ctx context.Context, cfg coordinator.Config, kcfg kube.Config, k
 	if err != nil {
 		return fmt.Errorf("--kube: Kubernetes client config (in-cluster, or --kubeconfig %q): %w", kubeconfig, err)
 	}
-	p, err := newCluster(cfg, kcfg, rc, log)
+	var extra []coordinator.Option
+	h, err := sdn.hook(rc, true)
+	if err != nil {
+		return err
+	}
+	if h != nil {
+		// After the cluster Session's hook: the SDN's own source of truth
+		// and pods move once the generic checks passed.
+		extra = append(extra, coordinator.WithHook(h))
+	}
+	p, err := newCluster(cfg, kcfg, rc, log, extra...)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,8 @@ func main() {
 	fs := flag.NewFlagSet("coordinator", flag.ExitOnError)
 	cfg.AddFlags(fs)
 	kcfg.AddFlags(fs)
+	var sdn sdnFlags
+	sdn.addFlags(fs)
 	kubeconfig := fs.String("kubeconfig", "", "with --kube: kubeconfig file to use instead of the in-cluster config (out-of-cluster runs, tests)")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
@@ -34,7 +36,9 @@ func main() {
 	defer stop()
 	var err error
 	if cfg.Cluster {
-		err = runCluster(ctx, cfg, kcfg, *kubeconfig, log)
+		err = runCluster(ctx, cfg, kcfg, *kubeconfig, &sdn, log)
+	} else if _, herr := sdn.hook(nil, false); herr != nil {
+		err = herr
 	} else {
 		err = coordinator.Run(ctx, cfg, log)
 	}
