@@ -151,3 +151,20 @@ func TestNewBackendOVSWithoutServerIsNotReady(t *testing.T) {
 		t.Fatalf("Ready = %v, want an ovsdb problem", nr)
 	}
 }
+
+func TestProfileValidated(t *testing.T) {
+	cfg := Default()
+	cfg.NodeName, cfg.Insecure = "n", true
+	cfg.Profile = ProfileOpenShiftSDN
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("openshift-sdn on the ovs backend: %v", err)
+	}
+	cfg.Backend = BackendKernelVXLAN
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--profile") {
+		t.Fatalf("openshift-sdn on kernel-vxlan: %v, want an error naming --profile", err)
+	}
+	cfg.Backend, cfg.Profile = BackendOVS, "calico"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `--profile "calico"`) {
+		t.Fatalf("unknown profile: %v", err)
+	}
+}
