@@ -2,29 +2,12 @@ package iptables_test
 
 import (
 	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
-	"sort"
 	"testing"
 	"time"
 
+	"github.com/cutover-dev/cutover/pkg/benchresult"
 	"github.com/cutover-dev/cutover/pkg/iptables"
 )
-
-type stats struct {
-	N        int     `json:"n"`
-	MedianMs float64 `json:"medianMs"`
-	P90Ms    float64 `json:"p90Ms"`
-	MaxMs    float64 `json:"maxMs"`
-}
-
-func summarize(ds []time.Duration) stats {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	return stats{N: len(s), MedianMs: ms(s[len(s)/2]), P90Ms: ms(s[len(s)*9/10]), MaxMs: ms(s[len(s)-1])}
-}
 
 // BenchmarkOps times what prepare and finalize cost per node on each
 // backend, in a fresh netns: backend detection, EnsureRule when absent
@@ -68,31 +51,12 @@ func BenchmarkOps(b *testing.B) {
 			}
 			return nil
 		})
-		res := map[string]stats{"detect": summarize(detect), "ensureAbsent": summarize(add), "ensurePresent": summarize(again), "delete": summarize(del)}
+		res := map[string]benchresult.MsStats{"detect": benchresult.Ms(detect), "ensureAbsent": benchresult.Ms(add), "ensurePresent": benchresult.Ms(again), "delete": benchresult.Ms(del)}
 		out[backend] = res
 		b.Logf("%-6s detect %.2f ms, EnsureRule absent %.2f ms / present %.2f ms, DeleteRule %.2f ms (medians of %d)",
 			backend, res["detect"].MedianMs, res["ensureAbsent"].MedianMs, res["ensurePresent"].MedianMs, res["delete"].MedianMs, rounds)
 	}
-	writeResults(b, "iptables_ops.json", out)
+	benchresult.Save(b, "iptables_ops.json", out)
 	for i := 0; i < b.N; i++ { // the figures above are the benchmark; b.N is 1 under make bench
 	}
-}
-
-func writeResults(b *testing.B, name string, v any) {
-	dir := os.Getenv("CUTOVER_RESULTS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "results") // the repository root
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	js, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, append(js, '\n'), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("wrote %s", p)
 }

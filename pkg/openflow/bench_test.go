@@ -2,29 +2,12 @@ package openflow_test
 
 import (
 	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
-	"sort"
 	"testing"
 	"time"
 
+	"github.com/cutover-dev/cutover/pkg/benchresult"
 	"github.com/cutover-dev/cutover/pkg/openflow"
 )
-
-type stats struct {
-	N        int     `json:"n"`
-	MedianMs float64 `json:"medianMs"`
-	P90Ms    float64 `json:"p90Ms"`
-	MaxMs    float64 `json:"maxMs"`
-}
-
-func summarize(ds []time.Duration) stats {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	return stats{N: len(s), MedianMs: ms(s[len(s)/2]), P90Ms: ms(s[len(s)*9/10]), MaxMs: ms(s[len(s)-1])}
-}
 
 // BenchmarkOps times one ovs-ofctl round trip per operation against a real
 // ovs-vswitchd (userspace datapath): AddFlow, DumpFlows (with the bridge's
@@ -65,30 +48,11 @@ func BenchmarkOps(b *testing.B) {
 		}
 		parseT = append(parseT, time.Since(t0)/1000)
 	}
-	res := map[string]any{"rounds": rounds, "addFlow": summarize(add), "dumpFlows": summarize(dump), "delFlows": summarize(del),
-		"parseFlowUs": float64(summarize(parseT).MedianMs) * 1000}
+	res := map[string]any{"rounds": rounds, "addFlow": benchresult.Ms(add), "dumpFlows": benchresult.Ms(dump), "delFlows": benchresult.Ms(del),
+		"parseFlowUs": float64(benchresult.Ms(parseT).MedianMs) * 1000}
 	b.Logf("AddFlow %.2f ms, DumpFlows %.2f ms, DelFlows %.2f ms (medians of %d ovs-ofctl runs); ParseFlow %.1f µs per line",
-		res["addFlow"].(stats).MedianMs, res["dumpFlows"].(stats).MedianMs, res["delFlows"].(stats).MedianMs, rounds, res["parseFlowUs"])
-	writeResults(b, "openflow_ops.json", res)
+		res["addFlow"].(benchresult.MsStats).MedianMs, res["dumpFlows"].(benchresult.MsStats).MedianMs, res["delFlows"].(benchresult.MsStats).MedianMs, rounds, res["parseFlowUs"])
+	benchresult.Save(b, "openflow_ops.json", res)
 	for i := 0; i < b.N; i++ { // the figures above are the benchmark; b.N is 1 under make bench
 	}
-}
-
-func writeResults(b *testing.B, name string, v any) {
-	dir := os.Getenv("CUTOVER_RESULTS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "results") // the repository root
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	js, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, append(js, '\n'), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("wrote %s", p)
 }

@@ -2,14 +2,13 @@ package ovs
 
 import (
 	"context"
-	"encoding/json"
 	"os"
-	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/cutover-dev/cutover/pkg/benchresult"
 )
 
 // BenchmarkFlip measures one node's dst_port change, end to end (sent ->
@@ -68,9 +67,8 @@ func BenchmarkFlip(b *testing.B) {
 		execd = append(execd, d)
 	}
 
-	nm, np := quantiles(native)
-	em, ep := quantiles(execd)
-	sm, sp := quantiles(setOnly)
+	ns, es, ss := benchresult.Summarize(native), benchresult.Summarize(execd), benchresult.Summarize(setOnly)
+	nm, np, em, ep, sm, sp := ns.Median, ns.P99, es.Median, es.P99, ss.Median, ss.P99
 	ratio := float64(em) / float64(nm)
 	b.Logf("dst_port flip, %d flips each, %d CPUs", flips, runtime.NumCPU())
 	b.Logf("  native OVSDB  median %8s  p99 %8s", nm, np)
@@ -78,39 +76,21 @@ func BenchmarkFlip(b *testing.B) {
 	b.Logf("  ovs-vsctl set only (no read-back) median %8s  p99 %8s", sm, sp)
 	b.Logf("  exec/native median ratio %.1fx (target >= 5x)", ratio)
 
-	dir := os.Getenv("CUTOVER_RESULTS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "results")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
 	res := map[string]any{
 		"benchmark":                "ovs_flip",
 		"what":                     "one node's vxlan0 options:dst_port change: sent -> cur_cfg applied -> read back",
 		"flips_each":               flips,
 		"ports":                    ports,
-		"native_median_us":         us(nm),
-		"native_p99_us":            us(np),
-		"vsctl_median_us":          us(em),
-		"vsctl_p99_us":             us(ep),
-		"vsctl_set_only_median_us": us(sm),
-		"vsctl_set_only_p99_us":    us(sp),
+		"native_median_us":         benchresult.Micros(nm),
+		"native_p99_us":            benchresult.Micros(np),
+		"vsctl_median_us":          benchresult.Micros(em),
+		"vsctl_p99_us":             benchresult.Micros(ep),
+		"vsctl_set_only_median_us": benchresult.Micros(sm),
+		"vsctl_set_only_p99_us":    benchresult.Micros(sp),
 		"exec_native_ratio":        ratio,
 		"target_ratio":             5,
 		"cpus":                     runtime.NumCPU(),
 		"ovs_userspace":            true,
 	}
-	data, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "ovs_flip.json"), append(data, '\n'), 0o644); err != nil {
-		b.Fatal(err)
-	}
+	benchresult.Save(b, "ovs_flip.json", res)
 }
-
-func quantiles(ds []time.Duration) (median, p99 time.Duration) {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2], s[(len(s)*99+99)/100-1]
-}
-
-func us(d time.Duration) float64 { return float64(d.Microseconds()) }

@@ -2,32 +2,12 @@ package kernelvxlan
 
 import (
 	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
-	"sort"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/cutover-dev/cutover/pkg/benchresult"
 )
-
-type stats struct {
-	N        int     `json:"n"`
-	MedianMs float64 `json:"medianMs"`
-	P90Ms    float64 `json:"p90Ms"`
-	MinMs    float64 `json:"minMs"`
-	MaxMs    float64 `json:"maxMs"`
-}
-
-func summarize(ds []time.Duration) stats {
-	if len(ds) == 0 {
-		return stats{}
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	return stats{N: len(s), MedianMs: ms(s[len(s)/2]), P90Ms: ms(s[len(s)*9/10]), MinMs: ms(s[0]), MaxMs: ms(s[len(s)-1])}
-}
 
 // BenchmarkBackendCommit runs 50 full operations (Snapshot, Prepare, Commit,
 // Finalize) through the backend on one node of the two-namespace lab,
@@ -56,7 +36,7 @@ func BenchmarkBackendCommit(b *testing.B) {
 			from, to = to, from
 		}
 		t0 := time.Now()
-		if _, err := a.vx.Snapshot(labDev); err != nil {
+		if _, err := a.Kernel.Snapshot(labDev); err != nil {
 			b.Fatal(err)
 		}
 		read = append(read, time.Since(t0))
@@ -88,35 +68,20 @@ func BenchmarkBackendCommit(b *testing.B) {
 	out := map[string]any{
 		"rounds": rounds, "fdbEntries": 2, "neighbors": 1, "addrs": 1, "routes": 1, "conntrackCleanup": true,
 		"strategy": "prebuilt", "callsInWindow": calls,
-		"window":                summarize(window),
-		"absent":                summarize(absent),
-		"prebuildInCommit":      summarize(prepare),
-		"oldDeviceDeleteAfter":  summarize(cleanup),
-		"commitCall":            summarize(commit),
-		"deviceRead":            summarize(read),
+		"window":                benchresult.Ms(window),
+		"absent":                benchresult.Ms(absent),
+		"prebuildInCommit":      benchresult.Ms(prepare),
+		"oldDeviceDeleteAfter":  benchresult.Ms(cleanup),
+		"commitCall":            benchresult.Ms(commit),
+		"deviceRead":            benchresult.Ms(read),
 		"note":                  "window/absent: pkg/vxlan Window.Total/Absent inside Commit; prebuildInCommit: building the temporary device before the old one is touched; commitCall includes a device read before, the old device's deletion after the window, conntrack cleanup and the read back",
 		"ovsComparisonFile":     "ovs_flip.json",
 		"vxlanDriverResultFile": "vxlan_recreate.json",
 	}
-	ws, ps, cs, rs := summarize(window), summarize(prepare), summarize(commit), summarize(read)
+	ws, ps, cs, rs := benchresult.Ms(window), benchresult.Ms(prepare), benchresult.Ms(commit), benchresult.Ms(read)
 	b.Logf("kernel-vxlan Commit: window median %.3f ms p90 %.3f ms max %.3f ms (%d calls); before the window: read %.3f ms + prebuild %.3f ms (median); Commit call median %.3f ms p90 %.3f ms",
 		ws.MedianMs, ws.P90Ms, ws.MaxMs, calls, rs.MedianMs, ps.MedianMs, cs.MedianMs, cs.P90Ms)
-	dir := os.Getenv("CUTOVER_RESULTS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "results")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	js, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := filepath.Join(dir, "kernel_backend_commit.json")
-	if err := os.WriteFile(p, append(js, '\n'), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("wrote %s", p)
+	benchresult.Save(b, "kernel_backend_commit.json", out)
 	for i := 0; i < b.N; i++ { // the figures above are the benchmark; b.N is 1 under make bench
 	}
 }

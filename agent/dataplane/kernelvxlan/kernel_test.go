@@ -8,7 +8,6 @@ package kernelvxlan
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"regexp"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"github.com/cutover-dev/cutover/pkg/netns"
 	"github.com/cutover-dev/cutover/pkg/testenv"
 	"github.com/cutover-dev/cutover/pkg/vxlan"
+	"github.com/cutover-dev/cutover/pkg/vxlan/vxlantest"
 )
 
 const (
@@ -30,13 +30,11 @@ const (
 
 var labTemplate = iptables.Rule{Table: "filter", Chain: labChain, Proto: "udp", StateNew: true, Target: "ACCEPT"}
 
+// node is one side of the two-namespace lab (pkg/vxlan/vxlantest) with the
+// backend under test; Node.Kernel is the test's own reader.
 type node struct {
-	ns       string
-	underlay string
-	overlay  string
-	loopback string // on lo, reached through the route via the peer
-	b        *Backend
-	vx       *vxlan.Kernel // the test's own reader
+	*vxlantest.Node
+	b *Backend
 }
 
 // nsIPT runs every iptables call on a thread inside the namespace: the
@@ -69,14 +67,8 @@ func (n nsIPT) EnsureJump(table, from, to string) error {
 }
 func (n nsIPT) Backend() string { return n.c.Backend() }
 
-func run(t testing.TB, ns, cmd string) string {
-	t.Helper()
-	out, err := netns.Command(ns, strings.Fields(cmd)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %s: %v: %s", ns, cmd, err, out)
-	}
-	return string(out)
-}
+// run runs a command inside a namespace and fails the test on an error.
+var run = vxlantest.Run
 
 // newLab makes two namespaces with flannel.1 on port (VNI 1, nolearning,
 // pinned to veth0), the peer in the FDB (flood and unicast), a permanent
@@ -86,142 +78,51 @@ func run(t testing.TB, ns, cmd string) string {
 func newLab(t testing.TB, port int) (a, b *node) {
 	t.Helper()
 	testenv.RequirePrivileged(t, "ip", "bridge", "iptables", "iptables-save", "conntrack", "sysctl")
-	id := rand.Uint32()
-	a = &node{ns: fmt.Sprintf("cot-kvx-%08x-a", id), underlay: "198.18.0.1", overlay: "198.18.100.1", loopback: "198.18.101.2"}
-	b = &node{ns: fmt.Sprintf("cot-kvx-%08x-b", id), underlay: "198.18.0.2", overlay: "198.18.100.2", loopback: "198.18.101.1"}
+	// No IPv6: its DAD and router solicitations would cross the overlay on
+	// their own and blur the conntrack assertions.
+	va, vb := vxlantest.New(t, vxlantest.Config{Prefix: "cot-kvx", Device: labDev, VNI: 1, Port: port, PinToVeth: true, MTU: 1450, NoIPv6: true})
+	a, b = &node{Node: va}, &node{Node: vb}
 	for _, n := range []*node{a, b} {
-		if err := netns.Create(n.ns); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = netns.Delete(n.ns) })
-		// No IPv6: its DAD and router solicitations would cross the
-		// overlay on their own and blur the conntrack assertions.
-		run(t, n.ns, "sysctl -q -w net.ipv6.conf.all.disable_ipv6=1")
-		run(t, n.ns, "sysctl -q -w net.ipv6.conf.default.disable_ipv6=1")
-	}
-	run(t, a.ns, "ip link add veth0 type veth peer name veth0 netns "+b.ns)
-	for _, n := range []*node{a, b} {
-		run(t, n.ns, "ip addr add "+n.underlay+"/24 dev veth0")
-		run(t, n.ns, "ip link set veth0 up")
-		run(t, n.ns, fmt.Sprintf("ip link add %s type vxlan id 1 dstport %d local %s dev veth0 nolearning", labDev, port, n.underlay))
-		run(t, n.ns, "ip link set "+labDev+" mtu 1450")
-		run(t, n.ns, "ip addr add "+n.overlay+"/24 dev "+labDev)
-		run(t, n.ns, "ip addr add "+n.loopback+"/32 dev lo")
-		run(t, n.ns, "ip link set "+labDev+" up")
-		run(t, n.ns, "iptables -N "+labChain)
-		run(t, n.ns, "iptables -A INPUT -j "+labChain)
-		run(t, n.ns, "iptables -A INPUT -p udp --dport 9999 -j ACCEPT")
-		run(t, n.ns, "iptables -A INPUT -i "+labDev+" -j ACCEPT") // the decapsulated probes
-		run(t, n.ns, "iptables -A INPUT -p udp -j DROP")
-		run(t, n.ns, fmt.Sprintf("iptables -A %s -p udp -m state --state NEW -m udp --dport %d -j ACCEPT", labChain, port))
-	}
-	for _, p := range [][2]*node{{a, b}, {b, a}} {
-		self, peer := p[0], p[1]
-		mac := strings.Fields(run(t, peer.ns, "cat /sys/class/net/"+labDev+"/address"))[0]
-		run(t, self.ns, "bridge fdb append 00:00:00:00:00:00 dev "+labDev+" dst "+peer.underlay)
-		run(t, self.ns, "bridge fdb append "+mac+" dev "+labDev+" dst "+peer.underlay)
-		run(t, self.ns, "ip neigh replace "+peer.overlay+" lladdr "+mac+" dev "+labDev+" nud permanent")
-		run(t, self.ns, "ip route add 198.18.101.0/24 via "+peer.overlay+" dev "+labDev)
-	}
-	for _, n := range []*node{a, b} {
+		run(t, n.NS, "iptables -N "+labChain)
+		run(t, n.NS, "iptables -A INPUT -j "+labChain)
+		run(t, n.NS, "iptables -A INPUT -p udp --dport 9999 -j ACCEPT")
+		run(t, n.NS, "iptables -A INPUT -i "+labDev+" -j ACCEPT") // the decapsulated probes
+		run(t, n.NS, "iptables -A INPUT -p udp -j DROP")
+		run(t, n.NS, fmt.Sprintf("iptables -A %s -p udp -m state --state NEW -m udp --dport %d -j ACCEPT", labChain, port))
 		var c *iptables.Client
-		if err := netns.Do(n.ns, func() error {
+		if err := netns.Do(n.NS, func() error {
 			var err error
 			c, err = iptables.New(context.Background(), iptables.Config{})
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
-		be, closeFn, err := Open(n.ns, Config{Device: labDev,
-			Firewall: &dataplane.Firewall{IPT: nsIPT{ns: n.ns, c: c}, Templates: []iptables.Rule{labTemplate}}}, true)
+		be, closeFn, err := Open(n.NS, Config{Device: labDev,
+			Firewall: &dataplane.Firewall{IPT: nsIPT{ns: n.NS, c: c}, Templates: []iptables.Rule{labTemplate}}}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(closeFn)
 		n.b = be
-		k, err := vxlan.Open(n.ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(k.Close)
-		n.vx = k
 	}
 	return a, b
 }
 
 func (n *node) text(t testing.TB) string {
 	t.Helper()
-	s, err := n.vx.Snapshot(labDev)
+	s, err := n.Kernel.Snapshot(labDev)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s.Text()
 }
 
-// reaches sends UDP datagrams from one namespace to dst inside another and
-// reports whether one arrived within wait.
-func reaches(t testing.TB, from, to *node, dst string, wait time.Duration) bool {
-	t.Helper()
-	var rx, tx *net.UDPConn
-	if err := netns.Do(to.ns, func() error {
-		var err error
-		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(dst), Port: 9000})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer rx.Close()
-	if err := netns.Do(from.ns, func() error {
-		var err error
-		tx, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(dst), Port: 9000})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Close()
-	got := make(chan bool, 1)
-	go func() {
-		buf := make([]byte, 64)
-		_ = rx.SetReadDeadline(time.Now().Add(wait))
-		n, err := rx.Read(buf)
-		got <- err == nil && string(buf[:n]) == "probe"
-	}()
-	stop := time.After(wait)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		_, _ = tx.Write([]byte("probe"))
-		select {
-		case ok := <-got:
-			return ok
-		case <-stop:
-			return <-got
-		case <-tick.C:
-		}
-	}
-}
-
-const allPaths = "a>b:direct a>b:routed b>a:direct b>a:routed"
+const allPaths = vxlantest.AllPaths
 
 // connectivity names the overlay paths that carry traffic ("-" for dead).
 func connectivity(t testing.TB, a, b *node, wait time.Duration) string {
 	t.Helper()
-	var out []string
-	for _, c := range []struct {
-		name     string
-		from, to *node
-		dst      string
-	}{
-		{"a>b:direct", a, b, b.overlay}, {"a>b:routed", a, b, b.loopback},
-		{"b>a:direct", b, a, a.overlay}, {"b>a:routed", b, a, a.loopback},
-	} {
-		if reaches(t, c.from, c.to, c.dst, wait) {
-			out = append(out, c.name)
-		} else {
-			out = append(out, "-")
-		}
-	}
-	return strings.Join(out, " ")
+	return vxlantest.Connectivity(t, a.Node, b.Node, wait)
 }
 
 var origDport = regexp.MustCompile(`^udp\s.*?dport=(\d+)`)
@@ -247,8 +148,8 @@ func udpFlows(t testing.TB, ns string) map[int]int {
 // unrelatedFlow makes a UDP conntrack entry to port 9999 on both sides.
 func unrelatedFlow(t testing.TB, from, to *node) {
 	t.Helper()
-	if err := netns.Do(from.ns, func() error {
-		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(to.underlay), Port: 9999})
+	if err := netns.Do(from.NS, func() error {
+		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(to.Underlay), Port: 9999})
 		if err != nil {
 			return err
 		}
@@ -280,8 +181,8 @@ func TestCutoverOnRealKernel(t *testing.T) {
 	unrelatedFlow(t, b, a)
 	orig := map[*node]string{a: a.text(t), b: b.text(t)}
 	for _, n := range []*node{a, b} {
-		if f := udpFlows(t, n.ns); f[oldPort] == 0 || f[9999] == 0 {
-			t.Fatalf("%s: no conntrack entries to assert on: %v", n.ns, f)
+		if f := udpFlows(t, n.NS); f[oldPort] == 0 || f[9999] == 0 {
+			t.Fatalf("%s: no conntrack entries to assert on: %v", n.NS, f)
 		}
 	}
 
@@ -289,7 +190,7 @@ func TestCutoverOnRealKernel(t *testing.T) {
 	for _, n := range []*node{a, b} {
 		c, err := n.b.Preflight(ctx, newPort)
 		if err != nil || len(c.Problems) != 0 || c.CurrentPort != oldPort {
-			t.Fatalf("%s preflight: %+v, %v", n.ns, c, err)
+			t.Fatalf("%s preflight: %+v, %v", n.NS, c, err)
 		}
 		s, err := n.b.Snapshot(ctx, oldPort, newPort)
 		if err != nil {
@@ -299,11 +200,11 @@ func TestCutoverOnRealKernel(t *testing.T) {
 		if err := n.b.Prepare(ctx, snaps[n]); err != nil {
 			t.Fatal(err)
 		}
-		if !hasRule(t, n.ns, newPort) || !hasRule(t, n.ns, oldPort) {
-			t.Fatalf("%s after prepare: iptables-save:\n%s", n.ns, run(t, n.ns, "iptables-save -t filter"))
+		if !hasRule(t, n.NS, newPort) || !hasRule(t, n.NS, oldPort) {
+			t.Fatalf("%s after prepare: iptables-save:\n%s", n.NS, run(t, n.NS, "iptables-save -t filter"))
 		}
 		if n.text(t) != orig[n] {
-			t.Fatalf("%s: prepare touched the device", n.ns)
+			t.Fatalf("%s: prepare touched the device", n.NS)
 		}
 	}
 
@@ -312,13 +213,13 @@ func TestCutoverOnRealKernel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s commit: %v", n.ns, st.Detail)
+		t.Logf("%s commit: %v", n.NS, st.Detail)
 		if st.Port != newPort || st.Detail["vni"] != "1" || st.Detail["strategy"] != vxlan.StrategyPrebuilt {
-			t.Fatalf("%s commit state %+v", n.ns, st)
+			t.Fatalf("%s commit state %+v", n.NS, st)
 		}
 		want := strings.Replace(orig[n], fmt.Sprintf("dstport %d", oldPort), fmt.Sprintf("dstport %d", newPort), 1)
 		if got := n.text(t); got != want {
-			t.Fatalf("%s after commit:\n%s\nwant (all but the port equal):\n%s", n.ns, got, want)
+			t.Fatalf("%s after commit:\n%s\nwant (all but the port equal):\n%s", n.NS, got, want)
 		}
 		if i == 0 {
 			if got := connectivity(t, a, b, 300*time.Millisecond); got != "- - - -" {
@@ -329,31 +230,31 @@ func TestCutoverOnRealKernel(t *testing.T) {
 	// b flipped last: nothing sent to its old port since its commit. a got
 	// b's probes on the old port while only a had moved (as a node does
 	// from peers that flip a little later); Finalize deletes those.
-	if f := udpFlows(t, b.ns); f[oldPort] != 0 || f[9999] == 0 {
-		t.Fatalf("%s after commit: udp conntrack by dport %v: want none for %d, 9999 kept", b.ns, f, oldPort)
+	if f := udpFlows(t, b.NS); f[oldPort] != 0 || f[9999] == 0 {
+		t.Fatalf("%s after commit: udp conntrack by dport %v: want none for %d, 9999 kept", b.NS, f, oldPort)
 	}
 	if got := connectivity(t, a, b, 2*time.Second); got != allPaths {
 		t.Fatalf("both on %d: paths %q", newPort, got)
 	}
 	for _, n := range []*node{a, b} {
 		// The new port's rule let the traffic in (INPUT drops other UDP).
-		if !regexp.MustCompile(fmt.Sprintf(`\[[1-9]\d*:\d+\] -A %s .*--dport %d `, labChain, newPort)).MatchString(run(t, n.ns, "iptables-save -c -t filter")) {
-			t.Fatalf("%s: no packet counted on the %d rule:\n%s", n.ns, newPort, run(t, n.ns, "iptables-save -c -t filter"))
+		if !regexp.MustCompile(fmt.Sprintf(`\[[1-9]\d*:\d+\] -A %s .*--dport %d `, labChain, newPort)).MatchString(run(t, n.NS, "iptables-save -c -t filter")) {
+			t.Fatalf("%s: no packet counted on the %d rule:\n%s", n.NS, newPort, run(t, n.NS, "iptables-save -c -t filter"))
 		}
 	}
 
 	t.Run("replayed commit is harmless", func(t *testing.T) {
 		before := a.text(t)
-		idx, _ := a.vx.Snapshot(labDev)
+		idx, _ := a.Kernel.Snapshot(labDev)
 		st, err := a.b.Commit(ctx, snaps[a])
 		if err != nil || st.Detail["strategy"] != "noop" {
 			t.Fatalf("replay: %+v, %v", st, err)
 		}
-		after, _ := a.vx.Snapshot(labDev)
+		after, _ := a.Kernel.Snapshot(labDev)
 		if a.text(t) != before || after.Device.Index != idx.Device.Index {
 			t.Fatal("replayed commit recreated the device")
 		}
-		if f := udpFlows(t, a.ns); f[oldPort] != 0 || f[9999] == 0 {
+		if f := udpFlows(t, a.NS); f[oldPort] != 0 || f[9999] == 0 {
 			t.Fatalf("after a replayed commit: udp conntrack by dport %v: want none for %d, 9999 kept", f, oldPort)
 		}
 		if got := connectivity(t, a, b, 2*time.Second); got != allPaths {
@@ -366,17 +267,17 @@ func TestCutoverOnRealKernel(t *testing.T) {
 			for rep := 0; rep < 2; rep++ {
 				st, err := n.b.Revert(ctx, snaps[n])
 				if err != nil || st.Port != oldPort {
-					t.Fatalf("%s revert %d: %+v, %v", n.ns, rep, st, err)
+					t.Fatalf("%s revert %d: %+v, %v", n.NS, rep, st, err)
 				}
 			}
 			if got := n.text(t); got != orig[n] {
-				t.Fatalf("%s after revert:\n%s\nwant the original:\n%s", n.ns, got, orig[n])
+				t.Fatalf("%s after revert:\n%s\nwant the original:\n%s", n.NS, got, orig[n])
 			}
-			if hasRule(t, n.ns, newPort) || !hasRule(t, n.ns, oldPort) {
-				t.Fatalf("%s after revert: iptables-save:\n%s", n.ns, run(t, n.ns, "iptables-save -t filter"))
+			if hasRule(t, n.NS, newPort) || !hasRule(t, n.NS, oldPort) {
+				t.Fatalf("%s after revert: iptables-save:\n%s", n.NS, run(t, n.NS, "iptables-save -t filter"))
 			}
-			if f := udpFlows(t, n.ns); f[newPort] != 0 || f[9999] == 0 {
-				t.Fatalf("%s after revert: udp conntrack by dport %v", n.ns, f)
+			if f := udpFlows(t, n.NS); f[newPort] != 0 || f[9999] == 0 {
+				t.Fatalf("%s after revert: udp conntrack by dport %v", n.NS, f)
 			}
 		}
 		if got := connectivity(t, a, b, 2*time.Second); got != allPaths {
@@ -394,7 +295,7 @@ func TestCutoverOnRealKernel(t *testing.T) {
 				t.Fatal(err)
 			}
 			if err := n.b.Finalize(ctx, s); err == nil {
-				t.Fatalf("%s: finalize before commit closed the port the device is on", n.ns)
+				t.Fatalf("%s: finalize before commit closed the port the device is on", n.NS)
 			}
 			snaps[n] = s
 		}
@@ -404,8 +305,8 @@ func TestCutoverOnRealKernel(t *testing.T) {
 			}
 		}
 		// A late peer's datagram to the old port.
-		if err := netns.Do(b.ns, func() error {
-			c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(a.underlay), Port: oldPort})
+		if err := netns.Do(b.NS, func() error {
+			c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(a.Underlay), Port: oldPort})
 			if err != nil {
 				return err
 			}
@@ -415,18 +316,18 @@ func TestCutoverOnRealKernel(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if f := udpFlows(t, a.ns); f[oldPort] == 0 {
+		if f := udpFlows(t, a.NS); f[oldPort] == 0 {
 			t.Fatalf("late datagram left no entry to assert on: %v", f)
 		}
 		for _, n := range []*node{a, b} {
 			if err := n.b.Finalize(ctx, snaps[n]); err != nil {
 				t.Fatal(err)
 			}
-			if !hasRule(t, n.ns, newPort) || hasRule(t, n.ns, oldPort) {
-				t.Fatalf("%s after finalize: iptables-save:\n%s", n.ns, run(t, n.ns, "iptables-save -t filter"))
+			if !hasRule(t, n.NS, newPort) || hasRule(t, n.NS, oldPort) {
+				t.Fatalf("%s after finalize: iptables-save:\n%s", n.NS, run(t, n.NS, "iptables-save -t filter"))
 			}
-			if f := udpFlows(t, n.ns); f[oldPort] != 0 || f[9999] == 0 {
-				t.Fatalf("%s after finalize: udp conntrack by dport %v", n.ns, f)
+			if f := udpFlows(t, n.NS); f[oldPort] != 0 || f[9999] == 0 {
+				t.Fatalf("%s after finalize: udp conntrack by dport %v", n.NS, f)
 			}
 		}
 		if got := connectivity(t, a, b, 2*time.Second); got != allPaths {
@@ -450,8 +351,8 @@ func TestRevertAfterCrashInWindow(t *testing.T) {
 	if err := a.b.Prepare(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	run(t, a.ns, "ip link del "+labDev)
-	fresh, closeFn, err := Open(a.ns, Config{Device: labDev, Firewall: a.b.cfg.Firewall}, true)
+	run(t, a.NS, "ip link del "+labDev)
+	fresh, closeFn, err := Open(a.NS, Config{Device: labDev, Firewall: a.b.cfg.Firewall}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
