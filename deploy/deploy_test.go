@@ -248,23 +248,25 @@ func TestArgsMatchBinaryFlags(t *testing.T) {
 }
 
 // metricNames are the metric families the binaries define, read from their
-// source (Name: "cutover_..."), plus the series a histogram exposes.
+// source (Name: "cutover_..." in a metric's options, or the first argument
+// of prometheus.NewDesc for const-metric collectors such as the probe
+// mesh's), plus the series a histogram exposes.
 func metricNames(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
-	for _, f := range []string{"../agent/metrics.go", "../coordinator/metrics.go"} {
+	for _, f := range []string{"../agent/metrics.go", "../coordinator/metrics.go", "../agent/probe/metrics.go"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range regexp.MustCompile(`Name:\s+"(cutover_[a-z_]+)"`).FindAllStringSubmatch(string(b), -1) {
+		for _, m := range regexp.MustCompile(`(?:Name:\s+|NewDesc\(\s*)"(cutover_[a-z_]+)"`).FindAllStringSubmatch(string(b), -1) {
 			names[m[1]] = true
 			for _, s := range []string{"_bucket", "_sum", "_count"} {
 				names[m[1]+s] = true
 			}
 		}
 	}
-	if !names["cutover_agent_current_port"] || !names["cutover_coordinator_operation_phase"] {
+	if !names["cutover_agent_current_port"] || !names["cutover_coordinator_operation_phase"] || !names["cutover_agent_probe_lost_total"] {
 		t.Fatalf("metric names not found in the sources: %v", names)
 	}
 	return names
