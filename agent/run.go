@@ -96,7 +96,9 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 		if err != nil {
 			return fmt.Errorf("TLS: %w", err)
 		}
-		creds = credentials.NewTLS(tc)
+		// Also counts what never reaches the certificate check:
+		// plaintext to this port, a failed TLS handshake.
+		creds = pki.ServerCredentials(tc, metrics.TLSRejected)
 	}
 
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {

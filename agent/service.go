@@ -323,8 +323,14 @@ func toStatus(r operation.Record, currentPort uint16) *agentv1.OperationStatus {
 		Error:       r.Error,
 		RevertedBy:  r.RevertedBy,
 	}
-	if r.Phase == operation.PhaseCommitted && !r.Deadline.IsZero() {
+	// The instant the agent undoes the operation by itself: the dead-man
+	// once committed, the prepare deadline while prepared. A coordinator
+	// that cannot reach the agent any more tells the operator when.
+	switch {
+	case r.Phase == operation.PhaseCommitted && !r.Deadline.IsZero():
 		st.DeadlineUnixNano = r.Deadline.UnixNano()
+	case r.Phase == operation.PhasePrepared && !r.PrepareDeadline.IsZero():
+		st.DeadlineUnixNano = r.PrepareDeadline.UnixNano()
 	}
 	if !r.Applied.IsZero() {
 		st.AppliedUnixNano = r.Applied.UnixNano()

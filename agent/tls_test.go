@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -100,5 +101,30 @@ func TestMutualTLS(t *testing.T) {
 	}
 	if v := gathered(t, reg, "cutover_agent_tls_rejections_total", "reason", pki.ReasonUnknownCA); v != 1 {
 		t.Errorf("unknown_authority rejections = %v, want 1", v)
+	}
+
+	// Plaintext gRPC (the HTTP/2 preface) to the TLS port never reaches
+	// the certificate check: counted as not_tls, once per connection. A
+	// connection that sends nothing (a TCP health check) is not counted.
+	if c, err := net.Dial("tcp", gl.Addr().String()); err == nil {
+		_ = c.Close()
+	}
+	pc, err := net.Dial("tcp", gl.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = pc.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+	_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, _ = io.ReadAll(pc) // the server closes it
+	_ = pc.Close()
+	deadline := time.Now().Add(3 * time.Second)
+	for gathered(t, reg, "cutover_agent_tls_rejections_total", "reason", pki.ReasonNotTLS) < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v := gathered(t, reg, "cutover_agent_tls_rejections_total", "reason", pki.ReasonNotTLS); v != 1 {
+		t.Errorf("not_tls rejections = %v, want 1", v)
+	}
+	if v := gathered(t, reg, "cutover_agent_tls_rejections_total", "reason", pki.ReasonHandshake); v > 0 {
+		t.Errorf("handshake rejections = %v, want 0 (the empty connection is not a refusal)", v)
 	}
 }

@@ -32,7 +32,14 @@ type Config struct {
 	CommitLeadRTTx   int           // lead covers this many times the worst agent RTT
 	CommitLeadPerAgt time.Duration // plus this much per targeted agent (fan-out cost)
 	ClockSamples     int           // Clock calls per agent; the lowest-RTT one is kept
-	RollbackAttempts int           // tries of an abort/rollback per agent before Failed
+	RollbackAttempts int           // tries of an abort/rollback per agent before Failed, at least
+	// RollbackBackoff is the pause before retrying an abort or rollback to
+	// an agent that was not reached; it doubles at each retry up to 8
+	// times itself. Retries go on for the operation's dead-man duration
+	// (plus a second), not only RollbackAttempts times: an agent that is
+	// restarting is reached when it is back, and one that stays
+	// unreachable has reverted by itself by then.
+	RollbackBackoff time.Duration
 }
 
 // Default returns the defaults.
@@ -50,6 +57,7 @@ func Default() Config {
 		CommitLeadPerAgt: 100 * time.Microsecond,
 		ClockSamples:     8,
 		RollbackAttempts: 3,
+		RollbackBackoff:  250 * time.Millisecond,
 	}
 }
 
@@ -83,7 +91,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.CommitLeadRTTx, "commit-lead-rtt-factor", c.CommitLeadRTTx, "the commit lead covers this many times the worst agent round trip")
 	fs.DurationVar(&c.CommitLeadPerAgt, "commit-lead-per-agent", c.CommitLeadPerAgt, "commit lead added per targeted agent (fan-out cost)")
 	fs.IntVar(&c.ClockSamples, "clock-samples", c.ClockSamples, "Clock samples per agent for the offset (lowest RTT wins)")
-	fs.IntVar(&c.RollbackAttempts, "rollback-attempts", c.RollbackAttempts, "tries of an abort or rollback per agent before the operation is declared failed")
+	fs.IntVar(&c.RollbackAttempts, "rollback-attempts", c.RollbackAttempts, "tries of an abort or rollback per agent, at least, before the operation is declared failed")
+	fs.DurationVar(&c.RollbackBackoff, "rollback-backoff", c.RollbackBackoff, "pause before retrying an abort or rollback to an unreached agent, doubling up to 8x; retries span the dead-man duration (0: retry at once, only --rollback-attempts times)")
 }
 
 // Validate checks c; errors name the flag, the value and the reason.
@@ -131,6 +140,9 @@ func (c Config) Validate() error {
 	}
 	if c.RollbackAttempts < 1 {
 		errs = append(errs, fmt.Errorf("--rollback-attempts %d: must be at least 1", c.RollbackAttempts))
+	}
+	if c.RollbackBackoff < 0 || c.RollbackBackoff > time.Minute {
+		errs = append(errs, fmt.Errorf("--rollback-backoff %s: want 0 (retry at once) to 1m", c.RollbackBackoff))
 	}
 	return errors.Join(errs...)
 }

@@ -96,6 +96,7 @@ type Coordinator struct {
 	inv      Inventory
 	agents   map[string]*agentConn
 	journal  JournalStore
+	lock     *stateLock // the --state-dir lock (file journal only)
 	metrics  *Metrics
 	verifier Verifier
 	hooks    []Hook
@@ -114,7 +115,9 @@ type Coordinator struct {
 
 // New builds a coordinator over inv. It opens the journal (the file one in
 // Config.StateDir unless WithJournal is given) but does not resume
-// anything: call Resume.
+// anything: call Resume. The file journal is locked (flock on
+// <state-dir>/lock) until Close: a second coordinator on the same state
+// dir gets a *StateDirLockedError naming the holder's PID.
 func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 	var o options
 	for _, f := range opts {
@@ -127,7 +130,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		o.metrics = NewMetrics()
 	}
 	if o.dial == nil {
-		d, err := agentDialOptions(cfg)
+		d, err := agentDialOptions(cfg, o.metrics)
 		if err != nil {
 			return nil, err
 		}
@@ -146,15 +149,25 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		seen[h.Name()] = true
 	}
 	j := o.journal
+	var lock *stateLock
 	if j == nil {
+		// One coordinator per journal: a second one on the same state dir
+		// would find the running operation "interrupted" and undo it
+		// behind the first one's back. (A cluster journal has the Lease.)
+		var err error
+		if lock, err = lockStateDir(cfg.StateDir); err != nil {
+			return nil, err
+		}
 		fj, err := OpenJournal(cfg.StateDir)
 		if err != nil {
+			lock.release()
 			return nil, err
 		}
 		j = fj
 	}
 	agents, err := dialAgents(inv, o.dial)
 	if err != nil {
+		lock.release()
 		return nil, err
 	}
 	parent := o.ctx
@@ -162,7 +175,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithCancel(parent)
-	return &Coordinator{cfg: cfg, inv: inv, agents: agents, journal: j, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
+	return &Coordinator{cfg: cfg, inv: inv, agents: agents, journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
 		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*operation{}}, nil
 }
 
@@ -177,6 +190,7 @@ func (c *Coordinator) Close() {
 	for _, a := range c.agents {
 		_ = a.conn.Close()
 	}
+	c.lock.release()
 }
 
 // Wait blocks until no operation is running.
@@ -221,6 +235,13 @@ type operation struct {
 	curStep   barrier.Step
 	applied   map[string]int64 // coordinator clock, by node
 	hookErrs  []error          // this run's hook errors that do not change the outcome
+	// selfUndo is, by node, the instant (coordinator clock) the agent said
+	// it undoes the operation by itself: its prepare deadline while
+	// prepared, its dead-man deadline once committed. A Failed report
+	// tells the operator when an unreached node will be back in line.
+	selfUndo map[string]time.Time
+	selfKind map[string]agentv1.Phase // the phase selfUndo was learnt in
+	commitAt time.Time                // the last commit instant sent (coordinator clock)
 
 	rollbackAsked bool // the driving goroutine fed RollbackRequested in this run
 }
@@ -228,7 +249,7 @@ type operation struct {
 func newOperation(id, kind string, from, to uint32, nodes []string, step, deadman time.Duration, seq int64) *operation {
 	op := &operation{from: from, to: to, nodes: nodes, step: step, deadman: deadman, offsets: map[string]clockSample{},
 		changed: make(chan struct{}), done: make(chan struct{}), rollback: make(chan string, 1),
-		results: map[string]*coordinatorv1.NodeResult{}, applied: map[string]int64{}}
+		results: map[string]*coordinatorv1.NodeResult{}, applied: map[string]int64{}, selfUndo: map[string]time.Time{}, selfKind: map[string]agentv1.Phase{}}
 	op.rec = Record{ID: id, Kind: kind, FromPort: from, ToPort: to, Nodes: nodes, StepMillis: step.Milliseconds(), Outcome: "pending", Seq: seq}
 	op.report = &coordinatorv1.Report{OperationId: id, State: coordinatorv1.OperationState_OPERATION_STATE_RUNNING,
 		FromPort: from, ToPort: to, StartedUnixNano: time.Now().UnixNano()}
@@ -372,13 +393,33 @@ func (c *Coordinator) drive(op *operation, acts []barrier.Action, done chan stru
 					c.afterSuccess(op, HookAfterConfirm)
 				}
 				c.enterStep(op, a)
-				go c.dispatch(op, a, post)
+				go func() {
+					if a.After > 0 {
+						// A retry's back-off, asked by the core (it has no
+						// clock). Nothing else is in flight meanwhile: the
+						// core waits for this attempt's answers.
+						t := time.NewTimer(a.After)
+						defer t.Stop()
+						select {
+						case <-t.C:
+						case <-c.ctx.Done():
+							return // drive stops the run
+						}
+					}
+					c.dispatch(op, a, post)
+				}()
 			case barrier.Declare:
 				switch a.Outcome {
 				case barrier.Succeeded:
 					c.afterSuccess(op, HookFinalize)
 				case barrier.Aborted, barrier.RolledBack:
 					c.restore(op)
+				}
+				if a.Outcome != barrier.Succeeded && op.core.CommitSent() {
+					// Nodes may have flipped: the report shows the
+					// disruption whatever the outcome (a success read
+					// it before finalize).
+					c.probeStats(op, false)
 				}
 				c.declare(op, a)
 			}
@@ -459,9 +500,13 @@ func (c *Coordinator) enterStep(op *operation, s barrier.Send) {
 	op.mu.Unlock()
 	c.metrics.setPhase(string(s.Step))
 	msg := fmt.Sprintf("%s: sending to %d agent(s)", s.Step, len(s.Nodes))
-	if s.Attempt > 1 {
+	switch {
+	case s.Attempt > 1 && s.After > 0:
+		msg = fmt.Sprintf("%s: retrying %s in %s (attempt %d)", s.Step, strings.Join(s.Nodes, ","), s.After, s.Attempt)
+	case s.Attempt > 1:
 		msg += fmt.Sprintf(" (attempt %d)", s.Attempt)
 	}
+
 	// Journal before the first call goes out: after a crash the record must
 	// never claim less than what the agents may have seen (commit_sent in
 	// particular).
@@ -497,7 +542,16 @@ func (c *Coordinator) declare(op *operation, d barrier.Declare) {
 	op.report.EndedUnixNano = now.UnixNano()
 	op.report.Error = d.Reason
 	if d.Outcome == barrier.Failed {
-		op.report.Error = fmt.Sprintf("%s; rollback could not reach %v: an operator must check these nodes", d.Reason, d.Unreached)
+		undo := "rollback"
+		if !op.core.CommitSent() {
+			undo = "abort"
+		}
+		took := now.Sub(op.stepStart).Round(100 * time.Millisecond)
+		op.report.Error = fmt.Sprintf("%s; %s could not reach %s (%d attempts over %s): an operator must check %s",
+			d.Reason, undo, strings.Join(d.Unreached, ","), op.core.Tries(), took, map[bool]string{true: "it", false: "them"}[len(d.Unreached) == 1])
+		for _, n := range d.Unreached {
+			op.report.Error += "; " + n + ": " + op.selfUndoLocked(n, now)
+		}
 	}
 	op.mu.Unlock()
 	if he := op.takeHookErrors(); he != "" {
@@ -576,6 +630,17 @@ func (op *operation) reopen() {
 	op.report.EndedUnixNano = 0
 }
 
+// coreConfig is the barrier core's configuration of an operation over
+// nodes. An abort or rollback retries an unreached agent with back-off for
+// the dead-man duration and a second: an agent that is restarting is
+// reached when it is back, and one that stays unreachable has by then
+// reverted a commit by itself (I4); a prepare it aborts at its own
+// (longer) prepare deadline, which the Failed report names.
+func (c *Coordinator) coreConfig(nodes []string, step, deadman time.Duration) barrier.Config {
+	return barrier.Config{Nodes: nodes, StepTimeout: step, RollbackAttempts: c.cfg.RollbackAttempts,
+		RetryBackoff: c.cfg.RollbackBackoff, RetryBackoffMax: 8 * c.cfg.RollbackBackoff, RetryFor: deadman + time.Second}
+}
+
 // commitLead is how far ahead the commit instant is set: enough for every
 // Commit call to arrive before it. The worst single round trip is not
 // enough with many agents: sending N calls costs time of its own (CPU,
@@ -621,8 +686,18 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		lead := c.commitLead(op)
 		commitAt = time.Now().Add(lead)
 		timeout += lead
+		op.mu.Lock()
+		op.commitAt = commitAt
+		op.mu.Unlock()
 	case barrier.Prepare:
-		c.probeStats(op, true)
+		// Zero the probe counters alongside Prepare, not before it: a
+		// frozen agent must not hold up everyone's Prepare. The answers
+		// are held until the reset ended (within its short bound), so
+		// that Commit, which they release, never overtakes a reset.
+		resetDone := make(chan struct{})
+		go func() { defer close(resetDone); c.probeStats(op, true) }()
+		fed := post
+		post = func(ev barrier.Event) { <-resetDone; fed(ev) }
 	case barrier.Finalize:
 		c.probeStats(op, false)
 	}
@@ -639,11 +714,13 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		case barrier.Prepare:
 			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.from, ToPort: op.to})
 			ph := r.GetStatus().GetPhase()
+			op.noteSelfUndo(n, r.GetStatus())
 			ev = callResult(n, s, err, ph == agentv1.Phase_PHASE_PREPARED, fmt.Sprintf("agent answered %s: %s", ph, r.GetStatus().GetError()))
 		case barrier.Commit:
 			at := commitAt.Add(op.offsets[n].offset)
 			r, err := cl.Commit(ctx, &agentv1.CommitRequest{OperationId: id, AtUnixNano: at.UnixNano(), DeadmanMillis: op.deadman.Milliseconds()})
 			ph := r.GetStatus().GetPhase()
+			op.noteSelfUndo(n, r.GetStatus())
 			ok := err == nil && phaseIn(ph, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED) && r.ReadbackPort == op.to
 			if err == nil {
 				applied := r.AppliedUnixNano - op.offsets[n].offset.Nanoseconds()
@@ -674,13 +751,22 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			ev = callResult(n, s, err, r.GetPhase() == agentv1.Phase_PHASE_FINALIZED, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
 		case barrier.Abort, barrier.Rollback:
 			r, err := cl.Rollback(ctx, &agentv1.RollbackRequest{OperationId: id, Reason: op.core.Reason()})
+			if err != nil && status.Code(err) != codes.NotFound && ctx.Err() == nil {
+				// Before counting the node as not reached, ask where it
+				// is: an agent that undid the operation by itself (its
+				// dead-man, its prepare timeout) or never saw it is done,
+				// whatever made the Rollback call fail.
+				if st, serr := cl.Status(ctx, &agentv1.StatusRequest{OperationId: id}); serr == nil && undone(st) {
+					r, err = st, nil
+				} else if status.Code(serr) == codes.NotFound {
+					err = serr
+				}
+			}
 			if status.Code(err) == codes.NotFound {
 				err = nil // the agent never saw the operation: nothing to undo
 				r = &agentv1.OperationStatus{Phase: agentv1.Phase_PHASE_IDLE}
 			}
-			ok := !phaseIn(r.GetPhase(), agentv1.Phase_PHASE_PREPARED, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED,
-				agentv1.Phase_PHASE_FINALIZED, agentv1.Phase_PHASE_FAILED)
-			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
+			ev = callResult(n, s, err, undone(r), fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
 		}
 		c.noteNode(op, n, ev)
 		post(ev)
@@ -758,16 +844,31 @@ func (c *Coordinator) commitSpread(op *operation) {
 	c.metrics.commitSpread.Set(time.Duration(hi - lo).Seconds())
 }
 
-// probeStats resets (before prepare) or reads (after confirm) the agents'
-// probe mesh counters. Agents without peers report nothing: harmless.
+// probeStatsBound bounds the probe counters' reset and read: they are
+// figures for the report, never worth holding an operation up for.
+const probeStatsBound = time.Second
+
+// probeStats resets (alongside prepare) or reads (before finalize, or when
+// an operation that reached commit ends otherwise) the agents' probe mesh
+// counters, each call within min(1 s, step). Agents without peers report
+// nothing: harmless. A node that does not answer is reported in an event,
+// never fatal: its figures are missing, or for a failed reset include
+// traffic from before the operation.
 func (c *Coordinator) probeStats(op *operation, reset bool) {
-	ctx, cancel := context.WithTimeout(c.ctx, op.step)
+	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.step))
 	defer cancel()
 	var mu sync.Mutex
 	var pairs []*coordinatorv1.PairDisruption
+	var missed []string
 	fanOut(op.nodes, func(n string) {
 		r, err := c.agents[n].client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Reset_: reset})
-		if err != nil || reset {
+		if err != nil {
+			mu.Lock()
+			missed = append(missed, n+" ("+status.Convert(err).Message()+")")
+			mu.Unlock()
+			return
+		}
+		if reset {
 			return
 		}
 		mu.Lock()
@@ -776,6 +877,15 @@ func (c *Coordinator) probeStats(op *operation, reset bool) {
 			pairs = append(pairs, &coordinatorv1.PairDisruption{From: n, To: p.Peer, Sent: p.Sent, Lost: p.Lost, LongestGapMicros: p.LongestGapMicros})
 		}
 	})
+	if len(missed) > 0 && c.ctx.Err() == nil {
+		slices.Sort(missed)
+		what := "read"
+		if reset {
+			what = "reset: their disruption figures include traffic from before the operation"
+		}
+		c.log.Warn("probe counters", "reset", reset, "missed", missed)
+		op.emit(op.curPhase(), "", fmt.Sprintf("probe counters of %s could not be %s", strings.Join(missed, ", "), what), false, nil)
+	}
 	if reset {
 		return
 	}
@@ -794,4 +904,62 @@ func (c *Coordinator) probeStats(op *operation, reset bool) {
 		op.report.ProbesLost += p.Lost
 		op.report.LongestGapMicros = max(op.report.LongestGapMicros, p.LongestGapMicros)
 	}
+}
+
+// undone reports whether an agent's status means the operation is undone
+// on it, or was never done: nothing prepared, committed or stuck there.
+func undone(st *agentv1.OperationStatus) bool {
+	return !phaseIn(st.GetPhase(), agentv1.Phase_PHASE_PREPARED, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED,
+		agentv1.Phase_PHASE_FINALIZED, agentv1.Phase_PHASE_FAILED)
+}
+
+// noteSelfUndo keeps the instant node said it undoes the operation by
+// itself (agent clock → coordinator clock).
+func (op *operation) noteSelfUndo(node string, st *agentv1.OperationStatus) {
+	if st.GetDeadlineUnixNano() == 0 || st.GetOperationId() != op.rec.ID {
+		return
+	}
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.selfUndo[node] = time.Unix(0, st.GetDeadlineUnixNano()).Add(-op.offsets[node].offset)
+	op.selfKind[node] = st.GetPhase()
+}
+
+// selfUndoLocked says when an unreached node undoes the operation by
+// itself, as far as the coordinator knows: the deadline it reported (its
+// prepare deadline while prepared, its dead-man once committed), or what
+// follows from the commit instant and the dead-man sent with it.
+func (op *operation) selfUndoLocked(node string, now time.Time) string {
+	when := func(t time.Time) string {
+		at := t.UTC().Format("15:04:05.000Z")
+		if d := t.Sub(now).Round(100 * time.Millisecond); d > 0 {
+			return fmt.Sprintf("%s (in %s)", at, d)
+		}
+		return fmt.Sprintf("%s (passed %s ago)", at, now.Sub(t).Round(100*time.Millisecond))
+	}
+	dl, known := op.selfUndo[node]
+	kind := op.selfKind[node]
+	commitSent := op.core.CommitSent() && !op.commitAt.IsZero()
+	deadman := op.commitAt.Add(op.deadman)
+	const prepTimeout = "the agent's --prepare-timeout after its Prepare, 5m by default"
+	switch {
+	case known && kind == agentv1.Phase_PHASE_COMMITTED:
+		if dl.Before(now) {
+			return "committed, and its dead-man deadline passed at " + when(dl) + ": it has reverted by itself unless its agent is stuck; check it"
+		}
+		return "committed; its dead-man reverts it by itself at " + when(dl)
+	case known && commitSent:
+		if dl.Before(now) && deadman.Before(now) {
+			return "its prepare deadline (" + when(dl) + ") and the dead-man of the commit sent to it (" + when(deadman) + ") both passed: it has undone the operation by itself unless its agent is stuck; check it"
+		}
+		return "prepared, and the commit may or may not have reached it: if it did, its dead-man reverts it at " + when(deadman) + "; if not, it aborts at its prepare deadline " + when(dl)
+	case known:
+		if dl.Before(now) {
+			return "prepared at most (nothing flipped), and its prepare deadline passed at " + when(dl) + ": it has aborted by itself unless its agent is stuck; check it"
+		}
+		return "prepared at most (nothing flipped); it aborts by itself at its prepare deadline " + when(dl)
+	case commitSent:
+		return "state unknown: if it committed, its dead-man reverts it at " + when(deadman) + "; if it only prepared, it aborts at its prepare deadline (" + prepTimeout + ")"
+	}
+	return "state unknown, prepared at most (nothing flipped): if it prepared, it aborts by itself at its prepare deadline (" + prepTimeout + ")"
 }

@@ -34,6 +34,7 @@ type lab struct {
 	client   coordinatorv1.CoordinatorServiceClient
 	verifier Verifier
 	hooks    []Hook
+	cfg      func(*Config) // adjusts testConfig (then l.restart())
 }
 
 const fromPort = 4789
@@ -101,6 +102,9 @@ func (l *lab) testConfig() Config {
 	cfg.StepTimeout = 2 * time.Second
 	cfg.Deadman = 5 * time.Second
 	cfg.RollbackAttempts = 2
+	if l.cfg != nil {
+		l.cfg(&cfg)
+	}
 	return cfg
 }
 

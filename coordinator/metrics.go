@@ -15,6 +15,8 @@ type Metrics struct {
 	commitSpread  prometheus.Gauge
 	agentsReady   prometheus.Gauge
 	operations    *prometheus.CounterVec
+	tlsRejected   *prometheus.CounterVec // coordctl clients refused by the API server
+	agentTLSRej   *prometheus.CounterVec // agents whose server certificate we refused
 }
 
 // NewMetrics registers the metrics in a fresh registry.
@@ -43,13 +45,24 @@ func NewMetrics() *Metrics {
 			Help: "Operations ended, by outcome.",
 		}, []string{"outcome"}),
 	}
-	m.Registry.MustRegister(m.phase, m.phaseDuration, m.commitSpread, m.agentsReady, m.operations)
+	m.tlsRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cutover_coordinator_tls_rejections_total",
+		Help: "API clients (coordctl) refused during the TLS handshake, by reason.",
+	}, []string{"reason"})
+	m.agentTLSRej = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cutover_coordinator_agent_tls_rejections_total",
+		Help: "Connections to agents refused because of the agent's certificate, by reason.",
+	}, []string{"reason"})
+	m.Registry.MustRegister(m.phase, m.phaseDuration, m.commitSpread, m.agentsReady, m.operations, m.tlsRejected, m.agentTLSRej)
 	for _, o := range []string{"succeeded", "aborted", "rolled-back", "failed"} {
 		m.operations.WithLabelValues(o)
 	}
 	m.setPhase("idle")
 	return m
 }
+
+func (m *Metrics) apiTLSRejected(reason string)   { m.tlsRejected.WithLabelValues(reason).Inc() }
+func (m *Metrics) agentTLSRejected(reason string) { m.agentTLSRej.WithLabelValues(reason).Inc() }
 
 func (m *Metrics) setPhase(p string) {
 	for _, q := range phases {

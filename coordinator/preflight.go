@@ -36,6 +36,7 @@ type request struct {
 	step          time.Duration
 	allowNodePort bool
 	allowTunnel   bool
+	tunnel        string // refused as another tunnel's port: which one
 }
 
 // maxStepMillis bounds a request's per-step deadline (timeout_millis).
@@ -57,9 +58,6 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 		return r, invalid("port", req.Port, "out of range: want 1–65535")
 	case req.Port >= nodePortMin && req.Port <= nodePortMax && !req.AllowNodeportRange:
 		return r, invalid("port", req.Port, fmt.Sprintf("inside the Kubernetes NodePort range %d–%d: pick another port or set allow_nodeport_range", nodePortMin, nodePortMax))
-	}
-	if what, ok := tunnelPorts[req.Port]; ok && !req.AllowTunnelPort {
-		return r, invalid("port", req.Port, fmt.Sprintf("is the port of another tunnel (%s): pick another port or set allow_tunnel_port", what))
 	}
 	if req.TimeoutMillis < 0 {
 		return r, invalid("timeout_millis", req.TimeoutMillis, "negative: want 0 (default) or a positive number of milliseconds")
@@ -116,7 +114,43 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 	default:
 		r.nodes = c.nodeNames()
 	}
+	// Last, so that r is complete: validateTarget tells "the current
+	// port" (4789 usually is) from "another tunnel's port".
+	if what, ok := tunnelPorts[req.Port]; ok && !req.AllowTunnelPort {
+		r.tunnel = what
+		return r, invalid("port", req.Port, fmt.Sprintf("is the port of another tunnel (%s): pick another port or set allow_tunnel_port", what))
+	}
 	return r, nil
+}
+
+// validateTarget is validate, where a target refused as another tunnel's
+// port that is in fact the current port of every targeted node is refused
+// as that: the more useful message (4789, the usual current port, is also
+// IANA VXLAN's). Only then are agents asked, Info alone, changing nothing.
+func (c *Coordinator) validateTarget(ctx context.Context, req *coordinatorv1.CutoverRequest) (request, error) {
+	r, err := c.validate(req)
+	if err == nil || r.tunnel == "" {
+		return r, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, min(r.step, 2*time.Second))
+	defer cancel()
+	var mu sync.Mutex
+	on, answered := 0, 0
+	fanOut(r.nodes, func(n string) {
+		info, ierr := c.agents[n].client.Info(cctx, &agentv1.InfoRequest{})
+		mu.Lock()
+		defer mu.Unlock()
+		if ierr == nil {
+			answered++
+			if info.GetCurrentPort() == r.to {
+				on++
+			}
+		}
+	})
+	if answered > 0 && on == answered {
+		return r, invalid("port", req.Port, fmt.Sprintf("is the current port of every targeted node (%d of %d answered): the target must differ from the current port; nothing to do", answered, len(r.nodes)))
+	}
+	return r, err
 }
 
 func (c *Coordinator) nodeNames() []string {

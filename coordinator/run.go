@@ -28,12 +28,12 @@ const insecureWarning = "INSECURE MODE: no TLS to agents or from coordctl; anyon
 
 // agentDialOptions returns the credentials used to dial agents: mTLS
 // presenting our certificate and requiring the agent role, or plaintext
-// with --insecure.
-func agentDialOptions(cfg Config) ([]grpc.DialOption, error) {
+// with --insecure. Agents whose certificate is refused are counted in m.
+func agentDialOptions(cfg Config, m *Metrics) ([]grpc.DialOption, error) {
 	if cfg.Insecure {
 		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
 	}
-	tc, err := pki.ClientConfig(cfg.TLS, pki.RoleAgent)
+	tc, err := pki.ClientConfigWithHook(cfg.TLS, m.agentTLSRejected, pki.RoleAgent)
 	if err != nil {
 		return nil, fmt.Errorf("agent client TLS: %w", err)
 	}
@@ -41,16 +41,17 @@ func agentDialOptions(cfg Config) ([]grpc.DialOption, error) {
 }
 
 // serverOptions returns the API server's credentials: mTLS requiring the
-// admin role (coordctl), or none with --insecure.
-func serverOptions(cfg Config) ([]grpc.ServerOption, error) {
+// admin role (coordctl), or none with --insecure. Every refused client is
+// counted in m, plaintext and failed handshakes included.
+func serverOptions(cfg Config, m *Metrics) ([]grpc.ServerOption, error) {
 	if cfg.Insecure {
 		return nil, nil
 	}
-	tc, err := pki.ServerConfig(cfg.TLS, pki.RoleAdmin)
+	tc, err := pki.ServerConfigWithHook(cfg.TLS, m.apiTLSRejected, pki.RoleAdmin)
 	if err != nil {
 		return nil, fmt.Errorf("API server TLS: %w", err)
 	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tc))}, nil
+	return []grpc.ServerOption{grpc.Creds(pki.ServerCredentials(tc, m.apiTLSRejected))}, nil
 }
 
 // Register serves c, the standard health service and reflection on s.
@@ -156,7 +157,7 @@ type Server struct {
 // API's credentials from cfg; m is served on /metrics (give the same m to
 // every Coordinator served, WithMetrics).
 func Listen(cfg Config, m *Metrics, log *slog.Logger) (*Server, error) {
-	sopts, err := serverOptions(cfg)
+	sopts, err := serverOptions(cfg, m)
 	if err != nil {
 		return nil, err
 	}

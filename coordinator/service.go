@@ -54,7 +54,7 @@ func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgent
 
 // Plan implements CoordinatorService: preflight only; changes nothing.
 func (c *Coordinator) Plan(ctx context.Context, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PlanResponse, error) {
-	r, err := c.validate(req)
+	r, err := c.validateTarget(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (c *Coordinator) Cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 // back when it is a reverse cutover.
 func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent], reverts string) error {
 	ctx := stream.Context()
-	r, err := c.validate(req)
+	r, err := c.validateTarget(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	c.mu.Unlock()
 	op := newOperation(r.id, kind, 0, r.to, r.nodes, r.step, max(c.cfg.Deadman, 3*r.step), seq)
 	op.report.Kind, op.report.RevertsOperationId = kind, reverts
-	op.core = barrier.New(barrier.Config{Nodes: r.nodes, StepTimeout: r.step, RollbackAttempts: c.cfg.RollbackAttempts})
+	op.core = barrier.New(c.coreConfig(r.nodes, op.step, op.deadman))
 	if err := c.reserve(op); err != nil {
 		return err
 	}
@@ -282,7 +282,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 		if op.step <= 0 {
 			op.step = c.cfg.StepTimeout
 		}
-		op.core = barrier.New(barrier.Config{Nodes: rec.Nodes, StepTimeout: op.step, RollbackAttempts: c.cfg.RollbackAttempts})
+		op.core = barrier.New(c.coreConfig(rec.Nodes, op.step, op.deadman))
 		for _, n := range rec.Nodes {
 			if _, ok := c.agents[n]; !ok {
 				return fmt.Errorf("journal: operation %s names node %s, which is not in the inventory: add it back so the operation can be finished or undone", rec.ID, n)
@@ -319,7 +319,8 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 
 // doneCore rebuilds a terminal operation's core so Rollback works on it.
 func (c *Coordinator) doneCore(rec Record) *barrier.Op {
-	op := barrier.New(barrier.Config{Nodes: rec.Nodes, StepTimeout: time.Duration(rec.StepMillis) * time.Millisecond, RollbackAttempts: c.cfg.RollbackAttempts})
+	step := time.Duration(rec.StepMillis) * time.Millisecond
+	op := barrier.New(c.coreConfig(rec.Nodes, step, max(c.cfg.Deadman, 3*step)))
 	switch rec.Outcome {
 	case "succeeded", "failed":
 		// Pretend the last run ended in that state: a rollback request then

@@ -32,12 +32,16 @@
 // Doing the check in VerifyConnection (rather than letting crypto/tls verify
 // client certificates itself) is what lets every rejection be reported with
 // a reason to the onReject hook, so servers can count rejected handshakes
-// (Reason* constants, a bounded set usable as a metric label).
+// (Reason* constants, a bounded set usable as a metric label). Handshakes
+// that fail before any certificate is seen (plaintext to the TLS port, no
+// common TLS version) never reach VerifyConnection: gRPC servers count
+// them through ServerCredentials, which watches the handshake itself.
 //
 // Certificates and keys are read once, when the config is built; there is
 // no reload. Rotating means restarting the process.
 //
-// This package must not dial, listen or log: it builds configs and files.
+// This package must not dial, listen or log: it builds configs, gRPC
+// credentials and files.
 package pki
 
 import (

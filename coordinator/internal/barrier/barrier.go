@@ -29,9 +29,18 @@
 //   - Finalize failures do not change the outcome (the change is confirmed
 //     everywhere; only the old port's firewall rules remain) but are
 //     recorded per node.
-//   - An abort or rollback that cannot reach everyone is retried (only to
-//     the agents not yet reached) up to Config.RollbackAttempts times, then
-//     the outcome is Failed, naming the unreached nodes.
+//   - An abort or rollback that cannot reach everyone is retried, only to
+//     the agents not yet reached, with back-off: the retry's Send carries
+//     After, a pause that starts at Config.RetryBackoff and doubles up to
+//     Config.RetryBackoffMax. It is retried at least RollbackAttempts
+//     times in all and until the pauses and the calls that timed out add
+//     up to Config.RetryFor, then the outcome is Failed, naming the
+//     unreached nodes. An agent that is merely restarting is reached by a
+//     later attempt instead of failing the operation; the caller sets
+//     RetryFor to cover the agents' dead-man, by the end of which an agent
+//     that stayed unreachable has reverted by itself (I4). The core keeps
+//     no clock: it adds up the pauses it asked for and one StepTimeout per
+//     attempt that timed out, a lower bound of the time really spent.
 //   - Duplicate replies, replies for an earlier step or attempt, and
 //     replies after a timeout change nothing.
 //   - An operator's rollback request takes effect at the next barrier.
@@ -97,9 +106,20 @@ type Config struct {
 	// StepTimeout is handed out with every Send as a relative deadline; the
 	// caller enforces it (the core has no clock).
 	StepTimeout time.Duration
-	// RollbackAttempts is how many times an abort or rollback is sent to an
-	// agent that did not acknowledge it before the outcome is Failed.
+	// RollbackAttempts is how many times, at least, an abort or rollback is
+	// sent to an agent that did not acknowledge it before the outcome is
+	// Failed.
 	RollbackAttempts int
+	// RetryBackoff is the pause before the second attempt of an abort or
+	// rollback; every further pause doubles, up to RetryBackoffMax (when
+	// set). 0: retries go out at once.
+	RetryBackoff    time.Duration
+	RetryBackoffMax time.Duration
+	// RetryFor is how long, at least, an abort or rollback keeps trying an
+	// unreached agent (pauses plus attempts that timed out) before the
+	// outcome is Failed. 0, or no RetryBackoff (nothing would make the
+	// time add up): RollbackAttempts alone decides.
+	RetryFor time.Duration
 }
 
 // Event is something that happened, fed to Op.Step.
@@ -148,12 +168,15 @@ func (RollbackRequested) isEvent() {}
 type Action interface{ isAction() }
 
 // Send asks the caller to send Step to Nodes in parallel, each call within
-// Timeout, and to feed back one Reply or Timeout per node.
+// Timeout, and to feed back one Reply or Timeout per node. After, when not
+// zero, asks the caller to wait that long first (a retry's back-off): the
+// core has no clock, the caller schedules it.
 type Send struct {
 	Step    Step
 	Attempt int
 	Nodes   []string
 	Timeout time.Duration
+	After   time.Duration
 }
 
 // Declare announces the final outcome. Unreached is set when Outcome is
@@ -168,7 +191,11 @@ func (Send) isAction()    {}
 func (Declare) isAction() {}
 
 func (s Send) String() string {
-	return fmt.Sprintf("send %s#%d to %s within %s", s.Step, s.Attempt, strings.Join(s.Nodes, ","), s.Timeout)
+	str := fmt.Sprintf("send %s#%d to %s within %s", s.Step, s.Attempt, strings.Join(s.Nodes, ","), s.Timeout)
+	if s.After > 0 {
+		str += " after " + s.After.String()
+	}
+	return str
 }
 
 func (d Declare) String() string {
@@ -229,8 +256,9 @@ type Op struct {
 	sentPrepare bool // Prepare went out: Rollback targets everyone
 	sentCommit  bool // Commit went out: some agent may have flipped
 	rollbackReq string
-	attemptsLft int
-	failed      bool // some agent failed (not just finalize)
+	tries       int           // attempts of the current abort/rollback so far
+	spent       time.Duration // pauses and timed-out attempts of it, a lower bound of the time spent
+	failed      bool          // some agent failed (not just finalize)
 	unreached   []string
 
 	history map[string][]NodeStep // per node, in order
@@ -431,9 +459,25 @@ func (o *Op) advance() []Action {
 			o.step, o.outcome, o.unreached = Done, out, nil
 			return []Action{Declare{Outcome: out, Reason: o.reason}}
 		}
-		if o.attemptsLft > 0 {
-			o.attemptsLft--
-			return o.send(o.step, bad)
+		timedOut := false
+		for _, n := range bad {
+			timedOut = timedOut || o.pending[n] == StatusTimeout
+		}
+		if timedOut {
+			o.spent += o.cfg.StepTimeout
+		}
+		if o.tries < o.cfg.RollbackAttempts || (o.cfg.RetryBackoff > 0 && o.spent < o.cfg.RetryFor) {
+			pause := o.backoff()
+			if o.tries >= o.cfg.RollbackAttempts && o.cfg.RetryFor > 0 {
+				// Past the minimum count only to cover RetryFor: the last
+				// pause ends just there, not a doubling beyond it.
+				pause = min(pause, o.cfg.RetryFor-o.spent)
+			}
+			o.spent += pause
+			o.tries++
+			acts := o.send(o.step, bad)
+			acts[0] = withAfter(acts[0], pause)
+			return acts
 		}
 		o.step, o.outcome, o.unreached = Done, Failed, bad
 		return []Action{Declare{Outcome: Failed, Reason: o.reason, Unreached: bad}}
@@ -443,8 +487,32 @@ func (o *Op) advance() []Action {
 
 // undo starts an abort or rollback with a fresh retry budget.
 func (o *Op) undo(step Step, nodes []string) []Action {
-	o.attemptsLft = o.cfg.RollbackAttempts - 1
+	o.tries, o.spent = 1, 0
 	return o.send(step, nodes)
+}
+
+// backoff is the pause before the next retry: RetryBackoff doubled once per
+// retry already made, capped at RetryBackoffMax.
+func (o *Op) backoff() time.Duration {
+	d := o.cfg.RetryBackoff
+	for i := 1; i < o.tries && d > 0; i++ {
+		d *= 2
+		if o.cfg.RetryBackoffMax > 0 && d >= o.cfg.RetryBackoffMax {
+			return o.cfg.RetryBackoffMax
+		}
+	}
+	if o.cfg.RetryBackoffMax > 0 {
+		d = min(d, o.cfg.RetryBackoffMax)
+	}
+	return d
+}
+
+func withAfter(a Action, d time.Duration) Action {
+	if s, ok := a.(Send); ok && d > 0 {
+		s.After = d
+		return s
+	}
+	return a
 }
 
 func (o *Op) send(step Step, nodes []string) []Action {
@@ -464,6 +532,9 @@ func (o *Op) send(step Step, nodes []string) []Action {
 	}
 	return []Action{Send{Step: step, Attempt: o.attempt, Nodes: slices.Clone(nodes), Timeout: o.cfg.StepTimeout}}
 }
+
+// Tries is how many attempts the current (or last) abort or rollback made.
+func (o *Op) Tries() int { return o.tries }
 
 // Phase is the step in flight (Done when terminal, "" before Start).
 func (o *Op) Phase() Step { return o.step }

@@ -42,7 +42,14 @@ func runRandom(t *testing.T, seed uint64) Outcome {
 		nodes = append(nodes, fmt.Sprintf("n%d", i+1))
 	}
 	failP := []float64{0, 0.02, 0.1, 0.3}[r.IntN(4)]
-	op := New(Config{Nodes: nodes, StepTimeout: time.Second, RollbackAttempts: 1 + r.IntN(3)})
+	cfg := Config{Nodes: nodes, StepTimeout: time.Second, RollbackAttempts: 1 + r.IntN(3)}
+	if r.IntN(2) == 0 {
+		// Back-off and a time to cover: retries beyond the count.
+		cfg.RetryBackoff = time.Duration(1+r.IntN(500)) * time.Millisecond
+		cfg.RetryBackoffMax = time.Duration(r.IntN(3)) * time.Second
+		cfg.RetryFor = time.Duration(r.IntN(10)) * time.Second
+	}
+	op := New(cfg)
 	agents := map[string]*simAgent{}
 	for _, nd := range nodes {
 		agents[nd] = &simAgent{}
@@ -62,6 +69,10 @@ func runRandom(t *testing.T, seed uint64) Outcome {
 			case Declare:
 				declared = append(declared, a)
 			case Send:
+				if a.After < 0 || (a.After > 0 && a.Step != Abort && a.Step != Rollback) ||
+					(cfg.RetryBackoffMax > 0 && a.After > cfg.RetryBackoffMax) || (cfg.RetryBackoff == 0 && a.After > 0) {
+					fail("pause %s on %s: only abort/rollback retries wait, within the back-off bounds", a.After, a)
+				}
 				if a.Step == Commit {
 					for _, nd := range nodes {
 						if !preparedOK[nd] {

@@ -17,7 +17,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actua
 // blocks: one command line, a "----" line, the expected output, a blank
 // line. Lines starting with # are comments. Commands:
 //
-//	new n1,n2,n3 [attempts=N]    a new operation (timeout 10s)
+//	new n1,n2,n3 [attempts=N] [backoff=D] [backoffmax=D] [retryfor=D]
+//	                             a new operation (timeout 10s)
 //	start                        Start
 //	resume abort|verify|rollback ResumeAt
 //	ok NODE STEP[#ATTEMPT]       Reply OK (attempt defaults to 1)
@@ -110,8 +111,18 @@ func runScenario(t *testing.T, path string) {
 		case "new":
 			cfg := Config{Nodes: strings.Split(f[1], ","), StepTimeout: 10 * time.Second, RollbackAttempts: 1}
 			for _, kv := range f[2:] {
-				if v, ok := strings.CutPrefix(kv, "attempts="); ok {
+				k, v, _ := strings.Cut(kv, "=")
+				switch k {
+				case "attempts":
 					cfg.RollbackAttempts, _ = strconv.Atoi(v)
+				case "backoff", "backoffmax", "retryfor":
+					d, err := time.ParseDuration(v)
+					if err != nil {
+						t.Fatalf("%s: %s: %v", path, kv, err)
+					}
+					*map[string]*time.Duration{"backoff": &cfg.RetryBackoff, "backoffmax": &cfg.RetryBackoffMax, "retryfor": &cfg.RetryFor}[k] = d
+				default:
+					t.Fatalf("%s: unknown option %q", path, kv)
 				}
 			}
 			op = New(cfg)
