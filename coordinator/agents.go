@@ -8,6 +8,7 @@ import (
 
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // agentConn is the client side of one agent.
@@ -21,7 +22,17 @@ type agentConn struct {
 // connect until the first call, so an unreachable agent shows up in
 // preflight, not here. The passthrough scheme skips DNS: addresses are node
 // IPs (BRIEF requirement 6: the control path uses host networking).
+//
+// Reconnection back-off is capped at 1 s (gRPC's default grows to 2 min):
+// calls fail fast while a channel waits to reconnect, so an agent that
+// restarted would otherwise look unreachable to the rollback's retries for
+// long after it is back. A handful of agents reconnecting every second
+// costs nothing. Options given by the caller come after and win.
 func dialAgents(inv Inventory, opts []grpc.DialOption) (map[string]*agentConn, error) {
+	opts = append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: 5 * time.Second,
+	})}, opts...)
 	out := map[string]*agentConn{}
 	for _, s := range inv.Agents {
 		cc, err := grpc.NewClient("passthrough:///"+s.Address, opts...)

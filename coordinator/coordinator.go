@@ -812,6 +812,16 @@ func (c *Coordinator) noteNode(op *operation, node string, ev barrier.Event) {
 	switch e := ev.(type) {
 	case barrier.Reply:
 		if e.OK {
+			if (e.Step == barrier.Abort || e.Step == barrier.Rollback) && e.Attempt > 1 {
+				// Reached by a retry: say so next to the failed attempts.
+				msg = fmt.Sprintf("%s: reached at attempt %d", e.Step, e.Attempt)
+				op.setResult(node, func(r *coordinatorv1.NodeResult) {
+					if r.Error != "" {
+						r.Error += "; " + msg
+					}
+				})
+				op.emit(op.curPhase(), node, msg, false, nil)
+			}
 			return
 		}
 		msg = fmt.Sprintf("%s failed: %s", e.Step, e.Err)
@@ -821,9 +831,13 @@ func (c *Coordinator) noteNode(op *operation, node string, ev barrier.Event) {
 		return
 	}
 	op.setResult(node, func(r *coordinatorv1.NodeResult) {
-		if r.Error == "" {
+		switch {
+		case r.Error == "":
 			r.Error = msg
-		} else {
+		case strings.HasSuffix(r.Error, msg) || strings.HasSuffix(r.Error, msg+" (again)"):
+			// A retry failing the same way: the report says it once.
+			r.Error = strings.TrimSuffix(r.Error, " (again)") + " (again)"
+		default:
 			r.Error += "; " + msg
 		}
 	})
@@ -928,7 +942,9 @@ func (op *operation) noteSelfUndo(node string, st *agentv1.OperationStatus) {
 // selfUndoLocked says when an unreached node undoes the operation by
 // itself, as far as the coordinator knows: the deadline it reported (its
 // prepare deadline while prepared, its dead-man once committed), or what
-// follows from the commit instant and the dead-man sent with it.
+// follows from the commit instant and the dead-man sent with it. The
+// timers run in the agent: a stopped agent acts on a passed deadline as
+// soon as it starts again, and not before.
 func (op *operation) selfUndoLocked(node string, now time.Time) string {
 	when := func(t time.Time) string {
 		at := t.UTC().Format("15:04:05.000Z")
@@ -937,6 +953,7 @@ func (op *operation) selfUndoLocked(node string, now time.Time) string {
 		}
 		return fmt.Sprintf("%s (passed %s ago)", at, now.Sub(t).Round(100*time.Millisecond))
 	}
+	const passed = "a running agent has undone the operation by itself, a stopped one does as soon as it starts again; check it"
 	dl, known := op.selfUndo[node]
 	kind := op.selfKind[node]
 	commitSent := op.core.CommitSent() && !op.commitAt.IsZero()
@@ -945,17 +962,17 @@ func (op *operation) selfUndoLocked(node string, now time.Time) string {
 	switch {
 	case known && kind == agentv1.Phase_PHASE_COMMITTED:
 		if dl.Before(now) {
-			return "committed, and its dead-man deadline passed at " + when(dl) + ": it has reverted by itself unless its agent is stuck; check it"
+			return "committed; its dead-man deadline passed at " + when(dl) + ": " + passed
 		}
 		return "committed; its dead-man reverts it by itself at " + when(dl)
 	case known && commitSent:
 		if dl.Before(now) && deadman.Before(now) {
-			return "its prepare deadline (" + when(dl) + ") and the dead-man of the commit sent to it (" + when(deadman) + ") both passed: it has undone the operation by itself unless its agent is stuck; check it"
+			return "prepared, and its prepare deadline (" + when(dl) + ") and the dead-man of the commit sent to it (" + when(deadman) + ") both passed: " + passed
 		}
 		return "prepared, and the commit may or may not have reached it: if it did, its dead-man reverts it at " + when(deadman) + "; if not, it aborts at its prepare deadline " + when(dl)
 	case known:
 		if dl.Before(now) {
-			return "prepared at most (nothing flipped), and its prepare deadline passed at " + when(dl) + ": it has aborted by itself unless its agent is stuck; check it"
+			return "prepared at most (nothing flipped); its prepare deadline passed at " + when(dl) + ": " + passed
 		}
 		return "prepared at most (nothing flipped); it aborts by itself at its prepare deadline " + when(dl)
 	case commitSent:

@@ -581,17 +581,3 @@ func (e *env) phase(node string) string { return e.record(node).Phase }
 func (e *env) fact(fault, phase, expected, observed string, took time.Duration) {
 	e.t.Logf("FAULT | %s | %s | %s | %s | %s", fault, phase, expected, observed, took.Round(time.Millisecond))
 }
-
-// knownBug records an expectation the system does not meet yet (a bug
-// found by this suite, listed in docs/faults.md). It fails the test when
-// COT_FAULTS_STRICT=1, and otherwise logs it loudly so the invariants the
-// test does assert keep guarding CI while the fix is pending.
-func knownBug(t *testing.T, id, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf("KNOWN BUG %s: "+format, append([]any{id}, args...)...)
-	if os.Getenv("COT_FAULTS_STRICT") == "1" {
-		t.Error(msg)
-		return
-	}
-	t.Log(msg)
-}

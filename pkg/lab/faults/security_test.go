@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,17 +68,39 @@ func (e *env) get(url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-var rejRE = regexp.MustCompile(`(?m)^cutover_agent_tls_rejections_total\{reason="([a-z_]+)"\} (\d+)`)
-
-func (e *env) rejections(node string) map[string]int {
-	n, _ := e.l.Node(node)
-	_, body := e.get("http://" + n.Metrics + "/metrics")
+// counted reads the counter family name{reason=...} from a /metrics URL.
+func (e *env) counted(url, name string) map[string]int {
+	re := regexp.MustCompile(`(?m)^` + name + `\{reason="([a-z_]+)"\} (\d+)`)
+	_, body := e.get(url)
 	out := map[string]int{}
-	for _, m := range rejRE.FindAllStringSubmatch(body, -1) {
+	for _, m := range re.FindAllStringSubmatch(body, -1) {
 		v, _ := strconv.Atoi(m[2])
 		out[m[1]] = v
 	}
 	return out
+}
+
+func (e *env) rejections(node string) map[string]int {
+	n, _ := e.l.Node(node)
+	return e.counted("http://"+n.Metrics+"/metrics", "cutover_agent_tls_rejections_total")
+}
+
+// coordRejections are the coordinator's counts: API clients refused
+// (name cutover_coordinator_tls_rejections_total) or agents refused.
+func (e *env) coordRejections(name string) map[string]int {
+	return e.counted("http://198.18.128.1:"+strconv.Itoa(lab.CoordinatorMetricsPort)+"/metrics", name)
+}
+
+// grew names the reasons whose count went up, comma-separated.
+func grew(before, after map[string]int) string {
+	var out []string
+	for k, v := range after {
+		if v > before[k] {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
 }
 
 func clientCreds(t *testing.T, f pki.Files) credentials.TransportCredentials {
@@ -125,14 +148,14 @@ func TestTLSRejectedAndCounted(t *testing.T) {
 	cases := []struct {
 		name   string
 		creds  credentials.TransportCredentials
-		reason string // counter label that must go up; "" = not counted
+		reason string // counter label that must go up
 	}{
 		{"no client certificate", credentials.NewTLS(noCert), pki.ReasonNoCertificate},
 		{"certificate from another CA", clientCreds(t, pki.Files{CA: lab3.CA, Cert: pki.CoordinatorFiles(other).Cert, Key: pki.CoordinatorFiles(other).Key}), pki.ReasonUnknownCA},
 		{"expired certificate (our CA)", clientCreds(t, pki.Files{CA: lab3.CA, Cert: pki.CoordinatorFiles(expired).Cert, Key: pki.CoordinatorFiles(expired).Key}), pki.ReasonExpired},
 		{"agent certificate presented as a client", clientCreds(t, pki.AgentFiles(dir, "n2")), pki.ReasonWrongRole},
 		{"admin (coordctl) certificate presented to an agent", clientCreds(t, pki.AdminFiles(dir)), pki.ReasonWrongRole},
-		{"plaintext to the TLS port", insecure.NewCredentials(), ""},
+		{"plaintext to the TLS port", insecure.NewCredentials(), pki.ReasonNotTLS},
 	}
 	if err := e.callAgent("n1", clientCreds(t, lab3)); err != nil {
 		t.Fatalf("the coordinator's own certificate is refused: %v", err)
@@ -145,25 +168,17 @@ func TestTLSRejectedAndCounted(t *testing.T) {
 			t.Errorf("%s: accepted", tc.name)
 			continue
 		}
-		var grew []string
-		for k, v := range after {
-			if v > before[k] {
-				grew = append(grew, k)
-			}
-		}
-		counted := strings.Join(grew, ",")
+		counted := grew(before, after)
 		t.Logf("%s: refused (%v); counted as %q", tc.name, err, counted)
-		switch {
-		case tc.reason != "" && counted != tc.reason:
+		if counted != tc.reason {
 			t.Errorf("%s: counted as %q, want %q", tc.name, counted, tc.reason)
-		case tc.reason == "" && counted == "":
-			knownBug(t, "tls-rejection-uncounted", "%s: refused but not counted in cutover_agent_tls_rejections_total", tc.name)
 		}
 		e.fact("TLS: "+tc.name, "handshake with agent n1", "refused and counted", "refused, counted as "+orNone(counted), 0)
 	}
 
 	// Roles the other way round: an agent serving the coordinator's
 	// certificate is refused by the coordinator (it wants role agent).
+	agentRejBefore := e.coordRejections("cutover_coordinator_agent_tls_rejections_total")
 	if _, err := e.l.KillAgent("n1", syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -175,9 +190,16 @@ func TestTLSRejectedAndCounted(t *testing.T) {
 	if !regexp.MustCompile(`(?s)"n1".*?"error":[^\n]*(role|rejected)`).MatchString(r.stdout) {
 		t.Errorf("coordctl agents does not show n1 refused for its role")
 	}
-	e.fact("TLS: agent serving a coordinator certificate", "coordinator dials n1", "coordinator refuses (role)", "refused (wrong role, shown by coordctl agents); not counted: the coordinator has no TLS rejection metric", 0)
+	agentRej := grew(agentRejBefore, e.coordRejections("cutover_coordinator_agent_tls_rejections_total"))
+	if agentRej != pki.ReasonWrongRole {
+		t.Errorf("agent serving a coordinator certificate: cutover_coordinator_agent_tls_rejections_total grew for %q, want %q", agentRej, pki.ReasonWrongRole)
+	}
+	e.fact("TLS: agent serving a coordinator certificate", "coordinator dials n1", "coordinator refuses (role), counted",
+		"refused (wrong role, shown by coordctl agents), counted as "+orNone(agentRej)+" in cutover_coordinator_agent_tls_rejections_total", 0)
 
-	// A client without a certificate at the coordinator's API.
+	// A client without a certificate at the coordinator's API, then
+	// plaintext to it: refused and counted.
+	apiBefore := e.coordRejections("cutover_coordinator_tls_rejections_total")
 	conn, err := grpc.NewClient("passthrough:///"+e.l.CoordinatorAddr(), grpc.WithTransportCredentials(credentials.NewTLS(noCert)),
 		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return e.hubDial(ctx, a) }))
 	if err != nil {
@@ -191,7 +213,27 @@ func TestTLSRejectedAndCounted(t *testing.T) {
 	} else {
 		t.Logf("coordinator, no client certificate: refused: %v", err)
 	}
-	e.fact("TLS: no client certificate at the coordinator", "ListAgents", "refused", "refused; not counted (no coordinator TLS metric)", 0)
+	apiMid := e.coordRejections("cutover_coordinator_tls_rejections_total")
+	if got := grew(apiBefore, apiMid); got != pki.ReasonNoCertificate {
+		t.Errorf("coordinator, no client certificate: counted as %q, want %q", got, pki.ReasonNoCertificate)
+	}
+	e.fact("TLS: no client certificate at the coordinator", "ListAgents", "refused, counted", "refused, counted as "+orNone(grew(apiBefore, apiMid)), 0)
+	pconn, err := grpc.NewClient("passthrough:///"+e.l.CoordinatorAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return e.hubDial(ctx, a) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pconn.Close() }()
+	pctx, pcancel := context.WithTimeout(e.ctx, 3*time.Second)
+	defer pcancel()
+	if _, err := coordinatorv1.NewCoordinatorServiceClient(pconn).ListAgents(pctx, &coordinatorv1.ListAgentsRequest{}); err == nil {
+		t.Error("the coordinator served a plaintext client")
+	}
+	_ = pconn.Close()
+	if got := grew(apiMid, e.coordRejections("cutover_coordinator_tls_rejections_total")); got != pki.ReasonNotTLS {
+		t.Errorf("coordinator, plaintext: counted as %q, want %q", got, pki.ReasonNotTLS)
+	}
+	e.fact("TLS: plaintext gRPC to the coordinator API", "ListAgents", "refused, counted", "refused, counted as not_tls", 0)
 }
 
 func orNone(s string) string {
