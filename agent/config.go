@@ -87,6 +87,9 @@ type Config struct {
 
 	// Overlay probe mesh (off when ProbeListen is empty): UDP echo probes
 	// from this node's overlay address to its peers'.
+	// PortRefresh is how often the port is read back for the metric.
+	PortRefresh time.Duration
+
 	ProbeListen   string // overlay ip:port
 	ProbePeers    string // name=ip:port,...
 	ProbeInterval time.Duration
@@ -121,6 +124,7 @@ func Default() Config {
 		BackendRetry:     10 * time.Second,
 		LogLevel:         "info",
 		ProbeInterval:    10 * time.Millisecond,
+		PortRefresh:      5 * time.Second,
 		ProbeTimeout:     200 * time.Millisecond,
 	}
 }
@@ -156,6 +160,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.CallTimeout, "call-timeout", c.CallTimeout, "timeout of each dataplane call the agent makes on its own (apply, revert, abort)")
 	fs.DurationVar(&c.BackendRetry, "backend-retry", c.BackendRetry, "interval between attempts to set up the backend while it fails")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug | info | warn | error")
+	fs.DurationVar(&c.PortRefresh, "port-refresh", c.PortRefresh, "how often the VXLAN port is read back from the dataplane for cutover_agent_current_port (0: only on RPCs)")
 	fs.StringVar(&c.ProbeListen, "probe-listen", c.ProbeListen, "overlay ip:port the probe mesh sends from and answers on (empty: no probing)")
 	fs.StringVar(&c.ProbePeers, "probe-peers", c.ProbePeers, "probe targets over the overlay: name=ip:port,name=ip:port")
 	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "interval between two probes to the same peer (1ms to 1m)")
@@ -247,6 +252,9 @@ func (c Config) Validate() error {
 	}
 	if !slices.Contains(iptBackends, c.IptablesBackend) {
 		bad("iptables-backend", c.IptablesBackend, "want one of %s", strings.Join(iptBackends, ", "))
+	}
+	if c.PortRefresh < 0 || (c.PortRefresh > 0 && c.PortRefresh < 100*time.Millisecond) {
+		bad("port-refresh", c.PortRefresh.String(), "must be 0 (off) or at least 100ms")
 	}
 	if c.ProbeListen != "" || c.ProbePeers != "" {
 		if _, err := c.probeConfig(); err != nil {

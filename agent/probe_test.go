@@ -90,3 +90,24 @@ func TestProbeFlagsValidated(t *testing.T) {
 		t.Errorf("1µs interval: %v", err)
 	}
 }
+
+// A port changed behind the agent's back shows in cutover_agent_current_port
+// without any RPC: the port-drift alert depends on it.
+func TestCurrentPortMetricFollowsTheDataplane(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.PortRefresh = 100 * time.Millisecond
+	a := startAgent(t, cfg, newFake())
+	want := func(port string) {
+		t.Helper()
+		var body string
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if _, body = a.get(t, "/metrics"); strings.Contains(body, "\ncutover_agent_current_port "+port+"\n") {
+				return
+			}
+		}
+		t.Fatalf("cutover_agent_current_port never became %s", port)
+	}
+	want("4789")
+	a.fake.SetPort(4999)
+	want("4999")
+}

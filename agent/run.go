@@ -164,6 +164,9 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 	if mesh != nil {
 		go runProbes(setupCtx, mesh, cfg.ProbeListen, log)
 	}
+	if cfg.PortRefresh > 0 {
+		go refreshPort(setupCtx, svc, cfg.PortRefresh, cfg.CallTimeout)
+	}
 	machc := make(chan *operation.Machine, 1)
 	go func() {
 		m, err := setupCore(setupCtx, cfg, o, svc, store, metrics, log)
@@ -275,6 +278,22 @@ func runProbes(ctx context.Context, m *probe.Mesh, listen string, log *slog.Logg
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// refreshPort keeps cutover_agent_current_port true to the dataplane.
+func refreshPort(ctx context.Context, svc *Service, every, timeout time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			cctx, cancel := context.WithTimeout(ctx, min(timeout, every))
+			svc.ObservePort(cctx)
+			cancel()
 		}
 	}
 }

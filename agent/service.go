@@ -115,6 +115,18 @@ func (s *Service) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.In
 	return resp, nil
 }
 
+// ObservePort reads the port back from the dataplane and updates
+// cutover_agent_current_port. Run calls it on a timer: a change made behind
+// the agent's back (another controller, a hand-run ovs-vsctl) must show in
+// the metric, or the port-drift alert cannot see it.
+func (s *Service) ObservePort(ctx context.Context) {
+	if _, be, err := s.core(); err == nil {
+		if st, err := be.Read(ctx); err == nil {
+			s.metrics.PortObserved(st.Port)
+		}
+	}
+}
+
 // Clock implements agentv1.AgentServiceServer.
 func (s *Service) Clock(context.Context, *agentv1.ClockRequest) (*agentv1.ClockResponse, error) {
 	return &agentv1.ClockResponse{UnixNano: s.clock.Now().UnixNano()}, nil
