@@ -251,7 +251,12 @@ func (s *Supervisor) tick(ctx context.Context) error {
 		if imageOf(pod.Spec) == image {
 			updated++
 		}
-		if p.ready {
+		// p.ready is written by the process's output reader: read it
+		// under the lock.
+		s.mu.Lock()
+		isReady := p.ready
+		s.mu.Unlock()
+		if isReady {
 			ready++
 		} else {
 			rolling = true
@@ -326,8 +331,8 @@ func (s *Supervisor) ensureProc(node, image string) *proc {
 	np := &proc{cmd: s.cfg.Command(node, image), image: image, done: make(chan struct{})}
 	if err := s.spawn(node, np); err != nil {
 		s.record(node, 0, "start failed: "+err.Error())
+		np.code = -1 // before close: readers of code wait on done
 		close(np.done)
-		np.code = -1
 	}
 	s.mu.Lock()
 	s.procs[node] = np
