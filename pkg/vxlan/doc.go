@@ -31,7 +31,11 @@
 //     one loses its addresses and the routes move by replace. Median 0.56 ms,
 //     p90 3.8 ms (the tail is rtnl contention with the previous run's
 //     deletion). The old device is deleted after the window (~20-30 ms, not
-//     counted: it no longer carries traffic).
+//     counted: it no longer carries traffic) — or, with Kernel.KeepOld, left
+//     renamed (OldName) for Cleanup: deletion holds the global RTNL lock,
+//     so the agent defers it to Finalize, after every node has flipped. In
+//     a lab where 32 nodes share one kernel, 32 deletions inside the commit
+//     serialized on RTNL and pushed later nodes' flips out by up to a second.
 //
 // Renaming a running link needs a kernel that allows it (6.18 does; older
 // ones answer EBUSY): then the old device is taken down first, the ~12 ms

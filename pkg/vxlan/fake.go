@@ -18,6 +18,8 @@ type Fake struct {
 	Others map[string]string
 	// Recreations counts successful Recreate calls.
 	Recreations int
+	// Cleanups counts Cleanup calls.
+	Cleanups int
 	// FailNext, when set, is returned (wrapped) by the next mutating call.
 	FailNext error
 }
@@ -96,6 +98,15 @@ func (f *Fake) Recreate(snap Snapshot, newPort int) (Window, error) {
 	f.devices[name] = n
 	f.Recreations++
 	return Window{Strategy: "fake"}, nil
+}
+
+// Cleanup implements Interface. The fake deletes its old device at once,
+// so there is nothing to clean; calls are counted.
+func (f *Fake) Cleanup(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Cleanups++
+	return nil
 }
 
 // SetFDBPorts implements Interface.

@@ -21,6 +21,14 @@ type Kernel struct {
 	sock *nl.SocketHandle
 	// Strategy is StrategyPrebuilt (default when empty) or StrategyDeleteFirst.
 	Strategy string
+	// KeepOld leaves the old device, renamed to OldName and stripped of its
+	// addresses and routes, for Cleanup instead of deleting it at the end
+	// of Recreate. Deleting a link holds the kernel's global RTNL lock for
+	// tens of milliseconds (RCU grace periods): done at once it delays the
+	// Commit answer, and where several nodes share a kernel (a lab, or
+	// many VXLAN devices on one host) it delays the others' flips. A
+	// replayed or reverse Recreate removes a leftover old device first.
+	KeepOld bool
 	// now is the clock for Window; tests may stub it.
 	now func() time.Time
 }
@@ -172,6 +180,10 @@ func tmpName(name string) string {
 	_, _ = h.Write([]byte(name))
 	return fmt.Sprintf("cotx%08x", h.Sum32())
 }
+
+// OldName is where the old device waits for deletion after the switch: a
+// port check may see it holding the old port until Cleanup.
+func OldName(name string) string { return oldName(name) }
 
 // oldName is where the old device waits for deletion after the switch.
 func oldName(name string) string {
@@ -331,7 +343,7 @@ func (k *Kernel) recreatePrebuilt(snap Snapshot, old *netlink.Vxlan, tmp string,
 		return fail(err)
 	}
 	w.Total = k.now().Sub(tDel)
-	if old != nil {
+	if old != nil && !k.KeepOld {
 		tc := k.now()
 		if err := k.H.LinkDel(old); err != nil {
 			return w, &Error{Op: "recreate", Device: name, Err: fmt.Errorf("delete old device %s (index %d) after the switch: %w", oldName(name), old.Index, err)}
@@ -525,4 +537,24 @@ func unicast(mac string) bool {
 		}
 	}
 	return !zero && hw[0]&1 == 0
+}
+
+// Cleanup implements Interface.
+func (k *Kernel) Cleanup(name string) error {
+	old := oldName(name)
+	l, err := netlinksafe.LinkByName(k.H, old)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return &Error{Op: "cleanup", Device: name, Err: err}
+	}
+	if _, ok := l.(*netlink.Vxlan); !ok {
+		return &Error{Op: "cleanup", Device: name, Err: fmt.Errorf("%s is a %s link, not an old device of ours; not deleting it", old, l.Type())}
+	}
+	if err := k.H.LinkDel(l); err != nil {
+		return &Error{Op: "cleanup", Device: name, Err: fmt.Errorf("delete old device %s: %w", old, err)}
+	}
+	return nil
 }

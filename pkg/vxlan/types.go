@@ -21,6 +21,9 @@ type Interface interface {
 	// SetFDBPorts rewrites the destination port of every FDB entry of the
 	// device described by snap (0 = use the device's port again).
 	SetFDBPorts(snap Snapshot, port int) error
+	// Cleanup deletes the old device a Recreate left behind under
+	// OldName(name) (see Kernel.KeepOld); nothing left is not an error.
+	Cleanup(name string) error
 }
 
 // Device is the configuration of a kernel VXLAN link, as `ip -d link` shows it.

@@ -329,6 +329,10 @@ func TestCutoverOnRealKernel(t *testing.T) {
 			if f := udpFlows(t, n.NS); f[oldPort] != 0 || f[9999] == 0 {
 				t.Fatalf("%s after finalize: udp conntrack by dport %v", n.NS, f)
 			}
+			// Commit kept the old device (deleted outside the flip); Finalize removed it.
+			if links := run(t, n.NS, "ip -o link show"); strings.Contains(links, vxlan.OldName(labDev)) {
+				t.Fatalf("%s after finalize: the old device %s is still there:\n%s", n.NS, vxlan.OldName(labDev), links)
+			}
 		}
 		if got := connectivity(t, a, b, 2*time.Second); got != allPaths {
 			t.Fatalf("finalized on %d: paths %q", newPort, got)

@@ -172,6 +172,10 @@ func (b *Backend) Preflight(_ context.Context, to uint16) (dataplane.Check, erro
 		switch {
 		case err != nil:
 			c.Problems = append(c.Problems, fmt.Sprintf("port %d: cannot tell whether it is free: %v", to, err))
+		case !free && holder.Kind == "vxlan" && holder.Device == vxlan.OldName(b.cfg.Device):
+			// The old device of our own last cutover, kept until its
+			// Finalize: Recreate removes it before building on the port.
+			c.Actions = append(c.Actions, fmt.Sprintf("remove %s (the old %s left by the last cutover, on port %d)", holder.Device, b.cfg.Device, to))
 		case !free:
 			c.TargetFree = false
 			c.TargetHolder = holder.String()
@@ -452,6 +456,11 @@ func (b *Backend) Finalize(ctx context.Context, s dataplane.Snapshot) error {
 	}
 	if st.Port != s.ToPort {
 		return fmt.Errorf("finalize %s: the device is on port %d, not %d: not closing port %d", b.cfg.Device, st.Port, s.ToPort, s.FromPort)
+	}
+	// The old device, renamed and stripped at Commit, still holds the old
+	// port: it goes before the old port's rules do.
+	if err := b.cfg.VXLAN.Cleanup(b.cfg.Device); err != nil {
+		return fmt.Errorf("finalize %s: remove the old device: %w", b.cfg.Device, err)
 	}
 	if b.cfg.Firewall != nil {
 		if err := b.cfg.Firewall.Close(s.FromPort, nil); err != nil {

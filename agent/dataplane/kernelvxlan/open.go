@@ -26,6 +26,9 @@ func Open(nsName string, cfg Config, conntrackCleanup bool) (*Backend, func(), e
 			return nil, nil, fmt.Errorf("kernel-vxlan backend: %w", err)
 		}
 		closers = append(closers, k.Close)
+		// The old device is deleted at Finalize, after every node flipped
+		// (see vxlan.Kernel.KeepOld), not inside Commit.
+		k.KeepOld = true
 		cfg.VXLAN = k
 	}
 	if cfg.Ports == nil || (conntrackCleanup && cfg.Conntrack == nil) {
