@@ -40,6 +40,10 @@ type Config struct {
 	// restarting is reached when it is back, and one that stays
 	// unreachable has reverted by itself by then.
 	RollbackBackoff time.Duration
+	// ProbeSettle is how long the final read of the probe counters waits
+	// for probes still in flight to be answered or time out: at least the
+	// agents' --probe-timeout.
+	ProbeSettle time.Duration
 }
 
 // Default returns the defaults.
@@ -58,6 +62,7 @@ func Default() Config {
 		ClockSamples:     8,
 		RollbackAttempts: 3,
 		RollbackBackoff:  250 * time.Millisecond,
+		ProbeSettle:      300 * time.Millisecond,
 	}
 }
 
@@ -92,6 +97,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CommitLeadPerAgt, "commit-lead-per-agent", c.CommitLeadPerAgt, "commit lead added per targeted agent (fan-out cost)")
 	fs.IntVar(&c.ClockSamples, "clock-samples", c.ClockSamples, "Clock samples per agent for the offset (lowest RTT wins)")
 	fs.IntVar(&c.RollbackAttempts, "rollback-attempts", c.RollbackAttempts, "tries of an abort or rollback per agent, at least, before the operation is declared failed")
+	fs.DurationVar(&c.ProbeSettle, "probe-settle", c.ProbeSettle, "before the report's final probe read, wait this long for probes in flight to settle (at least the agents' --probe-timeout; 0: read at once)")
 	fs.DurationVar(&c.RollbackBackoff, "rollback-backoff", c.RollbackBackoff, "pause before retrying an abort or rollback to an unreached agent, doubling up to 8x; retries span the dead-man duration (0: retry at once, only --rollback-attempts times)")
 }
 
@@ -140,6 +146,9 @@ func (c Config) Validate() error {
 	}
 	if c.RollbackAttempts < 1 {
 		errs = append(errs, fmt.Errorf("--rollback-attempts %d: must be at least 1", c.RollbackAttempts))
+	}
+	if c.ProbeSettle < 0 || c.ProbeSettle > time.Minute {
+		errs = append(errs, fmt.Errorf("--probe-settle %v: must be between 0 and 1m", c.ProbeSettle))
 	}
 	if c.RollbackBackoff < 0 || c.RollbackBackoff > time.Minute {
 		errs = append(errs, fmt.Errorf("--rollback-backoff %s: want 0 (retry at once) to 1m", c.RollbackBackoff))

@@ -868,7 +868,16 @@ const probeStatsBound = time.Second
 // nothing: harmless. A node that does not answer is reported in an event,
 // never fatal: its figures are missing, or for a failed reset include
 // traffic from before the operation.
+//
+// Probes still in flight when the counters are read are not counted yet
+// (an agent settles a probe when it is answered or timed out), so a read
+// that finds probing on waits --probe-settle and reads again: the figures
+// then cover the operation to its end. Without probing nothing waits.
 func (c *Coordinator) probeStats(op *operation, reset bool) {
+	c.probeStatsOnce(op, reset, !reset && c.cfg.ProbeSettle > 0)
+}
+
+func (c *Coordinator) probeStatsOnce(op *operation, reset, settleThenAgain bool) {
 	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.step))
 	defer cancel()
 	var mu sync.Mutex
@@ -902,6 +911,14 @@ func (c *Coordinator) probeStats(op *operation, reset bool) {
 	}
 	if reset {
 		return
+	}
+	if settleThenAgain && len(pairs) > 0 {
+		select {
+		case <-time.After(c.cfg.ProbeSettle):
+			c.probeStatsOnce(op, false, false)
+			return
+		case <-c.ctx.Done():
+		}
 	}
 	slices.SortFunc(pairs, func(a, b *coordinatorv1.PairDisruption) int {
 		if a.From != b.From {

@@ -309,3 +309,25 @@ func TestSecondCutoverRefused(t *testing.T) {
 		t.Errorf("reused id: %v", err)
 	}
 }
+
+// With probing on, the report's probe figures are read again after
+// --probe-settle, so probes in flight at the end of the operation are
+// counted; without probing nothing waits.
+func TestProbeFiguresReadAfterSettle(t *testing.T) {
+	l := newLab(t, 2, nil)
+	l.fakes["n1"].SetPeers([]*agentv1.PeerProbeStats{{Peer: "n2", Sent: 10, Received: 10}})
+	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil || rep.State != succeeded {
+		t.Fatalf("%v %v", rep, err)
+	}
+	if r := l.fakes["n1"].ProbeReads(); r != 2 {
+		t.Fatalf("probe reads with probing on: %d, want 2 (a read, --probe-settle, a read)", r)
+	}
+	l2 := newLab(t, 2, nil)
+	if rep, _, err := l2.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"}); err != nil || rep.State != succeeded {
+		t.Fatalf("%v %v", rep, err)
+	}
+	if r := l2.fakes["n1"].ProbeReads(); r != 1 {
+		t.Fatalf("probe reads without probing: %d, want 1 (no wait)", r)
+	}
+}

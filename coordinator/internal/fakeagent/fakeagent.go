@@ -54,6 +54,7 @@ type Agent struct {
 	fight      bool // after a commit, the next Info finds the old port back
 	fightArmed bool
 	peers      []*agentv1.PeerProbeStats
+	probeReads int
 }
 
 // New returns a ready agent for node on port.
@@ -94,6 +95,9 @@ func (a *Agent) HoldPort(p uint32, holder string) {
 
 // SetLabels sets the labels Info reports.
 func (a *Agent) SetLabels(l map[string]string) { a.mu.Lock(); a.labels = l; a.mu.Unlock() }
+
+// ProbeReads counts ProbeStats calls that read without a reset.
+func (a *Agent) ProbeReads() int { a.mu.Lock(); defer a.mu.Unlock(); return a.probeReads }
 
 // SetPeers sets the probe stats ProbeStats reports.
 func (a *Agent) SetPeers(p []*agentv1.PeerProbeStats) { a.mu.Lock(); a.peers = p; a.mu.Unlock() }
@@ -403,6 +407,8 @@ func (a *Agent) ProbeStats(_ context.Context, r *agentv1.ProbeStatsRequest) (*ag
 	defer a.mu.Unlock()
 	if r.Reset_ {
 		a.probeRst++
+	} else {
+		a.probeReads++
 	}
 	return &agentv1.ProbeStatsResponse{Node: a.node, IntervalMicros: 10000, Peers: a.peers}, nil
 }
