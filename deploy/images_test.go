@@ -178,6 +178,9 @@ func dockerfileProblems(t *testing.T, path string, wantBinaries []string, nonroo
 				if _, err := os.Stat(filepath.Join("..", src)); err != nil {
 					badf("line %d: COPY %s: not in the repository", in.line, src)
 				}
+				if pat := dockerIgnored(t, src); pat != "" {
+					badf("line %d: COPY %s: excluded from the build context by .dockerignore (%s)", in.line, src, pat)
+				}
 				copied = append(copied, strings.TrimSuffix(src, "/"))
 			}
 		case "RUN":
@@ -307,6 +310,53 @@ ENTRYPOINT /agent
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("check did not report %q; it reported:\n%s", want, got)
+		}
+	}
+}
+
+// dockerIgnored returns the ../.dockerignore pattern that keeps src out of
+// the build context, or "". Only the plain path patterns the file uses are
+// understood (a name, a directory, or **/name for any depth).
+func dockerIgnored(t *testing.T, src string) string {
+	t.Helper()
+	b, err := os.ReadFile("../.dockerignore")
+	if err != nil {
+		t.Fatalf(".dockerignore: %v", err)
+	}
+	return ignoredBy(string(b), src)
+}
+
+func ignoredBy(ignore, src string) string {
+	src = strings.Trim(filepath.Clean(src), "/")
+	for _, line := range strings.Split(ignore, "\n") {
+		pat := strings.TrimSpace(line)
+		if pat == "" || strings.HasPrefix(pat, "#") {
+			continue
+		}
+		p := strings.Trim(pat, "/")
+		if name, ok := strings.CutPrefix(p, "**/"); ok {
+			for _, part := range strings.Split(src, "/") {
+				if part == name {
+					return pat
+				}
+			}
+			continue
+		}
+		if src == p || strings.HasPrefix(src, p+"/") {
+			return pat
+		}
+	}
+	return ""
+}
+
+func TestIgnoredBy(t *testing.T) {
+	ignore := "# c\n.git\ndeploy/\n**/testdata\n"
+	for src, want := range map[string]string{
+		"deploy/base": "deploy/", "deploy": "deploy/", "agent/": "", "pkg/lab/testdata/x": "**/testdata",
+		"deployx": "", "go.mod": "",
+	} {
+		if got := ignoredBy(ignore, src); got != want {
+			t.Errorf("ignoredBy(%q) = %q, want %q", src, got, want)
 		}
 	}
 }
