@@ -18,7 +18,7 @@ import (
 
 // flannel's upstream manifest, as shipped.
 const upstreamNetConf = `{
-  "Network": "10.244.0.0/16",
+  "Network": "198.19.0.0/16",
   "EnableNFTables": false,
   "Backend": {
     "Type": "vxlan"
@@ -32,7 +32,7 @@ func TestSetFlannelPort(t *testing.T) {
 		port           uint16
 	}{
 		{"absent, indented", upstreamNetConf, `{
-  "Network": "10.244.0.0/16",
+  "Network": "198.19.0.0/16",
   "EnableNFTables": false,
   "Backend": {
     "Type": "vxlan",
@@ -40,10 +40,10 @@ func TestSetFlannelPort(t *testing.T) {
   }
 }
 `, 4889},
-		{"present, replaced in place", `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","Port":8472,"VNI":1},"Zeta":[1,{"Port":1}]}`,
-			`{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","Port":4889,"VNI":1},"Zeta":[1,{"Port":1}]}`, 4889},
-		{"absent, one line", `{"Backend": {"Type": "vxlan", "VNI": 4096}, "Network": "10.244.0.0/16"}`,
-			`{"Backend": {"Type": "vxlan", "VNI": 4096, "Port": 9000}, "Network": "10.244.0.0/16"}`, 9000},
+		{"present, replaced in place", `{"Network":"198.19.0.0/16","Backend":{"Type":"vxlan","Port":8472,"VNI":1},"Zeta":[1,{"Port":1}]}`,
+			`{"Network":"198.19.0.0/16","Backend":{"Type":"vxlan","Port":4889,"VNI":1},"Zeta":[1,{"Port":1}]}`, 4889},
+		{"absent, one line", `{"Backend": {"Type": "vxlan", "VNI": 4096}, "Network": "198.19.0.0/16"}`,
+			`{"Backend": {"Type": "vxlan", "VNI": 4096, "Port": 9000}, "Network": "198.19.0.0/16"}`, 9000},
 		{"tabs and a nested last member", "{\n\t\"Backend\": {\n\t\t\"Type\": \"vxlan\",\n\t\t\"X\": {\"a\": [1, 2]}\n\t}\n}",
 			"{\n\t\"Backend\": {\n\t\t\"Type\": \"vxlan\",\n\t\t\"X\": {\"a\": [1, 2]},\n\t\t\"Port\": 4889\n\t}\n}", 4889},
 		{"Port first, spaced", `{ "Backend" : { "Port" :  4789 , "Type" : "VXLAN" } }`, `{ "Backend" : { "Port" :  4889 , "Type" : "VXLAN" } }`, 4889},
@@ -89,7 +89,7 @@ func TestSetFlannelPort(t *testing.T) {
 func TestFlannelPortErrors(t *testing.T) {
 	for in, want := range map[string]string{
 		`{"Backend":{"Type":"host-gw"}}`:             `Backend.Type is "host-gw", not "vxlan"`,
-		`{"Network":"10.244.0.0/16"}`:                "no Backend object",
+		`{"Network":"198.19.0.0/16"}`:                "no Backend object",
 		`{"Backend":"vxlan"}`:                        "the Backend field is vxlan, not an object",
 		`{"Backend":{"Type":"vxlan","Port":"8472"}}`: `Backend.Port "8472": not a number`,
 		`{"Backend":{"Type":"vxlan","Port":70000}}`:  "Backend.Port 70000: want an integer 1–65535",
