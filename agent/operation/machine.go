@@ -115,14 +115,14 @@ func New(ctx context.Context, o Options) (*Machine, error) {
 		if rec.PrepareDeadline.IsZero() {
 			rec.PrepareDeadline = now.Add(m.prepareTimeout)
 		}
-		m.armLocked(*rec, rec.PrepareDeadline.Sub(now), m.prepareTimedOut)
+		m.armLocked(rec.PrepareDeadline.Sub(now), m.prepareTimedOut)
 	case PhaseCommitted:
 		if !now.Before(rec.Deadline) {
 			m.log.Warn("dead-man deadline passed while the agent was down: reverting now",
 				"operation", rec.ID, "deadline", rec.Deadline)
 			m.revertLocked(*rec, ByDeadman)
 		} else {
-			m.armLocked(*rec, rec.Deadline.Sub(now), m.deadmanFired)
+			m.armLocked(rec.Deadline.Sub(now), m.deadmanFired)
 		}
 	}
 	return m, nil
@@ -226,7 +226,7 @@ func (m *Machine) Prepare(ctx context.Context, id string, from, to uint16) (Reco
 		return out, errf(CodeUnavailable, err, "prepare %s: could not record it, so it was aborted", id)
 	}
 	m.setLocked(rec)
-	m.armLocked(rec, m.prepareTimeout, m.prepareTimedOut)
+	m.armLocked(m.prepareTimeout, m.prepareTimedOut)
 	return rec, nil
 }
 
@@ -306,7 +306,7 @@ func (m *Machine) Commit(ctx context.Context, id string, at time.Time, deadman t
 	m.setLocked(rec)
 	m.obs.Applied(dur, late)
 	m.obs.PortObserved(st.Port)
-	m.armLocked(rec, rec.Deadline.Sub(m.clock.Now()), m.deadmanFired)
+	m.armLocked(rec.Deadline.Sub(m.clock.Now()), m.deadmanFired)
 	return rec, nil
 }
 
@@ -440,8 +440,8 @@ func (m *Machine) prepareTimedOut(gen uint64) {
 		fmt.Sprintf("no commit or rollback within the prepare timeout %s", m.prepareTimeout))
 }
 
-// armLocked arms the one timer for rec's current generation.
-func (m *Machine) armLocked(rec Record, d time.Duration, f func(gen uint64)) {
+// armLocked arms the one timer for the current generation.
+func (m *Machine) armLocked(d time.Duration, f func(gen uint64)) {
 	m.disarmLocked()
 	gen := m.gen
 	m.timer = m.clock.AfterFunc(d, func() { f(gen) })
