@@ -488,8 +488,7 @@ func (c *Coordinator) enterStep(op *operation, s barrier.Send) {
 		if prev == barrier.Prepare {
 			op.prepDur = d
 		}
-		op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: string(prev), Nanos: d.Nanoseconds()})
-		c.metrics.phaseDuration.WithLabelValues(string(prev)).Observe(d.Seconds())
+		c.phaseDoneLocked(op, prev, d)
 	}
 	if prev != s.Step {
 		op.stepStart = now
@@ -514,6 +513,13 @@ func (c *Coordinator) enterStep(op *operation, s barrier.Send) {
 	op.emit(string(s.Step), "", msg, false, nil)
 }
 
+// phaseDoneLocked records that step lasted d: in the report and the
+// phase duration histogram. op.mu is held.
+func (c *Coordinator) phaseDoneLocked(op *operation, step barrier.Step, d time.Duration) {
+	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: string(step), Nanos: d.Nanoseconds()})
+	c.metrics.phaseDuration.WithLabelValues(string(step)).Observe(d.Seconds())
+}
+
 func outcomeState(o barrier.Outcome) coordinatorv1.OperationState {
 	switch o {
 	case barrier.Succeeded:
@@ -533,9 +539,7 @@ func (c *Coordinator) declare(op *operation, d barrier.Declare) {
 	now := time.Now()
 	op.mu.Lock()
 	if op.curStep != "" {
-		dur := now.Sub(op.stepStart)
-		op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: string(op.curStep), Nanos: dur.Nanoseconds()})
-		c.metrics.phaseDuration.WithLabelValues(string(op.curStep)).Observe(dur.Seconds())
+		c.phaseDoneLocked(op, op.curStep, now.Sub(op.stepStart))
 		op.curStep = ""
 	}
 	op.report.State = outcomeState(d.Outcome)
@@ -639,6 +643,13 @@ func (op *operation) reopen() {
 func (c *Coordinator) coreConfig(nodes []string, step, deadman time.Duration) barrier.Config {
 	return barrier.Config{Nodes: nodes, StepTimeout: step, RollbackAttempts: c.cfg.RollbackAttempts,
 		RetryBackoff: c.cfg.RollbackBackoff, RetryBackoffMax: 8 * c.cfg.RollbackBackoff, RetryFor: deadman + time.Second}
+}
+
+// deadmanFor is the dead-man duration sent with the commit of an operation
+// whose steps last step: never shorter than three steps, so that verify
+// and confirm fit before the agents revert by themselves.
+func (c *Coordinator) deadmanFor(step time.Duration) time.Duration {
+	return max(c.cfg.Deadman, 3*step)
 }
 
 // commitLead is how far ahead the commit instant is set: enough for every

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,7 +67,7 @@ func LoadInventoryFile(path string) ([]AgentSpec, error) {
 		return nil, fmt.Errorf("--inventory %q: %w", path, err)
 	}
 	var inv Inventory
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&inv); err != nil {
 		return nil, fmt.Errorf("--inventory %q: not a valid inventory (want {\"agents\":[{\"node\":...,\"address\":\"host:port\"}]}): %w", path, err)

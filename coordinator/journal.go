@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Record is what the journal keeps of one operation: enough for a
@@ -32,6 +33,9 @@ type Record struct {
 
 // Terminal reports whether the operation ended.
 func (r Record) Terminal() bool { return r.Outcome != "" && r.Outcome != "pending" }
+
+// stepTimeout is the operation's per-step deadline.
+func (r Record) stepTimeout() time.Duration { return time.Duration(r.StepMillis) * time.Millisecond }
 
 // describeJournal names where the journal is, for errors.
 func describeJournal(j JournalStore, cfg Config) string {

@@ -82,15 +82,11 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 	if len(req.Nodes) > 0 && req.Selector != "" {
 		return r, invalid("nodes/selector", fmt.Sprintf("%v/%q", req.Nodes, req.Selector), "give nodes or a selector, not both")
 	}
-	known := map[string]AgentSpec{}
-	for _, a := range c.inv.Agents {
-		known[a.Node] = a
-	}
 	switch {
 	case len(req.Nodes) > 0:
 		var unknown []string
 		for _, n := range req.Nodes {
-			if _, ok := known[n]; !ok {
+			if _, ok := c.agents[n]; !ok { // c.agents holds every inventory node
 				unknown = append(unknown, n)
 			}
 		}

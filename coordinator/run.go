@@ -64,12 +64,8 @@ func (c *Coordinator) Register(s *grpc.Server) *health.Server {
 	return hs
 }
 
-// MetricsHandler serves /healthz (alive), /readyz (ready: the API serves
+// metricsHandler serves /healthz (alive), /readyz (ready: the API serves
 // and the journal was resumed) and /metrics.
-func (c *Coordinator) MetricsHandler(ready func() error) http.Handler {
-	return metricsHandler(c.metrics, ready)
-}
-
 func metricsHandler(m *Metrics, ready func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })

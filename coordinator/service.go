@@ -102,7 +102,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	c.seq++
 	seq := c.seq
 	c.mu.Unlock()
-	op := newOperation(r.id, kind, 0, r.to, r.nodes, r.step, max(c.cfg.Deadman, 3*r.step), seq)
+	op := newOperation(r.id, kind, 0, r.to, r.nodes, r.step, c.deadmanFor(r.step), seq)
 	op.report.Kind, op.report.RevertsOperationId = kind, reverts
 	op.core = barrier.New(c.coreConfig(r.nodes, op.step, op.deadman))
 	if err := c.reserve(op); err != nil {
@@ -270,8 +270,8 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 func (c *Coordinator) Resume(ctx context.Context) error {
 	recs, err := c.journal.Load()
 	for _, rec := range recs {
-		op := newOperation(rec.ID, rec.Kind, rec.FromPort, rec.ToPort, rec.Nodes, time.Duration(rec.StepMillis)*time.Millisecond,
-			max(c.cfg.Deadman, 3*time.Duration(rec.StepMillis)*time.Millisecond), rec.Seq)
+		step := rec.stepTimeout()
+		op := newOperation(rec.ID, rec.Kind, rec.FromPort, rec.ToPort, rec.Nodes, step, c.deadmanFor(step), rec.Seq)
 		op.rec = rec
 		if len(rec.Report) > 0 {
 			_ = protojson.Unmarshal(rec.Report, op.report)
@@ -319,8 +319,8 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 
 // doneCore rebuilds a terminal operation's core so Rollback works on it.
 func (c *Coordinator) doneCore(rec Record) *barrier.Op {
-	step := time.Duration(rec.StepMillis) * time.Millisecond
-	op := barrier.New(c.coreConfig(rec.Nodes, step, max(c.cfg.Deadman, 3*step)))
+	step := rec.stepTimeout()
+	op := barrier.New(c.coreConfig(rec.Nodes, step, c.deadmanFor(step)))
 	switch rec.Outcome {
 	case "succeeded", "failed":
 		// Pretend the last run ended in that state: a rollback request then
