@@ -415,10 +415,10 @@ func (c *Coordinator) drive(op *operation, acts []barrier.Action, done chan stru
 				case barrier.Aborted, barrier.RolledBack:
 					c.restore(op)
 				}
-				if a.Outcome != barrier.Succeeded && op.core.CommitSent() {
+				if op.core.CommitSent() {
 					// Nodes may have flipped: the report shows the
-					// disruption whatever the outcome (a success read
-					// it before finalize).
+					// disruption whatever the outcome, read once the
+					// operation is over (its settle wait delays nothing).
 					c.probeStats(op, false)
 				}
 				c.declare(op, a)
@@ -709,8 +709,6 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		go func() { defer close(resetDone); c.probeStats(op, true) }()
 		fed := post
 		post = func(ev barrier.Event) { <-resetDone; fed(ev) }
-	case barrier.Finalize:
-		c.probeStats(op, false)
 	}
 	backstop := time.AfterFunc(timeout+time.Second, func() { post(barrier.Deadline{Step: s.Step, Attempt: s.Attempt}) })
 	defer backstop.Stop()
@@ -873,8 +871,8 @@ func (c *Coordinator) commitSpread(op *operation) {
 // figures for the report, never worth holding an operation up for.
 const probeStatsBound = time.Second
 
-// probeStats resets (alongside prepare) or reads (before finalize, or when
-// an operation that reached commit ends otherwise) the agents' probe mesh
+// probeStats resets (alongside prepare) or reads (when an operation that
+// reached commit ends, whatever its outcome) the agents' probe mesh
 // counters, each call within min(1 s, step). Agents without peers report
 // nothing: harmless. A node that does not answer is reported in an event,
 // never fatal: its figures are missing, or for a failed reset include
