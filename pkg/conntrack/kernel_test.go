@@ -3,7 +3,6 @@ package conntrack_test
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os/exec"
 	"sort"
 	"strings"
@@ -20,11 +19,7 @@ import (
 // conntrack -L: only UDP entries to 4789 (both families) may be gone.
 func TestDeleteUDPDstPortNarrow(t *testing.T) {
 	testenv.RequirePrivileged(t, "ip", "conntrack")
-	ns := fmt.Sprintf("cot-ct-%08x", rand.Uint32())
-	if err := netns.Create(ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = netns.Delete(ns) })
+	ns := testenv.Netns(t, "cot-ct")
 
 	insert := func(proto, src, dst string, sport, dport int) {
 		t.Helper()

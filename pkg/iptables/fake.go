@@ -76,10 +76,7 @@ func notFound(op, table, chain string, argv ...string) error {
 
 // EnsureChain creates the chain if absent.
 func (f *Fake) EnsureChain(table, chain string) error {
-	if err := validTable(table); err != nil {
-		return err
-	}
-	if err := validName("chain", chain); err != nil {
+	if err := validChain(table, chain); err != nil {
 		return err
 	}
 	f.mu.Lock()
@@ -152,10 +149,7 @@ func (f *Fake) HasRule(r Rule) (bool, error) {
 
 // ListRules returns the chain's "-A" lines.
 func (f *Fake) ListRules(table, chain string) ([]string, error) {
-	if err := validTable(table); err != nil {
-		return nil, err
-	}
-	if err := validName("chain", chain); err != nil {
+	if err := validChain(table, chain); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
@@ -175,10 +169,7 @@ func (f *Fake) ListRules(table, chain string) ([]string, error) {
 
 // EnsureJump inserts `-A from -j to` at the top of from if absent.
 func (f *Fake) EnsureJump(table, fromChain, toChain string) error {
-	if err := validTable(table); err != nil {
-		return err
-	}
-	if err := validName("chain", fromChain); err != nil {
+	if err := validChain(table, fromChain); err != nil {
 		return err
 	}
 	if err := validName("target chain", toChain); err != nil {

@@ -115,10 +115,7 @@ func (c *Client) fail(op string, argv []string, err error) error {
 
 // EnsureChain creates the chain if absent.
 func (c *Client) EnsureChain(table, chain string) error {
-	if err := validTable(table); err != nil {
-		return err
-	}
-	if err := validName("chain", chain); err != nil {
+	if err := validChain(table, chain); err != nil {
 		return err
 	}
 	ok, err := c.ipt.ChainExists(table, chain)
@@ -183,10 +180,7 @@ func (c *Client) HasRule(r Rule) (bool, error) {
 
 // ListRules returns the chain's "-A" lines.
 func (c *Client) ListRules(table, chain string) ([]string, error) {
-	if err := validTable(table); err != nil {
-		return nil, err
-	}
-	if err := validName("chain", chain); err != nil {
+	if err := validChain(table, chain); err != nil {
 		return nil, err
 	}
 	lines, err := c.ipt.List(table, chain)
@@ -210,10 +204,7 @@ func (c *Client) ListRules(table, chain string) ([]string, error) {
 // EnsureJump inserts the jump at position 1, so it precedes any catch-all
 // REJECT/DROP already in fromChain (as OpenShift SDN inserts its own).
 func (c *Client) EnsureJump(table, fromChain, toChain string) error {
-	if err := validTable(table); err != nil {
-		return err
-	}
-	if err := validName("chain", fromChain); err != nil {
+	if err := validChain(table, fromChain); err != nil {
 		return err
 	}
 	if err := validName("target chain", toChain); err != nil {

@@ -32,16 +32,7 @@ func randHex(t testing.TB, n int) string {
 
 func newNS(t testing.TB) string {
 	t.Helper()
-	name := "cot-ipt-" + randHex(t, 4)
-	if err := netns.Create(name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := netns.Delete(name); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	return name
+	return testenv.Netns(t, "cot-ipt")
 }
 
 // in runs fn inside ns and fails the test on error.

@@ -83,6 +83,14 @@ func validTable(table string) error {
 	return nil
 }
 
+// validChain checks a table and a chain name, as every chain operation does.
+func validChain(table, chain string) error {
+	if err := validTable(table); err != nil {
+		return err
+	}
+	return validName("chain", chain)
+}
+
 func validName(field, name string) error {
 	switch {
 	case name == "":

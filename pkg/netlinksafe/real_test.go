@@ -1,8 +1,6 @@
 package netlinksafe_test
 
 import (
-	"fmt"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/cutover-dev/cutover/pkg/netlinksafe"
@@ -15,11 +13,7 @@ import (
 // through a handle, without moving the test's thread.
 func TestWrappersInNetns(t *testing.T) {
 	testenv.RequirePrivileged(t, "ip")
-	name := fmt.Sprintf("cot-nlsafe-%08x", rand.Uint32())
-	if err := netns.Create(name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = netns.Delete(name) })
+	name := testenv.Netns(t, "cot-nlsafe")
 	ns, err := netns.Handle(name)
 	if err != nil {
 		t.Fatal(err)

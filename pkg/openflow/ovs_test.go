@@ -7,14 +7,11 @@ package openflow_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cutover-dev/cutover/pkg/netns"
 	"github.com/cutover-dev/cutover/pkg/openflow"
 	"github.com/cutover-dev/cutover/pkg/ovs/ovsproc"
 	"github.com/cutover-dev/cutover/pkg/testenv"
@@ -23,17 +20,7 @@ import (
 func startOVS(t testing.TB, ctx context.Context) *ovsproc.Instance {
 	t.Helper()
 	testenv.RequirePrivileged(t, "ip", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl")
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	ns := "cot-of-" + hex.EncodeToString(b)
-	if err := netns.Create(ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := netns.Delete(ns); err != nil {
-			t.Errorf("delete netns: %v", err)
-		}
-	})
+	ns := testenv.Netns(t, "cot-of")
 	inst, err := ovsproc.Start(ctx, ovsproc.Options{Dir: t.TempDir(), Netns: ns})
 	if err != nil {
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package ovs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
@@ -11,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cutover-dev/cutover/pkg/netns"
 	"github.com/cutover-dev/cutover/pkg/ovs/ovsproc"
 	"github.com/cutover-dev/cutover/pkg/testenv"
 )
@@ -73,13 +70,7 @@ func fakeEnv(t *testing.T) env {
 func startOVS(t testing.TB) *ovsproc.Instance {
 	t.Helper()
 	testenv.RequirePrivileged(t, "ip", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl")
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	ns := "cot-ovs-" + hex.EncodeToString(b)
-	if err := netns.Create(ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = netns.Delete(ns) })
+	ns := testenv.Netns(t, "cot-ovs")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	inst, err := ovsproc.Start(ctx, ovsproc.Options{Dir: t.TempDir(), Netns: ns})

@@ -2,8 +2,6 @@ package ovsdb_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net"
 	"path/filepath"
@@ -23,13 +21,7 @@ import (
 func startOVS(t *testing.T) (*ovsproc.Instance, *ovsdb.Client, context.Context) {
 	t.Helper()
 	testenv.RequirePrivileged(t, "ip", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-appctl")
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	ns := "cot-ovsdb-" + hex.EncodeToString(b)
-	if err := netns.Create(ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = netns.Delete(ns) })
+	ns := testenv.Netns(t, "cot-ovsdb")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	inst, err := ovsproc.Start(ctx, ovsproc.Options{Dir: t.TempDir(), Netns: ns})

@@ -7,9 +7,13 @@
 package testenv
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/cutover-dev/cutover/pkg/netns"
 )
 
 // InCI reports whether the tests run under CI, where nothing may be skipped.
@@ -40,6 +44,24 @@ func RequirePrivileged(t testing.TB, names ...string) {
 	t.Helper()
 	RequireRoot(t)
 	RequireBinaries(t, names...)
+}
+
+// Netns creates a fresh named network namespace, prefix plus a random
+// suffix, and deletes it when the test ends. It skips (or, in CI, fails) the
+// test without root or ip.
+func Netns(t testing.TB, prefix string) string {
+	t.Helper()
+	RequirePrivileged(t, "ip")
+	name := fmt.Sprintf("%s-%08x", prefix, rand.Uint32())
+	if err := netns.Create(name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := netns.Delete(name); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return name
 }
 
 func missing(t testing.TB, why string) {

@@ -2,7 +2,6 @@ package udpport_test
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"syscall"
@@ -12,18 +11,11 @@ import (
 	"github.com/cutover-dev/cutover/pkg/testenv"
 	"github.com/cutover-dev/cutover/pkg/udpport"
 	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
 )
 
 func newNS(t *testing.T) string {
 	t.Helper()
-	testenv.RequirePrivileged(t, "ip")
-	name := fmt.Sprintf("cot-udpport-%08x", rand.Uint32())
-	if err := netns.Create(name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = netns.Delete(name) })
-	return name
+	return testenv.Netns(t, "cot-udpport")
 }
 
 func open(t *testing.T, ns string) udpport.Kernel {
@@ -139,7 +131,7 @@ func TestVxlanDevice(t *testing.T) {
 // silently look at the caller's namespace; Free must refuse it.
 func TestHandleWithoutSockDiag(t *testing.T) {
 	ns := newNS(t)
-	nsh, err := vnetns.GetFromName(ns)
+	nsh, err := netns.Handle(ns)
 	if err != nil {
 		t.Fatal(err)
 	}

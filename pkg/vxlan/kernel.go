@@ -76,8 +76,6 @@ func (k *Kernel) Close() {
 	k.sock.Close()
 }
 
-func isDumpInterrupted(err error) bool { return errors.Is(err, netlink.ErrDumpInterrupted) }
-
 // link returns the named link as a VXLAN device, with typed errors.
 func (k *Kernel) link(op, name string) (*netlink.Vxlan, error) {
 	l, err := netlinksafe.LinkByName(k.H, name)
@@ -101,8 +99,13 @@ func (k *Kernel) Snapshot(name string) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	wrap := func(err error) error { return &Error{Op: "snapshot", Device: name, Err: err} }
+	return k.snapshotOf(v)
+}
+
+// snapshotOf reads what hangs off an already looked-up device.
+func (k *Kernel) snapshotOf(v *netlink.Vxlan) (Snapshot, error) {
 	a := v.Attrs()
+	wrap := func(err error) error { return &Error{Op: "snapshot", Device: a.Name, Err: err} }
 	s := Snapshot{Device: Device{
 		Name: a.Name, Index: a.Index, MTU: a.MTU, MAC: a.HardwareAddr.String(), TxQLen: a.TxQLen,
 		Up:  a.Flags&net.FlagUp != 0,
@@ -175,21 +178,19 @@ const transientAddrFlags = unix.IFA_F_TENTATIVE | unix.IFA_F_DADFAILED | unix.IF
 
 // tmpName is where the new device is built. Derived from the name so that a
 // leftover from an interrupted Recreate is found and removed on replay.
-func tmpName(name string) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(name))
-	return fmt.Sprintf("cotx%08x", h.Sum32())
-}
+func tmpName(name string) string { return derivedName("cotx", name) }
 
 // OldName is where the old device waits for deletion after the switch: a
 // port check may see it holding the old port until Cleanup.
 func OldName(name string) string { return oldName(name) }
 
 // oldName is where the old device waits for deletion after the switch.
-func oldName(name string) string {
+func oldName(name string) string { return derivedName("cotd", name) }
+
+func derivedName(prefix, name string) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(name))
-	return fmt.Sprintf("cotd%08x", h.Sum32())
+	return fmt.Sprintf("%s%08x", prefix, h.Sum32())
 }
 
 func newLink(d Device, name string, port int, vtepIndex int) (*netlink.Vxlan, error) {
@@ -227,7 +228,7 @@ func (k *Kernel) Recreate(snap Snapshot, newPort int) (Window, error) {
 		return Window{}, err
 	default:
 		// Replay after success: nothing to do, and no window to pay.
-		if cur, err := k.Snapshot(name); err == nil && cur.Text() == withPort(snap, newPort).Text() {
+		if cur, err := k.snapshotOf(old); err == nil && cur.Text() == withPort(snap, newPort).Text() {
 			return Window{Strategy: "noop"}, nil
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/cutover-dev/cutover/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -35,16 +36,10 @@ func (k *Kernel) request(typ, flags int, data ...nl.NetlinkRequestData) *nl.Netl
 // to the VXLAN device itself (NTF_SELF), not those a master bridge keeps for
 // it.
 func (k *Kernel) fdbList(ifindex int) ([]FDBEntry, error) {
-	req := k.request(unix.RTM_GETNEIGH, unix.NLM_F_DUMP, &netlink.Ndmsg{Family: unix.AF_BRIDGE})
-	var msgs [][]byte
-	var err error
-	for i := 0; i < 5; i++ { // interrupted dumps, as in pkg/netlinksafe
-		msgs, err = req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWNEIGH)
-		if err == nil || !isDumpInterrupted(err) {
-			break
-		}
-		req = k.request(unix.RTM_GETNEIGH, unix.NLM_F_DUMP, &netlink.Ndmsg{Family: unix.AF_BRIDGE})
-	}
+	msgs, err := netlinksafe.Retry(netlinksafe.Attempts, "bridge fdb", func() ([][]byte, error) {
+		return k.request(unix.RTM_GETNEIGH, unix.NLM_F_DUMP, &netlink.Ndmsg{Family: unix.AF_BRIDGE}).
+			Execute(unix.NETLINK_ROUTE, unix.RTM_NEWNEIGH)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("fdb dump: %w", err)
 	}

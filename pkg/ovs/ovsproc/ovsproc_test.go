@@ -2,8 +2,6 @@ package ovsproc_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
@@ -15,18 +13,7 @@ import (
 
 func newNetns(t *testing.T) string {
 	t.Helper()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := "cot-ovsproc-" + hex.EncodeToString(b)
-	if err := netns.Create(name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := netns.Delete(name); err != nil {
-			t.Errorf("delete netns: %v", err)
-		}
-	})
-	return name
+	return testenv.Netns(t, "cot-ovsproc")
 }
 
 func TestStartVxlanStop(t *testing.T) {
