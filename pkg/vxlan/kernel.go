@@ -227,7 +227,12 @@ func (k *Kernel) Recreate(snap Snapshot, newPort int) (Window, error) {
 	case err != nil:
 		return Window{}, err
 	default:
-		// Replay after success: nothing to do, and no window to pay.
+		// Replay after success: nothing to do, and no window to pay. Only
+		// a device already on newPort can be that replay: a flip (this
+		// runs after the commit instant) skips the full dump.
+		if old.Port != newPort {
+			break
+		}
 		if cur, err := k.snapshotOf(old); err == nil && cur.Text() == withPort(snap, newPort).Text() {
 			return Window{Strategy: "noop"}, nil
 		}
