@@ -152,16 +152,11 @@ func (c *ClusterNetwork) Recreate(ctx context.Context, port uint16) error {
 	if p, set, err := portOf(old); err == nil && set && p == port {
 		return nil
 	}
-	fresh := &unstructured.Unstructured{Object: old.UnstructuredContent()}
-	fresh = fresh.DeepCopy()
-	clean := func(u *unstructured.Unstructured) {
-		for _, f := range []string{"resourceVersion", "uid", "creationTimestamp", "managedFields", "generation", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"} {
-			unstructured.RemoveNestedField(u.Object, "metadata", f)
-		}
-	}
-	clean(fresh)
 	backup := old.DeepCopy()
-	clean(backup)
+	for _, f := range []string{"resourceVersion", "uid", "creationTimestamp", "managedFields", "generation", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"} {
+		unstructured.RemoveNestedField(backup.Object, "metadata", f)
+	}
+	fresh := backup.DeepCopy()
 	if err := unstructured.SetNestedField(fresh.Object, int64(port), "vxlanPort"); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/cutover-dev/cutover/coordinator"
 )
@@ -240,7 +241,7 @@ func (h *Hook) BeforeCommit(ctx context.Context, op coordinator.OpInfo) error {
 		if err := h.saveDaemonSet(ctx, op); err != nil {
 			return err
 		}
-		if err := h.setImage(ctx, h.cfg.Image, nil, true); err != nil {
+		if err := h.setImage(ctx, h.cfg.Image, nil); err != nil {
 			return err
 		}
 		return h.waitRollout(ctx)
@@ -453,22 +454,22 @@ func (h *Hook) restoreDaemonSet(ctx context.Context) error {
 	if err := json.Unmarshal([]byte(cm.Data["saved.json"]), &s); err != nil {
 		return fmt.Errorf("ConfigMap %s/%s saved.json: %w", c.Namespace, c.SaveConfigMap, err)
 	}
-	if err := h.setImage(ctx, s.Image, s.Triggers, false); err != nil {
+	if err := h.setImage(ctx, s.Image, s.Triggers); err != nil {
 		return err
 	}
 	h.say("restored DaemonSet %s/%s image %s and %s from ConfigMap %s", c.Namespace, c.DaemonSet, s.Image, TriggersAnnotation, c.SaveConfigMap)
 	return nil
 }
 
-// setImage sets the container's image; with dropTriggers the triggers
-// annotation is removed, else set to triggers (removed when nil).
-func (h *Hook) setImage(ctx context.Context, image string, triggers *string, dropTriggers bool) error {
+// setImage sets the container's image and the triggers annotation
+// (removed when triggers is nil).
+func (h *Hook) setImage(ctx context.Context, image string, triggers *string) error {
 	c := h.cfg
 	dss := c.Client.AppsV1().DaemonSets(c.Namespace)
-	for attempt := 0; ; attempt++ {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		ds, err := dss.Get(ctx, c.DaemonSet, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("SDN DaemonSet %s/%s: %w", c.Namespace, c.DaemonSet, err)
+			return err
 		}
 		for i := range ds.Spec.Template.Spec.Containers {
 			if ds.Spec.Template.Spec.Containers[i].Name == c.Container {
@@ -478,20 +479,18 @@ func (h *Hook) setImage(ctx context.Context, image string, triggers *string, dro
 		if ds.Annotations == nil {
 			ds.Annotations = map[string]string{}
 		}
-		switch {
-		case dropTriggers || triggers == nil:
+		if triggers == nil {
 			delete(ds.Annotations, TriggersAnnotation)
-		default:
+		} else {
 			ds.Annotations[TriggersAnnotation] = *triggers
 		}
 		_, err = dss.Update(ctx, ds, metav1.UpdateOptions{})
-		if err == nil {
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt > 5 {
-			return fmt.Errorf("set SDN DaemonSet %s/%s image %s: %w", c.Namespace, c.DaemonSet, image, err)
-		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("set SDN DaemonSet %s/%s image %s: %w", c.Namespace, c.DaemonSet, image, err)
 	}
+	return nil
 }
 
 func (h *Hook) waitRollout(ctx context.Context) error {

@@ -58,10 +58,8 @@ func (e Event) String() string {
 
 type proc struct {
 	cmd   *exec.Cmd
-	image string
 	ready bool
 	done  chan struct{}
-	code  int
 }
 
 // Supervisor plays kubelet and DaemonSet controller for the stand-ins of
@@ -328,10 +326,9 @@ func (s *Supervisor) ensureProc(node, image string) *proc {
 			return p
 		}
 	}
-	np := &proc{cmd: s.cfg.Command(node, image), image: image, done: make(chan struct{})}
+	np := &proc{cmd: s.cfg.Command(node, image), done: make(chan struct{})}
 	if err := s.spawn(node, np); err != nil {
 		s.record(node, 0, "start failed: "+err.Error())
-		np.code = -1 // before close: readers of code wait on done
 		close(np.done)
 	}
 	s.mu.Lock()
@@ -388,7 +385,6 @@ func (s *Supervisor) spawn(node string, p *proc) error {
 			code = ee.ExitCode()
 		}
 		s.mu.Lock()
-		p.code = code
 		p.ready = false
 		s.mu.Unlock()
 		s.record(node, pid, fmt.Sprintf("exit code=%d", code))
