@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/cutover-dev/cutover/pkg/lab"
+	"github.com/cutover-dev/cutover/pkg/lab/labtest"
 	"github.com/cutover-dev/cutover/pkg/testenv"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
@@ -72,7 +73,7 @@ func envDur(k string, def time.Duration) time.Duration {
 // docs/benchmarks.md.
 func BenchmarkLabCutover(b *testing.B) {
 	testenv.RequirePrivileged(b, append(ovsBins, "go")...)
-	bin := buildBinaries(b)
+	bin := labtest.Binaries(b)
 	interval := envDur("COT_LAB_BENCH_INTERVAL", time.Millisecond)
 	peers := envInt("COT_LAB_BENCH_PEERS", 2)
 	sizes := strings.Split(envOr("COT_LAB_BENCH_SIZES", "8,16,32"), ",")

@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -60,7 +62,13 @@ func WaitExit(p Proc, timeout time.Duration) error {
 // process is gone, so a StartAgent right after cannot race the old one for
 // its listening port.
 func (l *Lab) KillAgent(node string, sig syscall.Signal) (Proc, error) {
-	p, err := l.Proc("agent", node)
+	return l.kill("agent", node, sig)
+}
+
+// kill sends sig to the live recorded role on node and, for SIGKILL and
+// SIGTERM, waits until it is gone.
+func (l *Lab) kill(role, node string, sig syscall.Signal) (Proc, error) {
+	p, err := l.Proc(role, node)
 	if err != nil {
 		return p, err
 	}
@@ -101,17 +109,7 @@ func (l *Lab) StartAgent(ctx context.Context, node string, extra ...string) (Pro
 // started one that still runs) and, for SIGKILL and SIGTERM, waits until it
 // is gone.
 func (l *Lab) KillCoordinator(sig syscall.Signal) (Proc, error) {
-	p, err := l.Proc("coordinator", "hub")
-	if err != nil {
-		return p, err
-	}
-	if err := Signal(p, sig); err != nil {
-		return p, err
-	}
-	if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
-		return p, WaitExit(p, 10*time.Second)
-	}
-	return p, nil
+	return l.kill("coordinator", "hub", sig)
 }
 
 // StartCoordinator starts the coordinator again with Up's command line
@@ -221,30 +219,13 @@ func (l *Lab) Heal(ctx context.Context, node string) error {
 	if err != nil {
 		return fmt.Errorf("lab: heal %s: %w", node, err)
 	}
-	if !containsLine(out, "table inet "+FaultTable) {
+	if !slices.Contains(strings.Split(out, "\n"), "table inet "+FaultTable) {
 		return nil
 	}
 	if _, err := run(ctx, "", "ip", "netns", "exec", n.Netns, "nft", "delete", "table", "inet", FaultTable); err != nil {
 		return fmt.Errorf("lab: heal %s: %w", node, err)
 	}
 	return nil
-}
-
-func containsLine(s, line string) bool {
-	for len(s) > 0 {
-		i := 0
-		for i < len(s) && s[i] != '\n' {
-			i++
-		}
-		if s[:i] == line {
-			return true
-		}
-		if i == len(s) {
-			break
-		}
-		s = s[i+1:]
-	}
-	return false
 }
 
 // MakeStateDirUnwritable makes every write into node's agent state dir fail,
@@ -330,29 +311,22 @@ func (l *Lab) RestartVswitchd(ctx context.Context, node string) error {
 	// "addr add" of an address still there fails; replace is idempotent.
 	var lines []string
 	for _, s := range ovsNodeLines(n) {
-		if len(s) > 9 && s[:9] == "addr add " {
-			s = "addr replace " + s[9:]
+		if rest, ok := strings.CutPrefix(s, "addr add "); ok {
+			s = "addr replace " + rest
 		}
 		lines = append(lines, s)
 	}
 	if err := ipBatch(ctx, n.Netns, lines); err != nil {
 		return fmt.Errorf("lab: node %s after vswitchd restart: %w", node, err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		_, err := inst.Appctl(ctx, "ovs/route/add", UnderlayNet.String(), "br-ul")
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("lab: node %s after vswitchd restart: %w", node, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := addTunnelRoute(ctx, inst); err != nil {
+		return fmt.Errorf("lab: node %s after vswitchd restart: %w", node, err)
 	}
 	flows := filepath.Join(n.Dir, "br0.flows")
 	if _, err := inst.Ofctl(ctx, "-O", "OpenFlow13", "replace-flows", "br0", flows); err != nil {
 		return fmt.Errorf("lab: node %s after vswitchd restart: %w", node, err)
 	}
-	if _, err := inst.Ofctl(ctx, "packet-out", "br-ul", "in_port=LOCAL,packet="+garp(n)+",actions=NORMAL"); err != nil {
+	if err := sendGARP(ctx, inst, n); err != nil {
 		return fmt.Errorf("lab: node %s after vswitchd restart: gratuitous ARP: %w", node, err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/cutover-dev/cutover/pkg/lab"
+	"github.com/cutover-dev/cutover/pkg/lab/labtest"
 	"github.com/cutover-dev/cutover/pkg/testenv"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
@@ -163,7 +164,7 @@ func (e *e2eLab) warmProbes() {
 //     starts; the commit lead is stretched to 1 s so it lands inside):
 //     ROLLED_BACK, every node on the old port, the new port's rule gone.
 func testE2E(t *testing.T, backend string, oldPort int) {
-	bin := buildBinaries(t)
+	bin := labtest.Binaries(t)
 	cfg := newConfig(t, backend, 8)
 	cfg.StartProcesses = true
 	cfg.AgentBin = filepath.Join(bin, "agent")

@@ -499,8 +499,7 @@ func (l *Lab) announce(ctx context.Context) error {
 		if i == nil {
 			return nil
 		}
-		_, err := i.Ofctl(ctx, "packet-out", "br-ul", "in_port=LOCAL,packet="+garp(n)+",actions=NORMAL")
-		if err != nil {
+		if err := sendGARP(ctx, i, n); err != nil {
 			return fmt.Errorf("node %s: gratuitous ARP: %w", n.Name, err)
 		}
 		return nil

@@ -2,53 +2,20 @@ package lab_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cutover-dev/cutover/pkg/lab"
+	"github.com/cutover-dev/cutover/pkg/lab/labtest"
 	"github.com/cutover-dev/cutover/pkg/testenv"
 )
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-)
-
-// buildBinaries builds the agent, coordinator and coordctl from this tree
-// once per test binary (the tests that need them share it), so no test
-// runs stale binaries from bin/. TestMain removes the dir.
-func buildBinaries(t testing.TB) string {
-	t.Helper()
-	testenv.RequireBinaries(t, "go")
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "cot-lab-bin-")
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", buildDir+"/", "./agent/cmd/agent", "./coordinator/cmd/coordinator", "./coordinator/cmd/coordctl")
-		cmd.Dir = "../.."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildDir
-}
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
+	labtest.Cleanup()
 	os.Exit(code)
 }
 
@@ -59,7 +26,7 @@ func TestMain(m *testing.M) {
 func TestProcessesCutover(t *testing.T) {
 	testenv.RequirePrivileged(t, append(ovsBins, "iptables")...)
 	t.Parallel()
-	bin := buildBinaries(t)
+	bin := labtest.Binaries(t)
 	cfg := newConfig(t, lab.BackendOVS, 3)
 	cfg.StartProcesses = true
 	cfg.AgentBin = filepath.Join(bin, "agent")

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cutover-dev/cutover/pkg/lab"
+	"github.com/cutover-dev/cutover/pkg/lab/labtest"
 	"github.com/cutover-dev/cutover/pkg/netns"
 	"github.com/cutover-dev/cutover/pkg/testenv"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -445,7 +446,7 @@ var selectorRE = regexp.MustCompile(`cutover_[a-z_]+(\{[^}]*\})?`)
 func TestPrometheusScrapesLab(t *testing.T) {
 	testenv.RequirePrivileged(t, append(ovsBins, "prometheus", "promtool", "go")...)
 	t.Parallel()
-	bin := buildBinaries(t)
+	bin := labtest.Binaries(t)
 	cfg := newConfig(t, lab.BackendOVS, 3)
 	cfg.StartProcesses = true
 	cfg.AgentBin = filepath.Join(bin, "agent")

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -104,7 +105,7 @@ func (l *Lab) StartSDN(ctx context.Context, cfg SDNConfig) (*sdnsim.Supervisor, 
 	}
 	command := func(node, image string) *exec.Cmd {
 		args := append([]string(nil), proto[node].Args[1:]...)
-		args = slicesDelete(args, "--no-health-check")
+		args = slices.DeleteFunc(args, func(a string) bool { return a == "--no-health-check" })
 		for _, img := range cfg.NoHealthCheckImages {
 			if img == image {
 				args = append(args, "--no-health-check")
@@ -118,16 +119,6 @@ func (l *Lab) StartSDN(ctx context.Context, cfg SDNConfig) (*sdnsim.Supervisor, 
 	}
 	s.Start(context.WithoutCancel(ctx))
 	return s, nil
-}
-
-func slicesDelete(a []string, s string) []string {
-	out := a[:0]
-	for _, x := range a {
-		if x != s {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // Ports reads every node's VXLAN port from its dataplane, as "n1=4889

@@ -136,17 +136,8 @@ func setupOVSNode(ctx context.Context, n Node, nodes []Node, port int, rec func(
 	// Userspace tunnels look up the underlay route in OVS's own table; the
 	// kernel route of br-ul's address usually lands there too, but add it
 	// explicitly as the userspace-tunneling doc does.
-	// The add fails ("Error while inserting route") until ovs-vswitchd has
-	// seen br-ul's new address through netlink, a few ms later: retry.
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		_, err := inst.Appctl(ctx, "ovs/route/add", UnderlayNet.String(), "br-ul")
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return inst, fmt.Errorf("node %s: %w", n.Name, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := addTunnelRoute(ctx, inst); err != nil {
+		return inst, fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	flows := filepath.Join(n.Dir, "br0.flows")
 	if err := os.WriteFile(flows, []byte(strings.Join(Br0Flows(n, nodes), "\n")+"\n"), 0o644); err != nil {
@@ -156,6 +147,28 @@ func setupOVSNode(ctx context.Context, n Node, nodes []Node, port int, rec func(
 		return inst, fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	return inst, nil
+}
+
+// addTunnelRoute adds the underlay route to OVS's userspace tunnel table.
+// The add fails ("Error while inserting route") until ovs-vswitchd has seen
+// br-ul's new address through netlink, a few ms later: it retries for 5 s.
+func addTunnelRoute(ctx context.Context, inst *ovsproc.Instance) error {
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		_, err := inst.Appctl(ctx, "ovs/route/add", UnderlayNet.String(), "br-ul")
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sendGARP sends node n's gratuitous ARP (garp) out of its br-ul.
+func sendGARP(ctx context.Context, inst *ovsproc.Instance, n Node) error {
+	_, err := inst.Ofctl(ctx, "packet-out", "br-ul", "in_port=LOCAL,packet="+garp(n)+",actions=NORMAL")
+	return err
 }
 
 // kernelVXLANLines builds node n's flannel-style overlay on VXLAN port

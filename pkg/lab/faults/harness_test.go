@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/pkg/lab"
+	"github.com/cutover-dev/cutover/pkg/lab/labtest"
 	"github.com/cutover-dev/cutover/pkg/testenv"
 )
 
@@ -37,17 +38,9 @@ const (
 
 var privBins = []string{"ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl", "ovs-appctl", "iptables", "iptables-save", "nft", "nsenter", "go"}
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	labtest.Cleanup()
 	os.Exit(code)
 }
 
@@ -58,21 +51,7 @@ func bins(t *testing.T) string {
 	if d := os.Getenv("COT_FAULTS_BIN"); d != "" {
 		return d // prebuilt agent, coordinator, coordctl (debugging)
 	}
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "cot-faults-bin-")
-		if binErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "./agent/cmd/agent", "./coordinator/cmd/coordinator", "./coordinator/cmd/coordctl")
-		cmd.Dir = "../../.."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binDir
+	return labtest.Binaries(t)
 }
 
 // env is one test's lab and what the test measured about it.
