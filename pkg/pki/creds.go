@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"sync"
 
 	"google.golang.org/grpc/credentials"
 )
@@ -38,13 +39,17 @@ type countingCreds struct {
 }
 
 func (c *countingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	fc := &firstByteConn{Conn: raw}
+	fc := &firstByteConn{Conn: raw, holdClose: true}
 	conn, ai, err := c.TransportCredentials.ServerHandshake(fc)
 	if err != nil && c.onReject != nil {
 		if r := handshakeReason(fc, err); r != "" {
 			c.onReject(r)
 		}
 	}
+	// The TLS credentials close the connection before they return a
+	// failed handshake: that close was held, so that a refusal is counted
+	// before the client can see the connection end.
+	fc.release()
 	return conn, ai, err
 }
 
@@ -80,6 +85,34 @@ type firstByteConn struct {
 	net.Conn
 	seen  bool
 	first byte
+
+	mu        sync.Mutex
+	holdClose bool // during the handshake: Close is deferred to release
+	closed    bool // Close was called while held
+}
+
+// Close closes the connection, or while the handshake is under way notes
+// the close for release.
+func (c *firstByteConn) Close() error {
+	c.mu.Lock()
+	if c.holdClose {
+		c.closed = true
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// release ends the hold and performs a close that was asked for meanwhile.
+func (c *firstByteConn) release() {
+	c.mu.Lock()
+	closed := c.closed
+	c.holdClose, c.closed = false, false
+	c.mu.Unlock()
+	if closed {
+		_ = c.Conn.Close()
+	}
 }
 
 func (c *firstByteConn) Read(b []byte) (int, error) {
