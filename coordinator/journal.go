@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/cutover-dev/cutover/pkg/atomicfile"
 )
 
 // Record is what the journal keeps of one operation: enough for a
@@ -69,39 +71,15 @@ func (j *Journal) Save(r Record) error {
 	if err != nil {
 		return err
 	}
-	final := filepath.Join(j.dir, r.ID+".json")
-	tmp, err := os.CreateTemp(j.dir, ".tmp-"+r.ID+"-*")
-	if err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(j.dir, r.ID+".json"), b, 0o600); err != nil {
 		return fmt.Errorf("journal: %w", err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // no-op after the rename
-	if _, err := tmp.Write(b); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("journal: write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("journal: fsync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), final); err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	d, err := os.Open(j.dir)
-	if err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	defer func() { _ = d.Close() }()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("journal: fsync dir %s: %w", j.dir, err)
 	}
 	return nil
 }
 
 // Load returns every record, oldest first. Leftover temporary files of an
-// interrupted Save are ignored (the rename never happened).
+// interrupted Save (hidden: atomicfile names them "."+base+random, and
+// older versions ".tmp-"...) are ignored: the rename never happened.
 func (j *Journal) Load() ([]Record, error) {
 	ents, err := os.ReadDir(j.dir)
 	if err != nil {
@@ -110,7 +88,7 @@ func (j *Journal) Load() ([]Record, error) {
 	var recs []Record
 	var errs []error
 	for _, e := range ents {
-		if e.IsDir() || strings.HasPrefix(e.Name(), ".tmp-") || !strings.HasSuffix(e.Name(), ".json") {
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
 		p := filepath.Join(j.dir, e.Name())

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"github.com/cutover-dev/cutover/pkg/atomicfile"
 )
 
 // File names Issue writes into its directory.
@@ -302,24 +304,8 @@ func randSerial() (*big.Int, error) {
 	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 }
 
-// writeFile writes via a temporary file and rename so that a reader (an
-// agent starting while coordctl certs runs) never sees half a PEM.
+// writeFile writes atomically so that a reader (an agent starting while
+// coordctl certs runs) never sees half a PEM.
 func writeFile(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.WriteFile(path, data, mode)
 }
