@@ -2,11 +2,11 @@ package cli
 
 import (
 	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
@@ -63,14 +63,11 @@ func parsePort(s string) (uint32, error) {
 	if s == "" {
 		return 0, usageError("--port is required: the new VXLAN UDP port, 1-65535 (e.g. --port 4889)")
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	p, err := tunnelport.Parse("--port", s)
 	if err != nil {
-		return 0, usageError("--port %q: not a whole number: want a UDP port 1-65535", s)
+		return 0, usageError("%s", err)
 	}
-	if n < 1 || n > 65535 {
-		return 0, usageError("--port %q: outside 1-65535, the range of UDP ports", s)
-	}
-	return uint32(n), nil
+	return uint32(p), nil
 }
 
 var (

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/cutover-dev/cutover/coordinator"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -135,7 +136,7 @@ func (s *Session) Preflight(ctx context.Context, op coordinator.OpInfo) []string
 		probs = append(probs, err.Error())
 	}
 	if s.Source != nil {
-		if _, err := CheckSourceOfTruth(ctx, s.Source, uint16(op.FromPort)); err != nil {
+		if _, err := CheckSourceOfTruth(ctx, s.Source, tunnelport.Port(op.FromPort)); err != nil {
 			probs = append(probs, err.Error())
 		}
 	}
@@ -164,7 +165,7 @@ func (s *Session) BeforeCommit(ctx context.Context, op coordinator.OpInfo) error
 	if s.Source == nil {
 		return nil
 	}
-	return s.Source.Update(ctx, uint16(op.ToPort))
+	return s.Source.Update(ctx, tunnelport.Port(op.ToPort))
 }
 
 // AfterConfirm implements coordinator.Hook: nothing to do.
@@ -177,7 +178,7 @@ func (s *Session) Finalize(ctx context.Context, op coordinator.OpInfo) error {
 	if s.Source == nil {
 		return nil
 	}
-	_, err := CheckSourceOfTruth(ctx, s.Source, uint16(op.ToPort))
+	_, err := CheckSourceOfTruth(ctx, s.Source, tunnelport.Port(op.ToPort))
 	return err
 }
 
@@ -188,7 +189,7 @@ func (s *Session) Restore(ctx context.Context, op coordinator.OpInfo) error {
 	if s.Source == nil {
 		return nil
 	}
-	return s.Source.Restore(ctx, uint16(op.FromPort))
+	return s.Source.Restore(ctx, tunnelport.Port(op.FromPort))
 }
 
 // Close flushes the session's Events.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -29,18 +30,18 @@ type SourceOfTruth interface {
 	Describe(ctx context.Context) (current string, err error)
 	// Port is the port it configures now (the CNI's default when unset).
 	// Preflight compares it with the agents' read-back.
-	Port(ctx context.Context) (uint16, error)
+	Port(ctx context.Context) (tunnelport.Port, error)
 	// Update sets the new port (right before the commit).
-	Update(ctx context.Context, port uint16) error
+	Update(ctx context.Context, port tunnelport.Port) error
 	// Restore sets the old port back when an operation that updated it
 	// is aborted or rolled back.
-	Restore(ctx context.Context, port uint16) error
+	Restore(ctx context.Context, port tunnelport.Port) error
 }
 
 // CheckSourceOfTruth is the preflight check: the source of truth must say
 // the port the agents read back now. It returns the sentence to show
 // either way, and an error when they differ.
-func CheckSourceOfTruth(ctx context.Context, s SourceOfTruth, current uint16) (string, error) {
+func CheckSourceOfTruth(ctx context.Context, s SourceOfTruth, current tunnelport.Port) (string, error) {
 	desc, err := s.Describe(ctx)
 	if err != nil {
 		return "", err
@@ -104,7 +105,7 @@ func (f *Flannel) Describe(ctx context.Context) (string, error) {
 }
 
 // Port implements SourceOfTruth.
-func (f *Flannel) Port(ctx context.Context) (uint16, error) {
+func (f *Flannel) Port(ctx context.Context) (tunnelport.Port, error) {
 	s, err := f.read(ctx)
 	if err != nil {
 		return 0, err
@@ -117,16 +118,16 @@ func (f *Flannel) Port(ctx context.Context) (uint16, error) {
 }
 
 // Update implements SourceOfTruth.
-func (f *Flannel) Update(ctx context.Context, port uint16) error { return f.set(ctx, port) }
+func (f *Flannel) Update(ctx context.Context, port tunnelport.Port) error { return f.set(ctx, port) }
 
 // Restore implements SourceOfTruth. The port is written explicitly even
 // when it is flannel's default: same meaning, and no guessing whether the
 // field was there before.
-func (f *Flannel) Restore(ctx context.Context, port uint16) error { return f.set(ctx, port) }
+func (f *Flannel) Restore(ctx context.Context, port tunnelport.Port) error { return f.set(ctx, port) }
 
-func (f *Flannel) set(ctx context.Context, port uint16) error {
-	if port == 0 {
-		return fmt.Errorf("%s: port 0: want 1–65535", f.where())
+func (f *Flannel) set(ctx context.Context, port tunnelport.Port) error {
+	if _, err := tunnelport.From("port", int64(port)); err != nil {
+		return fmt.Errorf("%s: %w", f.where(), err)
 	}
 	cms := f.Client.CoreV1().ConfigMaps(f.Namespace)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -158,7 +159,7 @@ func (f *Flannel) set(ctx context.Context, port uint16) error {
 // flannelDoc locates what SetFlannelPort edits in net-conf.json, as byte
 // offsets into the text.
 type flannelDoc struct {
-	port         uint16
+	port         tunnelport.Port
 	portSet      bool
 	portStart    int // the Port value's bytes
 	portEnd      int
@@ -220,7 +221,7 @@ func scanFlannel(s string) (flannelDoc, error) {
 				if err != nil || v == 0 {
 					return d, fmt.Errorf("Backend.Port %s: want an integer 1–65535", n)
 				}
-				d.port, d.portSet, d.portEnd, d.portStart = uint16(v), true, end, end-len(raw)
+				d.port, d.portSet, d.portEnd, d.portStart = tunnelport.Port(v), true, end, end-len(raw)
 			case "Type":
 				_ = json.Unmarshal(raw, &d.typ)
 			}
@@ -257,7 +258,7 @@ func orTok(err error, tok json.Token) any {
 
 // FlannelPort reads Backend.Port from net-conf.json; set is false when
 // the field is absent (flannel then uses 8472).
-func FlannelPort(netConf string) (port uint16, set bool, err error) {
+func FlannelPort(netConf string) (port tunnelport.Port, set bool, err error) {
 	d, err := scanFlannel(netConf)
 	if err != nil {
 		return 0, false, err
@@ -269,7 +270,7 @@ func FlannelPort(netConf string) (port uint16, set bool, err error) {
 // byte as it was: the value is replaced in place, or, when absent, added
 // as Backend's last member in the style (one line or indented) of the
 // members before it.
-func SetFlannelPort(netConf string, port uint16) (string, error) {
+func SetFlannelPort(netConf string, port tunnelport.Port) (string, error) {
 	d, err := scanFlannel(netConf)
 	if err != nil {
 		return "", err
@@ -327,7 +328,7 @@ func NewCalico(client dynamic.Interface) *Calico { return &Calico{Client: client
 
 func (c *Calico) where() string { return "Calico FelixConfiguration " + c.Name }
 
-func (c *Calico) get(ctx context.Context) (*unstructured.Unstructured, uint16, bool, error) {
+func (c *Calico) get(ctx context.Context) (*unstructured.Unstructured, tunnelport.Port, bool, error) {
 	u, err := c.Client.Resource(FelixConfigurations).Get(ctx, c.Name, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -351,10 +352,11 @@ func (c *Calico) get(ctx context.Context) (*unstructured.Unstructured, uint16, b
 	default:
 		n = -1
 	}
-	if n < 1 || n > 65535 {
-		return nil, 0, false, fmt.Errorf("%s: spec.vxlanPort %v: want an integer 1–65535", c.where(), v)
+	p, err := tunnelport.From("spec.vxlanPort", n)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("%s: %w", c.where(), err)
 	}
-	return u, uint16(n), true, nil
+	return u, p, true, nil
 }
 
 // Describe implements SourceOfTruth.
@@ -370,20 +372,20 @@ func (c *Calico) Describe(ctx context.Context) (string, error) {
 }
 
 // Port implements SourceOfTruth.
-func (c *Calico) Port(ctx context.Context) (uint16, error) {
+func (c *Calico) Port(ctx context.Context) (tunnelport.Port, error) {
 	_, p, _, err := c.get(ctx)
 	return p, err
 }
 
 // Update implements SourceOfTruth.
-func (c *Calico) Update(ctx context.Context, port uint16) error { return c.set(ctx, port) }
+func (c *Calico) Update(ctx context.Context, port tunnelport.Port) error { return c.set(ctx, port) }
 
 // Restore implements SourceOfTruth.
-func (c *Calico) Restore(ctx context.Context, port uint16) error { return c.set(ctx, port) }
+func (c *Calico) Restore(ctx context.Context, port tunnelport.Port) error { return c.set(ctx, port) }
 
-func (c *Calico) set(ctx context.Context, port uint16) error {
-	if port == 0 {
-		return fmt.Errorf("%s: port 0: want 1–65535", c.where())
+func (c *Calico) set(ctx context.Context, port tunnelport.Port) error {
+	if _, err := tunnelport.From("port", int64(port)); err != nil {
+		return fmt.Errorf("%s: %w", c.where(), err)
 	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u, cur, set, err := c.get(ctx)

@@ -3,10 +3,12 @@ package kube
 import (
 	"context"
 	"encoding/json"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,7 +31,7 @@ const upstreamNetConf = `{
 func TestSetFlannelPort(t *testing.T) {
 	for _, tc := range []struct {
 		name, in, want string
-		port           uint16
+		port           tunnelport.Port
 	}{
 		{"absent, indented", upstreamNetConf, `{
   "Network": "198.19.0.0/16",

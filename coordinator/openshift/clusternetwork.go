@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/cutover-dev/cutover/coordinator/kube"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // ClusterNetworkGVR is network.openshift.io/v1 ClusterNetwork.
@@ -71,7 +72,7 @@ func (c *ClusterNetwork) get(ctx context.Context) (*unstructured.Unstructured, e
 }
 
 // portOf is vxlanPort, or the default when unset.
-func portOf(u *unstructured.Unstructured) (port uint16, set bool, err error) {
+func portOf(u *unstructured.Unstructured) (port tunnelport.Port, set bool, err error) {
 	v, found, err := unstructured.NestedFieldNoCopy(u.Object, "vxlanPort")
 	if err != nil {
 		return 0, false, err
@@ -88,10 +89,8 @@ func portOf(u *unstructured.Unstructured) (port uint16, set bool, err error) {
 	default:
 		return 0, false, fmt.Errorf("vxlanPort %v (%T): not a number", v, v)
 	}
-	if n < 1 || n > 65535 {
-		return 0, false, fmt.Errorf("vxlanPort %d: want 1-65535", n)
-	}
-	return uint16(n), true, nil
+	p, err := tunnelport.From("vxlanPort", n)
+	return p, err == nil, err
 }
 
 // Describe implements kube.SourceOfTruth.
@@ -111,7 +110,7 @@ func (c *ClusterNetwork) Describe(ctx context.Context) (string, error) {
 }
 
 // Port implements kube.SourceOfTruth.
-func (c *ClusterNetwork) Port(ctx context.Context) (uint16, error) {
+func (c *ClusterNetwork) Port(ctx context.Context) (tunnelport.Port, error) {
 	u, err := c.get(ctx)
 	if err != nil {
 		return 0, err
@@ -124,10 +123,12 @@ func (c *ClusterNetwork) Port(ctx context.Context) (uint16, error) {
 }
 
 // Update implements kube.SourceOfTruth: recreate with port.
-func (c *ClusterNetwork) Update(ctx context.Context, port uint16) error { return c.Recreate(ctx, port) }
+func (c *ClusterNetwork) Update(ctx context.Context, port tunnelport.Port) error {
+	return c.Recreate(ctx, port)
+}
 
 // Restore implements kube.SourceOfTruth: recreate with the old port.
-func (c *ClusterNetwork) Restore(ctx context.Context, port uint16) error {
+func (c *ClusterNetwork) Restore(ctx context.Context, port tunnelport.Port) error {
 	return c.Recreate(ctx, port)
 }
 
@@ -135,9 +136,9 @@ func (c *ClusterNetwork) Restore(ctx context.Context, port uint16) error {
 // port and every other field as it was. When it already says port it does
 // nothing (a replay). If the create fails, the old object is created again
 // so the cluster is never left without one.
-func (c *ClusterNetwork) Recreate(ctx context.Context, port uint16) error {
-	if port == 0 {
-		return fmt.Errorf("%s: vxlanPort 0: want 1-65535", c.where())
+func (c *ClusterNetwork) Recreate(ctx context.Context, port tunnelport.Port) error {
+	if _, err := tunnelport.From("vxlanPort", int64(port)); err != nil {
+		return fmt.Errorf("%s: %w", c.where(), err)
 	}
 	res := c.Client.Resource(ClusterNetworkGVR)
 	old, err := c.get(ctx)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/cutover-dev/cutover/coordinator"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // Strategies.
@@ -163,7 +164,7 @@ func (h *Hook) Plan(ctx context.Context, op coordinator.OpInfo) (lines, problems
 		problems = append(problems, fmt.Sprintf("%v (openshift-sdn reads the VXLAN port there; is this an openshift-sdn cluster?)", err))
 	} else {
 		lines = append(lines, desc)
-		if p, err := h.cn.Port(ctx); err == nil && p != uint16(op.FromPort) {
+		if p, err := h.cn.Port(ctx); err == nil && p != tunnelport.Port(op.FromPort) {
 			problems = append(problems, fmt.Sprintf("%s but the nodes are on %d: an SDN restart would rebuild every node onto %d; make them agree first", desc, op.FromPort, p))
 		}
 	}
@@ -236,7 +237,7 @@ func (h *Hook) BeforeCommit(ctx context.Context, op coordinator.OpInfo) error {
 	defer func() { h.Timings.BeforeCommitEnd = h.cfg.Now() }()
 	switch h.cfg.Strategy {
 	case StrategySourceOfTruthFirst:
-		return h.moveSourceOfTruth(ctx, uint16(op.ToPort))
+		return h.moveSourceOfTruth(ctx, tunnelport.Port(op.ToPort))
 	default:
 		if err := h.saveDaemonSet(ctx, op); err != nil {
 			return err
@@ -256,7 +257,7 @@ func (h *Hook) AfterConfirm(ctx context.Context, op coordinator.OpInfo) error {
 	case StrategySourceOfTruthFirst:
 		return h.restartPods(ctx)
 	default:
-		if err := h.moveSourceOfTruth(ctx, uint16(op.ToPort)); err != nil {
+		if err := h.moveSourceOfTruth(ctx, tunnelport.Port(op.ToPort)); err != nil {
 			return err
 		}
 		if err := h.restoreDaemonSet(ctx); err != nil {
@@ -273,7 +274,7 @@ func (h *Hook) Finalize(ctx context.Context, op coordinator.OpInfo) error {
 	if err != nil {
 		return err
 	}
-	if p != uint16(op.ToPort) {
+	if p != tunnelport.Port(op.ToPort) {
 		return fmt.Errorf("ClusterNetwork %s says vxlanPort %d after the cutover to %d: an SDN restart would rebuild every node onto %d", h.cfg.ClusterNetwork, p, op.ToPort, p)
 	}
 	if h.cfg.Strategy == StrategyFieldReport {
@@ -289,8 +290,8 @@ func (h *Hook) Finalize(ctx context.Context, op coordinator.OpInfo) error {
 // the field report's strategy, the DaemonSet) back as before.
 func (h *Hook) Restore(ctx context.Context, op coordinator.OpInfo) error {
 	var errs []string
-	if p, err := h.cn.Port(ctx); err != nil || p != uint16(op.FromPort) {
-		if err := h.cn.Recreate(ctx, uint16(op.FromPort)); err != nil {
+	if p, err := h.cn.Port(ctx); err != nil || p != tunnelport.Port(op.FromPort) {
+		if err := h.cn.Recreate(ctx, tunnelport.Port(op.FromPort)); err != nil {
 			errs = append(errs, err.Error())
 		} else {
 			h.say("ClusterNetwork %s recreated with vxlanPort %d again; master-config networkConfig.vxlanPort must say %d", h.cfg.ClusterNetwork, op.FromPort, op.FromPort)
@@ -311,7 +312,7 @@ func (h *Hook) Restore(ctx context.Context, op coordinator.OpInfo) error {
 	return nil
 }
 
-func (h *Hook) moveSourceOfTruth(ctx context.Context, port uint16) error {
+func (h *Hook) moveSourceOfTruth(ctx context.Context, port tunnelport.Port) error {
 	if err := h.cn.Recreate(ctx, port); err != nil {
 		return err
 	}

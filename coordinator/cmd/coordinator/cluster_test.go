@@ -26,6 +26,7 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
 	"github.com/cutover-dev/cutover/coordinator/kube"
 	"github.com/cutover-dev/cutover/pkg/kubetest"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
@@ -226,7 +227,7 @@ func TestClusterHandOver(t *testing.T) {
 		Data: map[string]string{"net-conf.json": netConf}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	flannelPort := func() uint16 {
+	flannelPort := func() tunnelport.Port {
 		p, err := kube.NewFlannel(admin, "kube-flannel").Port(ctx)
 		if err != nil {
 			t.Fatal(err)
