@@ -149,6 +149,17 @@ func (c *Coordinator) validateTarget(ctx context.Context, req *coordinatorv1.Cut
 	return r, err
 }
 
+// repeats reports whether line is one of problems, alone or after a
+// "where: " prefix ("backend: vxlan0 not found in OVS bridge br0: ...").
+func repeats(line string, problems []string) bool {
+	for _, p := range problems {
+		if line == p || strings.HasSuffix(line, ": "+p) {
+			return true
+		}
+	}
+	return false
+}
+
 func (c *Coordinator) nodeNames() []string {
 	var ns []string
 	for _, a := range c.inv.Agents {
@@ -246,9 +257,25 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 			continue
 		}
 		np.CurrentPort = nc.info.CurrentPort
-		byPort[nc.info.CurrentPort] = append(byPort[nc.info.CurrentPort], n)
+		// Port 0 is an agent that could not read its tunnel (its interface
+		// deleted, OVS down): it says why among its problems. Counted as a
+		// port, it would show as drift ("0 on n3") and hide the cause.
+		read := nc.info.CurrentPort != 0
+		if read {
+			byPort[nc.info.CurrentPort] = append(byPort[nc.info.CurrentPort], n)
+		}
 		if !nc.info.Ready {
-			np.Problems = append(np.Problems, fmt.Sprintf("agent not ready: %s", strings.Join(nc.info.NotReady, ", ")))
+			// What its preflight reports anyway (prefixed by where the
+			// agent found it) is said once, in the preflight's words.
+			var why []string
+			for _, nr := range nc.info.NotReady {
+				if !repeats(nr, nc.pf.Problems) {
+					why = append(why, nr)
+				}
+			}
+			if len(why) > 0 {
+				np.Problems = append(np.Problems, fmt.Sprintf("agent not ready: %s", strings.Join(why, ", ")))
+			}
 		} else {
 			ready++
 		}
@@ -264,7 +291,10 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 			np.Problems = append(np.Problems, fmt.Sprintf("already on port %d: the target must differ from the current port", r.to))
 		}
 		np.TargetPortFree = nc.pf.TargetPortFree
-		if !nc.pf.TargetPortFree {
+		// An agent that could not read its tunnel may have returned before
+		// checking the target port: "not free" with nobody named is then
+		// not a finding, and its problems already stop the cutover.
+		if !nc.pf.TargetPortFree && (nc.pf.TargetPortUser != "" || (read && nc.pf.CurrentPort != 0)) {
 			who := nc.pf.TargetPortUser
 			if who == "" {
 				who = "another socket"

@@ -33,7 +33,7 @@ func newRig(t *testing.T) rig {
 	if err := ipt.EnsureRule(r); err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(Config{OVS: of, Interface: "vxlan0", Ports: &udpport.Fake{},
+	b, err := New(Config{OVS: of, Interface: "vxlan0", Bridge: "br0", Ports: &udpport.Fake{},
 		Firewall: &dataplane.Firewall{IPT: ipt, Templates: []iptables.Rule{allowTemplate}}})
 	if err != nil {
 		t.Fatal(err)
@@ -182,5 +182,37 @@ func TestSnapshotRefusesWrongFromAndRevertRefusesDrift(t *testing.T) {
 	}
 	if !strings.Contains(r.ovs.Dump(), "dst_port=5000") {
 		t.Fatal("revert touched a port it does not own")
+	}
+}
+
+// With the interface deleted by hand, every report says exactly that, in
+// the same words (so the agent and the coordinator can say it once): not a
+// port 0 the node would be on, nor a target port "held" by nobody.
+func TestMissingInterfaceReportedAsMissing(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	r.ovs.Delete("vxlan0")
+	const want = "vxlan0 not found in OVS bridge br0: "
+	c, err := r.b.Preflight(ctx, 4999)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CurrentPort != 0 || !c.TargetFree || c.TargetHolder != "" || len(c.Problems) != 1 || !strings.HasPrefix(c.Problems[0], want) {
+		t.Fatalf("preflight = %+v, want current port 0 (unknown), target free, one problem starting %q", c, want)
+	}
+	_, rerr := r.b.Read(ctx)
+	if rerr == nil || rerr.Error() != c.Problems[0] || !ovs.IsNotFound(rerr) {
+		t.Fatalf("Read = %v, want %q (and ovs.IsNotFound)", rerr, c.Problems[0])
+	}
+	if nr := r.b.Ready(ctx); len(nr) != 1 || nr[0] != c.Problems[0] {
+		t.Fatalf("Ready = %q, want [%q]", nr, c.Problems[0])
+	}
+	if _, err := r.b.Snapshot(ctx, 4789, 4999); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Snapshot = %v, want %q", err, want)
+	}
+	// A target port that is held is still found held.
+	r.b.cfg.Ports.(*udpport.Fake).Hold(4999, udpport.Holder{Kind: "socket", Inode: 7, Local: "0.0.0.0:4999"})
+	if c, _ := r.b.Preflight(ctx, 4999); c.TargetFree || !strings.Contains(strings.Join(c.Problems, ";"), "in use on this node by socket inode 7") {
+		t.Fatalf("held target with the interface missing: %+v", c)
 	}
 }
