@@ -176,7 +176,7 @@ func (s *Service) Preflight(ctx context.Context, req *agentv1.PreflightRequest) 
 		Actions:        c.Actions,
 	}
 	if rec, _ := m.Status(""); rec.Phase.InFlight() && rec.ID != req.GetOperationId() {
-		resp.Problems = append(resp.Problems, fmt.Sprintf("operation %s in flight (%s, port %d -> %d)", rec.ID, rec.Phase, rec.FromPort, rec.ToPort))
+		resp.Problems = append(resp.Problems, fmt.Sprintf("operation %s in flight (%s, port %d -> %d): wait for it to end, or roll it back", rec.ID, rec.Phase, rec.FromPort, rec.ToPort))
 	}
 	resp.Problems = append(resp.Problems, m.NotReady()...)
 	return resp, nil

@@ -282,9 +282,9 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		if op := nc.info.Operation; op != nil {
 			switch op.Phase {
 			case agentv1.Phase_PHASE_PREPARED, agentv1.Phase_PHASE_COMMITTED:
-				np.Problems = append(np.Problems, fmt.Sprintf("operation %s is in flight on the agent (%s)", op.OperationId, op.Phase))
+				np.Problems = append(np.Problems, fmt.Sprintf("operation %s is in flight on the agent (%s): wait for it to end, or roll it back (coordctl rollback %s)", op.OperationId, op.Phase, op.OperationId))
 			case agentv1.Phase_PHASE_FAILED:
-				np.Problems = append(np.Problems, fmt.Sprintf("operation %s failed on the agent and needs an operator: %s", op.OperationId, op.Error))
+				np.Problems = append(np.Problems, fmt.Sprintf("operation %s failed on the agent and needs an operator: %s (put the dataplane right, then coordctl rollback %s)", op.OperationId, op.Error, op.OperationId))
 			}
 		}
 		if nc.info.CurrentPort == r.to {
@@ -299,7 +299,7 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 			if who == "" {
 				who = "another socket"
 			}
-			np.Problems = append(np.Problems, fmt.Sprintf("target port %d is not free: held by %s", r.to, who))
+			np.Problems = append(np.Problems, fmt.Sprintf("target port %d is not free: held by %s; pick another port or stop what holds it", r.to, who))
 		}
 		for _, pr := range nc.pf.Problems {
 			if !slices.Contains(np.Problems, pr) {

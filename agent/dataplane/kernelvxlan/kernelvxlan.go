@@ -167,7 +167,7 @@ func (b *Backend) Preflight(_ context.Context, to uint16) (dataplane.Check, erro
 	case to == 0:
 		c.Problems = append(c.Problems, "target port 0: must be a UDP port 1-65535")
 	case int(to) == d.Port:
-		c.Problems = append(c.Problems, fmt.Sprintf("port %d: the device already uses it", to))
+		c.Problems = append(c.Problems, fmt.Sprintf("target port %d: device %s already uses it: nothing to change; pick another port", to, b.cfg.Device))
 	}
 	if !d.Up {
 		c.Problems = append(c.Problems, fmt.Sprintf("device %s is down: the overlay does not work on this node now; fix that before a cutover", b.cfg.Device))
@@ -252,7 +252,7 @@ func (b *Backend) Snapshot(_ context.Context, from, to uint16) (dataplane.Snapsh
 		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: %w", b.cfg.Device, err)
 	}
 	if s.Device.Port != int(from) {
-		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: current port is %d, not %d", b.cfg.Device, s.Device.Port, from)
+		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: current port is %d, not %d (from_port): the request was planned on a stale view or something moved the port since; plan again", b.cfg.Device, s.Device.Port, from)
 	}
 	if err := s.Validate(); err != nil {
 		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: %w", b.cfg.Device, err)
@@ -273,10 +273,10 @@ func (b *Backend) Snapshot(_ context.Context, from, to uint16) (dataplane.Snapsh
 func (b *Backend) decode(s dataplane.Snapshot) (snapshotData, error) {
 	var sd snapshotData
 	if s.Backend != Name {
-		return sd, fmt.Errorf("snapshot is for backend %q, not %s", s.Backend, Name)
+		return sd, fmt.Errorf("snapshot is for backend %q, not %s: the operation was recorded by another backend; run the agent with --backend %s to finish or roll it back", s.Backend, Name, s.Backend)
 	}
 	if s.Device != b.cfg.Device {
-		return sd, fmt.Errorf("snapshot is for device %q, this backend manages %q", s.Device, b.cfg.Device)
+		return sd, fmt.Errorf("snapshot is for device %q, this backend manages %q: run the agent with --kernel-device %s to finish or roll the operation back", s.Device, b.cfg.Device, s.Device)
 	}
 	if err := json.Unmarshal(s.Data, &sd); err != nil {
 		return sd, fmt.Errorf("snapshot data: %w", err)
@@ -335,8 +335,8 @@ func (b *Backend) move(op string, prior vxlan.Snapshot, from, to uint16, checkId
 	case cur.Device.Port == int(to):
 		return outcome{after: cur, w: vxlan.Window{Strategy: "noop"}}, nil
 	case cur.Device.Port != int(from):
-		return outcome{after: cur}, fmt.Errorf("%s %s: current port %d is neither %d nor %d: something else changed it; not touching it",
-			op, b.cfg.Device, cur.Device.Port, from, to)
+		return outcome{after: cur}, fmt.Errorf("%s %s: current port %d is neither %d nor %d: something else changed it; not touching it: find out what (the CNI?), set it back to %d, then retry",
+			op, b.cfg.Device, cur.Device.Port, from, to, from)
 	case checkIdentity:
 		if diff := deviceDiff(prior.Device, cur.Device); diff != "" {
 			return outcome{after: cur}, fmt.Errorf("%s %s: the device changed since the snapshot (%s): not recreating it from a stale picture; roll back and prepare again",
@@ -476,7 +476,8 @@ func (b *Backend) Finalize(ctx context.Context, s dataplane.Snapshot) error {
 		return fmt.Errorf("finalize %s: %w", b.cfg.Device, err)
 	}
 	if st.Port != s.ToPort {
-		return fmt.Errorf("finalize %s: the device is on port %d, not %d: not closing port %d", b.cfg.Device, st.Port, s.ToPort, s.FromPort)
+		return fmt.Errorf("finalize %s: the device is on port %d, not %d (the port this operation moved it to): not closing port %d; something changed it after the commit: find out what (the CNI?), then move it back to %d or roll the operation back",
+			b.cfg.Device, st.Port, s.ToPort, s.FromPort, s.ToPort)
 	}
 	// The old device, renamed and stripped at Commit, still holds the old
 	// port: it goes before the old port's rules do.

@@ -127,13 +127,13 @@ func (b *Backend) Preflight(ctx context.Context, to uint16) (dataplane.Check, er
 	}
 	c.CurrentPort = st.Port
 	if iface.Type != "vxlan" {
-		c.Problems = append(c.Problems, fmt.Sprintf("OVS interface %s is of type %q, not vxlan", b.cfg.Interface, iface.Type))
+		c.Problems = append(c.Problems, fmt.Sprintf("OVS interface %s is of type %q, not vxlan: --interface must name the overlay's VXLAN interface", b.cfg.Interface, iface.Type))
 	}
 	if iface.OFPort < 1 || iface.Error != "" {
 		c.Problems = append(c.Problems, fmt.Sprintf("OVS interface %s is failed already (ofport %d, error %q): fix it before a cutover", b.cfg.Interface, iface.OFPort, iface.Error))
 	}
 	if to == st.Port {
-		c.Problems = append(c.Problems, fmt.Sprintf("port %d: the interface already uses it", to))
+		c.Problems = append(c.Problems, fmt.Sprintf("target port %d: OVS interface %s already uses it: nothing to change; pick another port", to, b.cfg.Interface))
 	}
 	c.TargetFree = b.checkTarget(&c, to)
 	c.Problems = append(c.Problems, b.cfg.Firewall.Problems()...)
@@ -182,7 +182,7 @@ func (b *Backend) Snapshot(ctx context.Context, from, to uint16) (dataplane.Snap
 		return dataplane.Snapshot{}, err
 	}
 	if st.Port != from {
-		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: current port is %d, not %d", b.cfg.Interface, st.Port, from)
+		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: current port is %d, not %d (from_port): the request was planned on a stale view or something moved the port since; plan again", b.cfg.Interface, st.Port, from)
 	}
 	sd := snapshot{Options: iface.Options, OFPort: iface.OFPort}
 	if b.cfg.Firewall != nil {
@@ -203,7 +203,7 @@ func (b *Backend) Snapshot(ctx context.Context, from, to uint16) (dataplane.Snap
 func decode(s dataplane.Snapshot) (snapshot, error) {
 	var sd snapshot
 	if s.Backend != "ovs" {
-		return sd, fmt.Errorf("snapshot is for backend %q, not ovs", s.Backend)
+		return sd, fmt.Errorf("snapshot is for backend %q, not ovs: the operation was recorded by another backend; run the agent with --backend %s to finish or roll it back", s.Backend, s.Backend)
 	}
 	if len(s.Data) > 0 {
 		if err := json.Unmarshal(s.Data, &sd); err != nil {
@@ -262,7 +262,8 @@ func (b *Backend) Revert(ctx context.Context, s dataplane.Snapshot) (dataplane.S
 			return dataplane.State{}, err
 		}
 	default:
-		return st, fmt.Errorf("revert %s: current port %d is neither %d nor %d: something else changed it; not touching it", b.cfg.Interface, st.Port, s.FromPort, s.ToPort)
+		return st, fmt.Errorf("revert %s: current port %d is neither %d nor %d: something else changed it; not touching it: find out what (the CNI?), put it back (ovs-vsctl set interface %s options:dst_port=%d) and roll back again",
+			b.cfg.Interface, st.Port, s.FromPort, s.ToPort, b.cfg.Interface, s.FromPort)
 	}
 	if b.cfg.Firewall != nil {
 		if err := b.cfg.Firewall.Close(s.ToPort, sd.ToRulesPresent); err != nil {

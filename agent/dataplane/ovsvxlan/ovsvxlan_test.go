@@ -147,7 +147,7 @@ func TestPreflightProblems(t *testing.T) {
 	if c.CurrentPort != 4789 || c.TargetFree || !strings.Contains(strings.Join(c.Problems, ";"), "in use on this node by socket inode 7") {
 		t.Fatalf("preflight = %+v", c)
 	}
-	if c, _ := r.b.Preflight(ctx, 4789); !strings.Contains(strings.Join(c.Problems, ";"), "already uses it") {
+	if c, _ := r.b.Preflight(ctx, 4789); !strings.Contains(strings.Join(c.Problems, ";"), "target port 4789: OVS interface vxlan0 already uses it: nothing to change; pick another port") {
 		t.Fatalf("same port not flagged: %+v", c)
 	}
 	r.ovs.Set(ovs.Interface{Name: "vxlan0", Type: "vxlan", OFPort: -1, Error: "could not add network device vxlan0",
@@ -163,7 +163,7 @@ func TestPreflightProblems(t *testing.T) {
 func TestSnapshotRefusesWrongFromAndRevertRefusesDrift(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
-	if _, err := r.b.Snapshot(ctx, 4000, 4889); err == nil || !strings.Contains(err.Error(), "current port is 4789, not 4000") {
+	if _, err := r.b.Snapshot(ctx, 4000, 4889); err == nil || !strings.Contains(err.Error(), "current port is 4789, not 4000 (from_port)") || !strings.Contains(err.Error(), "plan again") {
 		t.Fatalf("Snapshot with wrong from: %v", err)
 	}
 	snap, err := r.b.Snapshot(ctx, 4789, 4889)
@@ -177,7 +177,7 @@ func TestSnapshotRefusesWrongFromAndRevertRefusesDrift(t *testing.T) {
 	if _, err := r.b.Commit(ctx, snap); !ovs.IsConflict(err) {
 		t.Fatalf("commit over a concurrent change: %v, want a conflict", err)
 	}
-	if _, err := r.b.Revert(ctx, snap); err == nil || !strings.Contains(err.Error(), "neither") {
+	if _, err := r.b.Revert(ctx, snap); err == nil || !strings.Contains(err.Error(), "neither") || !strings.Contains(err.Error(), "ovs-vsctl set interface vxlan0 options:dst_port=4789") {
 		t.Fatalf("revert with drift: %v", err)
 	}
 	if !strings.Contains(r.ovs.Dump(), "dst_port=5000") {
