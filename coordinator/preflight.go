@@ -306,6 +306,11 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 				np.Problems = append(np.Problems, pr)
 			}
 		}
+		if !read && len(np.Problems) == 0 {
+			// Left out of the drift count above, it must still stop the
+			// cutover: nobody knows which port this node is on.
+			np.Problems = append(np.Problems, fmt.Sprintf("current port not read back (agent %s reported 0 and no reason): check the agent's log and /readyz", c.agents[n].spec.Address))
+		}
 		np.Actions = nc.pf.Actions
 	}
 	c.metrics.agentsReady.Set(float64(ready))

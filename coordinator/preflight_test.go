@@ -91,3 +91,18 @@ func TestPlanNamesMissingInterface(t *testing.T) {
 		}
 	}
 }
+
+// An agent that answers port 0 and says nothing of why is not counted as
+// drift, and still stops the cutover.
+func TestPlanRefusesUnreadPortWithoutReason(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.fakes["n2"].SetPort(0)
+	p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(p.Problems, "\n")
+	if len(p.Problems) != 1 || !strings.HasPrefix(p.Problems[0], "n2: current port not read back") || strings.Contains(got, "drift") {
+		t.Fatalf("plan problems:\n%s\nwant only n2's unread port", got)
+	}
+}
