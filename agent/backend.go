@@ -52,7 +52,7 @@ func NewBackend(cfg Config) (dataplane.Backend, error) {
 	if cfg.Profile == ProfileOpenShiftSDN {
 		flows = openshiftSDN(cfg, fw)
 	}
-	return ovsvxlan.New(ovsvxlan.Config{OVS: drv, Interface: cfg.Interface, Firewall: fw, Ports: ports, Flows: flows})
+	return ovsvxlan.New(ovsvxlan.Config{OVS: drv, Interface: cfg.Interface, Bridge: cfg.Bridge, Firewall: fw, Ports: ports, Flows: flows})
 }
 
 // openshiftSDN wires the openshift-sdn profile: the SDN's two port rules

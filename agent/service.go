@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -102,7 +103,12 @@ func (s *Service) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.In
 		resp.Backend, resp.Device = be.Name(), be.Device()
 		st, err := be.Read(ctx)
 		if err != nil {
-			notReady = append(notReady, "dataplane read: "+err.Error())
+			// CurrentPort stays 0: unknown. A backend's Ready usually
+			// reports the same failure (a missing interface) in the same
+			// words: say it once.
+			if !saysAlready(notReady, err.Error()) {
+				notReady = append(notReady, "dataplane read: "+err.Error())
+			}
 		} else {
 			resp.CurrentPort = uint32(st.Port)
 			s.metrics.PortObserved(st.Port)
@@ -113,6 +119,17 @@ func (s *Service) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.In
 	resp.Ready = len(notReady) == 0
 	resp.NotReady = notReady
 	return resp, nil
+}
+
+// saysAlready reports whether one of the lines is msg, after its "what: "
+// prefix.
+func saysAlready(lines []string, msg string) bool {
+	for _, l := range lines {
+		if l == msg || strings.HasSuffix(l, ": "+msg) {
+			return true
+		}
+	}
+	return false
 }
 
 // ObservePort reads the port back from the dataplane and updates
@@ -159,7 +176,7 @@ func (s *Service) Preflight(ctx context.Context, req *agentv1.PreflightRequest) 
 		Actions:        c.Actions,
 	}
 	if rec, _ := m.Status(""); rec.Phase.InFlight() && rec.ID != req.GetOperationId() {
-		resp.Problems = append(resp.Problems, fmt.Sprintf("operation %s in flight (%s, port %d -> %d)", rec.ID, rec.Phase, rec.FromPort, rec.ToPort))
+		resp.Problems = append(resp.Problems, fmt.Sprintf("operation %s in flight (%s, port %d -> %d): wait for it to end, or roll it back", rec.ID, rec.Phase, rec.FromPort, rec.ToPort))
 	}
 	resp.Problems = append(resp.Problems, m.NotReady()...)
 	return resp, nil

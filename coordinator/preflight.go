@@ -149,6 +149,17 @@ func (c *Coordinator) validateTarget(ctx context.Context, req *coordinatorv1.Cut
 	return r, err
 }
 
+// repeats reports whether line is one of problems, alone or after a
+// "where: " prefix ("backend: vxlan0 not found in OVS bridge br0: ...").
+func repeats(line string, problems []string) bool {
+	for _, p := range problems {
+		if line == p || strings.HasSuffix(line, ": "+p) {
+			return true
+		}
+	}
+	return false
+}
+
 func (c *Coordinator) nodeNames() []string {
 	var ns []string
 	for _, a := range c.inv.Agents {
@@ -246,35 +257,59 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 			continue
 		}
 		np.CurrentPort = nc.info.CurrentPort
-		byPort[nc.info.CurrentPort] = append(byPort[nc.info.CurrentPort], n)
+		// Port 0 is an agent that could not read its tunnel (its interface
+		// deleted, OVS down): it says why among its problems. Counted as a
+		// port, it would show as drift ("0 on n3") and hide the cause.
+		read := nc.info.CurrentPort != 0
+		if read {
+			byPort[nc.info.CurrentPort] = append(byPort[nc.info.CurrentPort], n)
+		}
 		if !nc.info.Ready {
-			np.Problems = append(np.Problems, fmt.Sprintf("agent not ready: %s", strings.Join(nc.info.NotReady, ", ")))
+			// What its preflight reports anyway (prefixed by where the
+			// agent found it) is said once, in the preflight's words.
+			var why []string
+			for _, nr := range nc.info.NotReady {
+				if !repeats(nr, nc.pf.Problems) {
+					why = append(why, nr)
+				}
+			}
+			if len(why) > 0 {
+				np.Problems = append(np.Problems, fmt.Sprintf("agent not ready: %s", strings.Join(why, ", ")))
+			}
 		} else {
 			ready++
 		}
 		if op := nc.info.Operation; op != nil {
 			switch op.Phase {
 			case agentv1.Phase_PHASE_PREPARED, agentv1.Phase_PHASE_COMMITTED:
-				np.Problems = append(np.Problems, fmt.Sprintf("operation %s is in flight on the agent (%s)", op.OperationId, op.Phase))
+				np.Problems = append(np.Problems, fmt.Sprintf("operation %s is in flight on the agent (%s): wait for it to end, or roll it back (coordctl rollback %s)", op.OperationId, op.Phase, op.OperationId))
 			case agentv1.Phase_PHASE_FAILED:
-				np.Problems = append(np.Problems, fmt.Sprintf("operation %s failed on the agent and needs an operator: %s", op.OperationId, op.Error))
+				np.Problems = append(np.Problems, fmt.Sprintf("operation %s failed on the agent and needs an operator: %s (put the dataplane right, then coordctl rollback %s)", op.OperationId, op.Error, op.OperationId))
 			}
 		}
 		if nc.info.CurrentPort == r.to {
 			np.Problems = append(np.Problems, fmt.Sprintf("already on port %d: the target must differ from the current port", r.to))
 		}
 		np.TargetPortFree = nc.pf.TargetPortFree
-		if !nc.pf.TargetPortFree {
+		// An agent that could not read its tunnel may have returned before
+		// checking the target port: "not free" with nobody named is then
+		// not a finding, and its problems already stop the cutover.
+		if !nc.pf.TargetPortFree && (nc.pf.TargetPortUser != "" || (read && nc.pf.CurrentPort != 0)) {
 			who := nc.pf.TargetPortUser
 			if who == "" {
 				who = "another socket"
 			}
-			np.Problems = append(np.Problems, fmt.Sprintf("target port %d is not free: held by %s", r.to, who))
+			np.Problems = append(np.Problems, fmt.Sprintf("target port %d is not free: held by %s; pick another port or stop what holds it", r.to, who))
 		}
 		for _, pr := range nc.pf.Problems {
 			if !slices.Contains(np.Problems, pr) {
 				np.Problems = append(np.Problems, pr)
 			}
+		}
+		if !read && len(np.Problems) == 0 {
+			// Left out of the drift count above, it must still stop the
+			// cutover: nobody knows which port this node is on.
+			np.Problems = append(np.Problems, fmt.Sprintf("current port not read back (agent %s reported 0 and no reason): check the agent's log and /readyz", c.agents[n].spec.Address))
 		}
 		np.Actions = nc.pf.Actions
 	}

@@ -26,9 +26,20 @@ import (
 func realAgents(t *testing.T, n int) (*lab, map[string]*dataplane.Fake) {
 	t.Helper()
 	planes := map[string]*dataplane.Fake{}
-	serve := func(node string, lis *bufconn.Listener) {
+	l := realAgentsWith(t, n, func(node string) dataplane.Backend {
 		fake := dataplane.NewFake("ovs", "vxlan0", fromPort)
 		planes[node] = fake
+		return fake
+	})
+	return l, planes
+}
+
+// realAgentsWith starts the real agent for each node of a lab over bufconn,
+// with the backend backend(node) returns.
+func realAgentsWith(t *testing.T, n int, backend func(node string) dataplane.Backend) *lab {
+	t.Helper()
+	serve := func(node string, lis *bufconn.Listener) {
+		be := backend(node)
 		cfg := agent.Default()
 		cfg.NodeName = node
 		cfg.Insecure = true
@@ -41,7 +52,7 @@ func realAgents(t *testing.T, n int) (*lab, map[string]*dataplane.Fake) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			done <- agent.Run(ctx, cfg, agent.WithBackend(fake), agent.WithListeners(lis, hl),
+			done <- agent.Run(ctx, cfg, agent.WithBackend(be), agent.WithListeners(lis, hl),
 				agent.WithRegistry(prometheus.NewRegistry()), agent.WithLogger(slog.New(slog.DiscardHandler)))
 		}()
 		t.Cleanup(func() {
@@ -75,8 +86,7 @@ func realAgents(t *testing.T, n int) (*lab, map[string]*dataplane.Fake) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	l := newLabWith(t, n, nil, serve)
-	return l, planes
+	return newLabWith(t, n, nil, serve)
 }
 
 func planePorts(planes map[string]*dataplane.Fake, n int) string {

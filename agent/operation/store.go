@@ -80,9 +80,26 @@ func (s FileStore) Save(r Record) error {
 
 // Check implements Store by creating, syncing and removing a probe file: a
 // stat of the mode bits would be wrong for root and for read-only mounts.
+//
+// The probe file is unique to each call (os.CreateTemp) rather than taking
+// the operation lock: /readyz, Info and Preflight call Check while Prepare
+// or Finalize hold that lock across slow backend calls, and readiness must
+// not wait behind them. With one fixed name, two overlapping Checks removed
+// each other's file and a readiness probe could fail a Prepare. A crash
+// between create and remove leaves one empty .write-check-* file, harmless
+// and safe to delete.
 func (s FileStore) Check() error {
-	p := filepath.Join(s.Dir, ".write-check")
-	if err := writeSync(p, nil); err != nil {
+	f, err := os.CreateTemp(s.Dir, checkPattern)
+	if err != nil {
+		return &StoreError{Op: "write", Path: filepath.Join(s.Dir, checkPattern), Err: err}
+	}
+	p := f.Name()
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(p)
 		return &StoreError{Op: "write", Path: p, Err: err}
 	}
 	if err := os.Remove(p); err != nil {
@@ -90,6 +107,9 @@ func (s FileStore) Check() error {
 	}
 	return nil
 }
+
+// checkPattern names Check's probe files (the * is made unique per call).
+const checkPattern = ".write-check-*"
 
 func writeSync(path string, b []byte) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)

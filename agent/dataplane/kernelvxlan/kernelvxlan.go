@@ -114,11 +114,27 @@ func (b *Backend) Device() string { return b.cfg.Device }
 
 // Read implements dataplane.Backend.
 func (b *Backend) Read(context.Context) (dataplane.State, error) {
-	s, err := b.cfg.VXLAN.Snapshot(b.cfg.Device)
+	s, err := b.readDevice()
 	if err != nil {
 		return dataplane.State{}, err
 	}
 	return b.state(s), nil
+}
+
+// readDevice reads the managed device. Read, Ready and Preflight report a
+// failure in these same words, so that the agent and the coordinator can
+// say it once; vxlan.IsNotFound and IsNotVXLAN still hold.
+func (b *Backend) readDevice() (vxlan.Snapshot, error) {
+	s, err := b.cfg.VXLAN.Snapshot(b.cfg.Device)
+	switch {
+	case err == nil:
+		return s, nil
+	case vxlan.IsNotFound(err):
+		return s, fmt.Errorf("kernel VXLAN device %s does not exist on this node (is the CNI running? is --kernel-device right?): %w", b.cfg.Device, err)
+	case vxlan.IsNotVXLAN(err):
+		return s, fmt.Errorf("device %s: %w (--kernel-device must name the overlay's VXLAN device)", b.cfg.Device, err)
+	}
+	return s, fmt.Errorf("kernel VXLAN device %s: %w", b.cfg.Device, err)
 }
 
 func (b *Backend) state(s vxlan.Snapshot) dataplane.State {
@@ -137,16 +153,12 @@ func (b *Backend) state(s vxlan.Snapshot) dataplane.State {
 // Preflight implements dataplane.Backend. It only reads.
 func (b *Backend) Preflight(_ context.Context, to uint16) (dataplane.Check, error) {
 	var c dataplane.Check
-	s, err := b.cfg.VXLAN.Snapshot(b.cfg.Device)
-	switch {
-	case vxlan.IsNotFound(err):
-		c.Problems = append(c.Problems, fmt.Sprintf("kernel VXLAN device %s does not exist on this node (is the CNI running? is --kernel-device right?)", b.cfg.Device))
-		return c, nil
-	case vxlan.IsNotVXLAN(err):
-		c.Problems = append(c.Problems, fmt.Sprintf("device %s: %v (--kernel-device must name the overlay's VXLAN device)", b.cfg.Device, err))
-		return c, nil
-	case err != nil:
-		c.Problems = append(c.Problems, fmt.Sprintf("device %s: %v", b.cfg.Device, err))
+	s, err := b.readDevice()
+	if err != nil {
+		c.Problems = append(c.Problems, err.Error())
+		// CurrentPort stays 0 (unknown); the target port is still checked,
+		// so that TargetFree is an answer and not a zero value.
+		c.TargetFree = b.checkTarget(&c, to, 0)
 		return c, nil
 	}
 	d := s.Device
@@ -155,7 +167,7 @@ func (b *Backend) Preflight(_ context.Context, to uint16) (dataplane.Check, erro
 	case to == 0:
 		c.Problems = append(c.Problems, "target port 0: must be a UDP port 1-65535")
 	case int(to) == d.Port:
-		c.Problems = append(c.Problems, fmt.Sprintf("port %d: the device already uses it", to))
+		c.Problems = append(c.Problems, fmt.Sprintf("target port %d: device %s already uses it: nothing to change; pick another port", to, b.cfg.Device))
 	}
 	if !d.Up {
 		c.Problems = append(c.Problems, fmt.Sprintf("device %s is down: the overlay does not work on this node now; fix that before a cutover", b.cfg.Device))
@@ -166,26 +178,7 @@ func (b *Backend) Preflight(_ context.Context, to uint16) (dataplane.Check, erro
 	if err := s.Validate(); err != nil {
 		c.Problems = append(c.Problems, err.Error())
 	}
-	c.TargetFree = true
-	if b.cfg.Ports != nil && to != 0 && int(to) != d.Port {
-		free, holder, err := b.cfg.Ports.Free(to)
-		switch {
-		case err != nil:
-			c.Problems = append(c.Problems, fmt.Sprintf("port %d: cannot tell whether it is free: %v", to, err))
-		case !free && holder.Kind == "vxlan" && holder.Device == vxlan.OldName(b.cfg.Device):
-			// The old device of our own last cutover, kept until its
-			// Finalize: Recreate removes it before building on the port.
-			c.Actions = append(c.Actions, fmt.Sprintf("remove %s (the old %s left by the last cutover, on port %d)", holder.Device, b.cfg.Device, to))
-		case !free:
-			c.TargetFree = false
-			c.TargetHolder = holder.String()
-			hint := ""
-			if holder.Kind == "vxlan" || holder.Kind == "geneve" {
-				hint = " (a tunnel device holds its port even while down)"
-			}
-			c.Problems = append(c.Problems, fmt.Sprintf("port %d is in use on this node by %s%s", to, holder, hint))
-		}
-	}
+	c.TargetFree = b.checkTarget(&c, to, d.Port)
 	c.Problems = append(c.Problems, b.cfg.Firewall.Problems()...)
 
 	open, closeOld := b.cfg.Firewall.Actions(c.CurrentPort, to)
@@ -206,6 +199,34 @@ func (b *Backend) Preflight(_ context.Context, to uint16) (dataplane.Check, erro
 		c.Actions = append(c.Actions, note)
 	}
 	return c, nil
+}
+
+// checkTarget reports whether port to is free on this node (current, the
+// device's own port, is not asked about), adding to c who holds it or why
+// that cannot be told (then it counts as free: the problem already stops
+// the cutover, and "held" would be a false claim).
+func (b *Backend) checkTarget(c *dataplane.Check, to uint16, current int) bool {
+	if b.cfg.Ports == nil || to == 0 || int(to) == current {
+		return true
+	}
+	free, holder, err := b.cfg.Ports.Free(to)
+	switch {
+	case err != nil:
+		c.Problems = append(c.Problems, fmt.Sprintf("port %d: cannot tell whether it is free: %v", to, err))
+	case !free && holder.Kind == "vxlan" && holder.Device == vxlan.OldName(b.cfg.Device):
+		// The old device of our own last cutover, kept until its
+		// Finalize: Recreate removes it before building on the port.
+		c.Actions = append(c.Actions, fmt.Sprintf("remove %s (the old %s left by the last cutover, on port %d)", holder.Device, b.cfg.Device, to))
+	case !free:
+		c.TargetHolder = holder.String()
+		hint := ""
+		if holder.Kind == "vxlan" || holder.Kind == "geneve" {
+			hint = " (a tunnel device holds its port even while down)"
+		}
+		c.Problems = append(c.Problems, fmt.Sprintf("port %d is in use on this node by %s%s", to, holder, hint))
+		return false
+	}
+	return true
 }
 
 // cniNote says what outside this backend must change for a known device.
@@ -231,7 +252,7 @@ func (b *Backend) Snapshot(_ context.Context, from, to uint16) (dataplane.Snapsh
 		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: %w", b.cfg.Device, err)
 	}
 	if s.Device.Port != int(from) {
-		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: current port is %d, not %d", b.cfg.Device, s.Device.Port, from)
+		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: current port is %d, not %d (from_port): the request was planned on a stale view or something moved the port since; plan again", b.cfg.Device, s.Device.Port, from)
 	}
 	if err := s.Validate(); err != nil {
 		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: %w", b.cfg.Device, err)
@@ -252,10 +273,10 @@ func (b *Backend) Snapshot(_ context.Context, from, to uint16) (dataplane.Snapsh
 func (b *Backend) decode(s dataplane.Snapshot) (snapshotData, error) {
 	var sd snapshotData
 	if s.Backend != Name {
-		return sd, fmt.Errorf("snapshot is for backend %q, not %s", s.Backend, Name)
+		return sd, fmt.Errorf("snapshot is for backend %q, not %s: the operation was recorded by another backend; run the agent with --backend %s to finish or roll it back", s.Backend, Name, s.Backend)
 	}
 	if s.Device != b.cfg.Device {
-		return sd, fmt.Errorf("snapshot is for device %q, this backend manages %q", s.Device, b.cfg.Device)
+		return sd, fmt.Errorf("snapshot is for device %q, this backend manages %q: run the agent with --kernel-device %s to finish or roll the operation back", s.Device, b.cfg.Device, s.Device)
 	}
 	if err := json.Unmarshal(s.Data, &sd); err != nil {
 		return sd, fmt.Errorf("snapshot data: %w", err)
@@ -314,8 +335,8 @@ func (b *Backend) move(op string, prior vxlan.Snapshot, from, to uint16, checkId
 	case cur.Device.Port == int(to):
 		return outcome{after: cur, w: vxlan.Window{Strategy: "noop"}}, nil
 	case cur.Device.Port != int(from):
-		return outcome{after: cur}, fmt.Errorf("%s %s: current port %d is neither %d nor %d: something else changed it; not touching it",
-			op, b.cfg.Device, cur.Device.Port, from, to)
+		return outcome{after: cur}, fmt.Errorf("%s %s: current port %d is neither %d nor %d: something else changed it; not touching it: find out what (the CNI?), set it back to %d, then retry",
+			op, b.cfg.Device, cur.Device.Port, from, to, from)
 	case checkIdentity:
 		if diff := deviceDiff(prior.Device, cur.Device); diff != "" {
 			return outcome{after: cur}, fmt.Errorf("%s %s: the device changed since the snapshot (%s): not recreating it from a stale picture; roll back and prepare again",
@@ -455,7 +476,8 @@ func (b *Backend) Finalize(ctx context.Context, s dataplane.Snapshot) error {
 		return fmt.Errorf("finalize %s: %w", b.cfg.Device, err)
 	}
 	if st.Port != s.ToPort {
-		return fmt.Errorf("finalize %s: the device is on port %d, not %d: not closing port %d", b.cfg.Device, st.Port, s.ToPort, s.FromPort)
+		return fmt.Errorf("finalize %s: the device is on port %d, not %d (the port this operation moved it to): not closing port %d; something changed it after the commit: find out what (the CNI?), then move it back to %d or roll the operation back",
+			b.cfg.Device, st.Port, s.ToPort, s.FromPort, s.ToPort)
 	}
 	// The old device, renamed and stripped at Commit, still holds the old
 	// port: it goes before the old port's rules do.
@@ -478,8 +500,8 @@ func (b *Backend) Finalize(ctx context.Context, s dataplane.Snapshot) error {
 // Ready implements dataplane.Backend.
 func (b *Backend) Ready(context.Context) []string {
 	var out []string
-	if _, err := b.cfg.VXLAN.Snapshot(b.cfg.Device); err != nil {
-		out = append(out, fmt.Sprintf("kernel VXLAN device %s: %v", b.cfg.Device, err))
+	if _, err := b.readDevice(); err != nil {
+		out = append(out, err.Error())
 	}
 	return append(out, b.cfg.Firewall.Problems()...)
 }

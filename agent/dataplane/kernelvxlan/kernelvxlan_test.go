@@ -329,6 +329,21 @@ func TestPreflight(t *testing.T) {
 		if err != nil || !strings.Contains(problems(c), tc.want) {
 			t.Fatalf("%s: preflight = %+v, %v; want a problem with %q", tc.dev, c, err, tc.want)
 		}
+		// A device that cannot be read is no port to drift from, and the
+		// target port is still checked, not left "not free" by default.
+		if tc.edit == nil && (c.CurrentPort != 0 || !c.TargetFree) {
+			t.Fatalf("%s: preflight = %+v; want current port 0 (unknown) and the target free", tc.dev, c)
+		}
+		// Read and Ready say it in the same words, so it is said once.
+		if tc.edit == nil {
+			_, rerr := r.b.Read(ctx)
+			if rerr == nil || rerr.Error() != c.Problems[0] {
+				t.Fatalf("%s: Read = %v, want %q", tc.dev, rerr, c.Problems[0])
+			}
+			if nr := r.b.Ready(ctx); len(nr) != 1 || nr[0] != c.Problems[0] {
+				t.Fatalf("%s: Ready = %q, want [%q]", tc.dev, nr, c.Problems[0])
+			}
+		}
 	}
 }
 

@@ -22,8 +22,11 @@ import (
 type Config struct {
 	OVS       ovs.Driver
 	Interface string // the VXLAN interface, "vxlan0"
-	Firewall  *dataplane.Firewall
-	Ports     udpport.Checker // nil: no port-free check
+	// Bridge is the bridge the interface belongs on ("br0"), for messages:
+	// an operator who finds the interface missing looks there.
+	Bridge   string
+	Firewall *dataplane.Firewall
+	Ports    udpport.Checker // nil: no port-free check
 	// Flows, when set, are OpenFlow flows that carry the port (the
 	// openshift-sdn profile's drop flow, sdn.go): opened, closed and
 	// reported like the firewall rules.
@@ -65,17 +68,37 @@ func (b *Backend) Device() string { return b.cfg.Interface }
 
 // Read implements dataplane.Backend.
 func (b *Backend) Read(ctx context.Context) (dataplane.State, error) {
-	iface, err := b.cfg.OVS.GetInterface(ctx, b.cfg.Interface)
+	iface, err := b.getInterface(ctx)
 	if err != nil {
-		return dataplane.State{}, fmt.Errorf("read interface %s: %w", b.cfg.Interface, err)
+		return dataplane.State{}, err
 	}
 	return b.state(iface)
+}
+
+// getInterface reads the managed interface. Read, Ready, Preflight and
+// Finalize all report a failure in these same words, so that the agent and
+// the coordinator can say it once: a missing interface is named as missing
+// (ovs.IsNotFound still holds), not as an unreadable port.
+func (b *Backend) getInterface(ctx context.Context) (ovs.Interface, error) {
+	iface, err := b.cfg.OVS.GetInterface(ctx, b.cfg.Interface)
+	switch {
+	case ovs.IsNotFound(err):
+		where := "OVS"
+		if b.cfg.Bridge != "" {
+			where = "OVS bridge " + b.cfg.Bridge
+		}
+		return iface, fmt.Errorf("%s not found in %s: %w (deleted by hand? restarting the CNI recreates it; else check --interface and --bridge)",
+			b.cfg.Interface, where, err)
+	case err != nil:
+		return iface, fmt.Errorf("OVS interface %s: %w", b.cfg.Interface, err)
+	}
+	return iface, nil
 }
 
 func (b *Backend) state(iface ovs.Interface) (dataplane.State, error) {
 	port, err := iface.DstPort()
 	if err != nil {
-		return dataplane.State{}, fmt.Errorf("interface %s: %w", b.cfg.Interface, err)
+		return dataplane.State{}, fmt.Errorf("OVS %w", err) // err names the interface
 	}
 	d := map[string]string{"type": iface.Type, "ofport": strconv.FormatInt(iface.OFPort, 10)}
 	if iface.Error != "" {
@@ -87,38 +110,32 @@ func (b *Backend) state(iface ovs.Interface) (dataplane.State, error) {
 // Preflight implements dataplane.Backend.
 func (b *Backend) Preflight(ctx context.Context, to uint16) (dataplane.Check, error) {
 	var c dataplane.Check
-	iface, err := b.cfg.OVS.GetInterface(ctx, b.cfg.Interface)
+	iface, err := b.getInterface(ctx)
 	if err != nil {
-		c.Problems = append(c.Problems, fmt.Sprintf("OVS interface %s: %v", b.cfg.Interface, err))
+		// CurrentPort stays 0 (unknown): the coordinator must not count it
+		// as a port this node is on. The target port is still checked, so
+		// that TargetFree is an answer and not a zero value.
+		c.Problems = append(c.Problems, err.Error())
+		c.TargetFree = b.checkTarget(&c, to)
 		return c, nil
 	}
 	st, err := b.state(iface)
 	if err != nil {
 		c.Problems = append(c.Problems, err.Error())
+		c.TargetFree = b.checkTarget(&c, to)
 		return c, nil
 	}
 	c.CurrentPort = st.Port
 	if iface.Type != "vxlan" {
-		c.Problems = append(c.Problems, fmt.Sprintf("OVS interface %s is of type %q, not vxlan", b.cfg.Interface, iface.Type))
+		c.Problems = append(c.Problems, fmt.Sprintf("OVS interface %s is of type %q, not vxlan: --interface must name the overlay's VXLAN interface", b.cfg.Interface, iface.Type))
 	}
 	if iface.OFPort < 1 || iface.Error != "" {
 		c.Problems = append(c.Problems, fmt.Sprintf("OVS interface %s is failed already (ofport %d, error %q): fix it before a cutover", b.cfg.Interface, iface.OFPort, iface.Error))
 	}
 	if to == st.Port {
-		c.Problems = append(c.Problems, fmt.Sprintf("port %d: the interface already uses it", to))
+		c.Problems = append(c.Problems, fmt.Sprintf("target port %d: OVS interface %s already uses it: nothing to change; pick another port", to, b.cfg.Interface))
 	}
-	c.TargetFree = true
-	if b.cfg.Ports != nil {
-		free, holder, err := b.cfg.Ports.Free(to)
-		switch {
-		case err != nil:
-			c.Problems = append(c.Problems, fmt.Sprintf("port %d: cannot tell whether it is free: %v", to, err))
-		case !free:
-			c.TargetFree = false
-			c.TargetHolder = holder.String()
-			c.Problems = append(c.Problems, fmt.Sprintf("port %d is in use on this node by %s", to, holder))
-		}
-	}
+	c.TargetFree = b.checkTarget(&c, to)
 	c.Problems = append(c.Problems, b.cfg.Firewall.Problems()...)
 	if b.cfg.Flows != nil {
 		// A profile is on: say what of the CNI's it found.
@@ -135,18 +152,37 @@ func (b *Backend) Preflight(ctx context.Context, to uint16) (dataplane.Check, er
 	return c, nil
 }
 
+// checkTarget reports whether port to is free on this node, adding to c
+// who holds it or why that cannot be told (then it counts as free: the
+// problem already stops the cutover, and "held" would be a false claim).
+func (b *Backend) checkTarget(c *dataplane.Check, to uint16) bool {
+	if b.cfg.Ports == nil {
+		return true
+	}
+	free, holder, err := b.cfg.Ports.Free(to)
+	switch {
+	case err != nil:
+		c.Problems = append(c.Problems, fmt.Sprintf("port %d: cannot tell whether it is free: %v", to, err))
+	case !free:
+		c.TargetHolder = holder.String()
+		c.Problems = append(c.Problems, fmt.Sprintf("port %d is in use on this node by %s", to, holder))
+		return false
+	}
+	return true
+}
+
 // Snapshot implements dataplane.Backend.
 func (b *Backend) Snapshot(ctx context.Context, from, to uint16) (dataplane.Snapshot, error) {
-	iface, err := b.cfg.OVS.GetInterface(ctx, b.cfg.Interface)
+	iface, err := b.getInterface(ctx)
 	if err != nil {
-		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: %w", b.cfg.Interface, err)
+		return dataplane.Snapshot{}, fmt.Errorf("snapshot: %w", err)
 	}
 	st, err := b.state(iface)
 	if err != nil {
 		return dataplane.Snapshot{}, err
 	}
 	if st.Port != from {
-		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: current port is %d, not %d", b.cfg.Interface, st.Port, from)
+		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: current port is %d, not %d (from_port): the request was planned on a stale view or something moved the port since; plan again", b.cfg.Interface, st.Port, from)
 	}
 	sd := snapshot{Options: iface.Options, OFPort: iface.OFPort}
 	if b.cfg.Firewall != nil {
@@ -167,7 +203,7 @@ func (b *Backend) Snapshot(ctx context.Context, from, to uint16) (dataplane.Snap
 func decode(s dataplane.Snapshot) (snapshot, error) {
 	var sd snapshot
 	if s.Backend != "ovs" {
-		return sd, fmt.Errorf("snapshot is for backend %q, not ovs", s.Backend)
+		return sd, fmt.Errorf("snapshot is for backend %q, not ovs: the operation was recorded by another backend; run the agent with --backend %s to finish or roll it back", s.Backend, s.Backend)
 	}
 	if len(s.Data) > 0 {
 		if err := json.Unmarshal(s.Data, &sd); err != nil {
@@ -226,7 +262,8 @@ func (b *Backend) Revert(ctx context.Context, s dataplane.Snapshot) (dataplane.S
 			return dataplane.State{}, err
 		}
 	default:
-		return st, fmt.Errorf("revert %s: current port %d is neither %d nor %d: something else changed it; not touching it", b.cfg.Interface, st.Port, s.FromPort, s.ToPort)
+		return st, fmt.Errorf("revert %s: current port %d is neither %d nor %d: something else changed it; not touching it: find out what (the CNI?), put it back (ovs-vsctl set interface %s options:dst_port=%d) and roll back again",
+			b.cfg.Interface, st.Port, s.FromPort, s.ToPort, b.cfg.Interface, s.FromPort)
 	}
 	if b.cfg.Firewall != nil {
 		if err := b.cfg.Firewall.Close(s.ToPort, sd.ToRulesPresent); err != nil {
@@ -258,10 +295,21 @@ func (b *Backend) Abort(ctx context.Context, s dataplane.Snapshot) error {
 	return b.cfg.Firewall.Close(s.ToPort, sd.ToRulesPresent)
 }
 
-// Finalize implements dataplane.Backend: the old port's rules go.
+// Finalize implements dataplane.Backend: the old port's rules go, once the
+// interface is read back on the new port. Removing them while it is still
+// (or again) on the old one would cut this node off the overlay; a missing
+// interface leaves nothing to say which port the node needs.
 func (b *Backend) Finalize(ctx context.Context, s dataplane.Snapshot) error {
 	if _, err := decode(s); err != nil {
 		return err
+	}
+	st, err := b.Read(ctx)
+	if err != nil {
+		return fmt.Errorf("finalize: %w: not removing port %d's rules", err, s.FromPort)
+	}
+	if st.Port != s.ToPort {
+		return fmt.Errorf("finalize: OVS interface %s is on port %d, not %d (the port this operation moved it to): not removing port %d's rules; something changed it after the commit: find out what (the CNI?), then move it back to %d or roll the operation back",
+			b.cfg.Interface, st.Port, s.ToPort, s.FromPort, s.ToPort)
 	}
 	if b.cfg.Flows != nil {
 		if err := b.cfg.Flows.Remove(ctx, s.FromPort, nil); err != nil {
@@ -280,8 +328,8 @@ func (b *Backend) Ready(ctx context.Context) []string {
 		return []string{fmt.Sprintf("ovsdb: %v", err)}
 	}
 	var out []string
-	if _, err := b.cfg.OVS.GetInterface(ctx, b.cfg.Interface); err != nil {
-		out = append(out, fmt.Sprintf("ovs interface %s: %v", b.cfg.Interface, err))
+	if _, err := b.getInterface(ctx); err != nil {
+		out = append(out, err.Error())
 	}
 	return append(out, b.cfg.Firewall.Problems()...)
 }

@@ -33,7 +33,7 @@ func newRig(t *testing.T) rig {
 	if err := ipt.EnsureRule(r); err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(Config{OVS: of, Interface: "vxlan0", Ports: &udpport.Fake{},
+	b, err := New(Config{OVS: of, Interface: "vxlan0", Bridge: "br0", Ports: &udpport.Fake{},
 		Firewall: &dataplane.Firewall{IPT: ipt, Templates: []iptables.Rule{allowTemplate}}})
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestPreflightProblems(t *testing.T) {
 	if c.CurrentPort != 4789 || c.TargetFree || !strings.Contains(strings.Join(c.Problems, ";"), "in use on this node by socket inode 7") {
 		t.Fatalf("preflight = %+v", c)
 	}
-	if c, _ := r.b.Preflight(ctx, 4789); !strings.Contains(strings.Join(c.Problems, ";"), "already uses it") {
+	if c, _ := r.b.Preflight(ctx, 4789); !strings.Contains(strings.Join(c.Problems, ";"), "target port 4789: OVS interface vxlan0 already uses it: nothing to change; pick another port") {
 		t.Fatalf("same port not flagged: %+v", c)
 	}
 	r.ovs.Set(ovs.Interface{Name: "vxlan0", Type: "vxlan", OFPort: -1, Error: "could not add network device vxlan0",
@@ -163,7 +163,7 @@ func TestPreflightProblems(t *testing.T) {
 func TestSnapshotRefusesWrongFromAndRevertRefusesDrift(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
-	if _, err := r.b.Snapshot(ctx, 4000, 4889); err == nil || !strings.Contains(err.Error(), "current port is 4789, not 4000") {
+	if _, err := r.b.Snapshot(ctx, 4000, 4889); err == nil || !strings.Contains(err.Error(), "current port is 4789, not 4000 (from_port)") || !strings.Contains(err.Error(), "plan again") {
 		t.Fatalf("Snapshot with wrong from: %v", err)
 	}
 	snap, err := r.b.Snapshot(ctx, 4789, 4889)
@@ -177,10 +177,42 @@ func TestSnapshotRefusesWrongFromAndRevertRefusesDrift(t *testing.T) {
 	if _, err := r.b.Commit(ctx, snap); !ovs.IsConflict(err) {
 		t.Fatalf("commit over a concurrent change: %v, want a conflict", err)
 	}
-	if _, err := r.b.Revert(ctx, snap); err == nil || !strings.Contains(err.Error(), "neither") {
+	if _, err := r.b.Revert(ctx, snap); err == nil || !strings.Contains(err.Error(), "neither") || !strings.Contains(err.Error(), "ovs-vsctl set interface vxlan0 options:dst_port=4789") {
 		t.Fatalf("revert with drift: %v", err)
 	}
 	if !strings.Contains(r.ovs.Dump(), "dst_port=5000") {
 		t.Fatal("revert touched a port it does not own")
+	}
+}
+
+// With the interface deleted by hand, every report says exactly that, in
+// the same words (so the agent and the coordinator can say it once): not a
+// port 0 the node would be on, nor a target port "held" by nobody.
+func TestMissingInterfaceReportedAsMissing(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	r.ovs.Delete("vxlan0")
+	const want = "vxlan0 not found in OVS bridge br0: "
+	c, err := r.b.Preflight(ctx, 4999)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CurrentPort != 0 || !c.TargetFree || c.TargetHolder != "" || len(c.Problems) != 1 || !strings.HasPrefix(c.Problems[0], want) {
+		t.Fatalf("preflight = %+v, want current port 0 (unknown), target free, one problem starting %q", c, want)
+	}
+	_, rerr := r.b.Read(ctx)
+	if rerr == nil || rerr.Error() != c.Problems[0] || !ovs.IsNotFound(rerr) {
+		t.Fatalf("Read = %v, want %q (and ovs.IsNotFound)", rerr, c.Problems[0])
+	}
+	if nr := r.b.Ready(ctx); len(nr) != 1 || nr[0] != c.Problems[0] {
+		t.Fatalf("Ready = %q, want [%q]", nr, c.Problems[0])
+	}
+	if _, err := r.b.Snapshot(ctx, 4789, 4999); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Snapshot = %v, want %q", err, want)
+	}
+	// A target port that is held is still found held.
+	r.b.cfg.Ports.(*udpport.Fake).Hold(4999, udpport.Holder{Kind: "socket", Inode: 7, Local: "0.0.0.0:4999"})
+	if c, _ := r.b.Preflight(ctx, 4999); c.TargetFree || !strings.Contains(strings.Join(c.Problems, ";"), "in use on this node by socket inode 7") {
+		t.Fatalf("held target with the interface missing: %+v", c)
 	}
 }

@@ -44,7 +44,7 @@ func newSDNRig(t *testing.T) sdnRig {
 			t.Fatal(err)
 		}
 	}
-	b, err := New(Config{OVS: o, Interface: "vxlan0", Ports: &udpport.Fake{},
+	b, err := New(Config{OVS: o, Interface: "vxlan0", Bridge: "br0", Ports: &udpport.Fake{},
 		Firewall: &dataplane.Firewall{IPT: ipt, Templates: templates},
 		Flows:    &PortFlows{OF: of, Bridge: "br0", Templates: []openflow.Flow{SDNDropFlow(0)}}})
 	if err != nil {
@@ -203,5 +203,62 @@ func TestSDNProfilePreflightReportsWhatItTouches(t *testing.T) {
 	c, _ = r2.b.Preflight(ctx, 4889)
 	if !strings.Contains(strings.Join(c.Problems, "\n"), "firewall chain raw/OPENSHIFT-NOTRACK does not exist") {
 		t.Fatalf("missing chain not reported: %v", c.Problems)
+	}
+}
+
+// Finalize closes the old port for good: it must first see the interface
+// on the new port, as kernelvxlan's does. A commit that never landed, a
+// port moved again behind the agent's back, or a deleted interface is
+// refused with the interface, the port read and the port expected, and not
+// one rule or flow goes.
+func TestFinalizeRefusesUnlessOnNewPort(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, r sdnRig, snap dataplane.Snapshot)
+		want  []string
+	}{
+		{"never committed", func(*testing.T, sdnRig, dataplane.Snapshot) {},
+			[]string{"vxlan0", "port 4789", "not 4889", "not removing", "4789"}},
+		{"moved again behind the agent's back", func(t *testing.T, r sdnRig, snap dataplane.Snapshot) {
+			if _, err := r.b.Commit(ctx, snap); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.ovs.SetDstPort(ctx, "vxlan0", 4889, 5000); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"vxlan0", "port 5000", "not 4889", "not removing"}},
+		{"interface deleted", func(t *testing.T, r sdnRig, snap dataplane.Snapshot) {
+			if _, err := r.b.Commit(ctx, snap); err != nil {
+				t.Fatal(err)
+			}
+			r.ovs.Delete("vxlan0")
+		}, []string{"vxlan0", "not found", "not removing"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newSDNRig(t)
+			snap, err := r.b.Snapshot(ctx, 4789, 4889)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.b.Prepare(ctx, snap); err != nil {
+				t.Fatal(err)
+			}
+			tc.setup(t, r, snap)
+			before := r.ipt.Dump() + r.of.Dump()
+			err = r.b.Finalize(ctx, snap)
+			if err == nil {
+				t.Fatalf("Finalize succeeded; rules now:\n%s", r.ports())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Finalize error %q does not say %q", err, w)
+				}
+			}
+			if after := r.ipt.Dump() + r.of.Dump(); after != before {
+				t.Fatalf("refused Finalize changed the firewall or flows:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+		})
 	}
 }
