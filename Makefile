@@ -23,10 +23,10 @@ build: ## build agent, coordinator and coordctl into bin/
 # binaries, measuring disruption) run after the rest, one package at a time,
 # so their timing-sensitive figures are not taken on a machine saturated by
 # the other packages' tests.
-LAB_PKGS := ./pkg/lab/...
+LAB_PKGS := ./harness/lab/...
 
 test: lint build kube-tools ## the full suite: lint, unit tier, privileged tier when root (CI is root), Kubernetes tier, lab end to end
-	$(GO) test -race -count=1 -timeout 40m $$($(GO) list $(PKGS) | grep -v '/pkg/lab')
+	$(GO) test -race -count=1 -timeout 40m $$($(GO) list $(PKGS) | grep -v '/harness/lab')
 	$(GO) test -race -count=1 -p 1 -timeout 40m $(LAB_PKGS)
 	hack/fuzz-smoke.sh $(FUZZ_SECONDS)
 
@@ -70,7 +70,7 @@ demo: ## as root: an 8-node lab, a real `coordctl cutover --port 4889`, measured
 
 bench-lab: ## lab cutover benchmark (N=8,16,32; field-report loop vs parallel vs Cutover): results/lab_cutover.json, docs/benchmarks.md
 	@mkdir -p results
-	set -o pipefail; cd pkg/lab && $(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab.txt
+	set -o pipefail; cd harness/lab && $(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab.txt
 
 kube-tools: ## build (once per machine, cached) kube-apiserver and kustomize for the Kubernetes tier
 	hack/kube-tools.sh >/dev/null

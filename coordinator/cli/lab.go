@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cutover-dev/cutover/pkg/lab"
+	"github.com/cutover-dev/cutover/harness/lab"
 )
 
 // The lab group plugs in through AddCommand like any other extension: the
