@@ -4,9 +4,9 @@
 //
 // The apiserver is k8s.io/kubernetes v1.35.4 built from the Go module proxy
 // by hack/kube-tools.sh into a per-machine cache (tools/kube pins it); etcd
-// is Debian's etcd-server. Start gates on both the way harness/testenv gates the
-// privileged tier: missing → skip with the command that fixes it, but FAIL
-// in CI, where .ci/run builds and installs them.
+// is Debian's etcd-server. Start gates on both the way harness/testenv gates
+// the privileged tier: missing → skip with the command that fixes it, but
+// FAIL in CI, where .ci/run builds and installs them.
 //
 // It owns only the processes it starts (stopped by PID in Cleanup) and the
 // files under the test's directory. It listens on loopback only, and every

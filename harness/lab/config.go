@@ -172,7 +172,7 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("lab config: %s %q: %s", e.Field, e.Value, e.Reason)
 }
 
-// AddFlags binds c's fields to flags (for `coordctl lab up`).
+// AddFlags binds c's fields to flags (for `cutover-lab up`).
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Name, "name", "lab", "lab name, [a-z0-9]{1,12}; namespaces are cot-lab-<name>-*")
 	fs.IntVar(&c.Nodes, "nodes", 8, fmt.Sprintf("number of nodes (1..%d)", MaxNodes))

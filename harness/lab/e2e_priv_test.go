@@ -35,17 +35,17 @@ const (
 )
 
 type e2eLab struct {
-	t        *testing.T
-	l        *lab.Lab
-	coordctl string
+	t          *testing.T
+	l          *lab.Lab
+	cutoverLab string // the lab binary, run as a user runs it
 }
 
-// run runs `coordctl lab <args> --dir <lab dir>` from the host namespace,
+// run runs `cutover-lab <args> --dir <lab dir>` from the host namespace,
 // as a user would, and returns stdout and the exit code.
 func (e *e2eLab) run(ctx context.Context, args ...string) (string, int) {
 	e.t.Helper()
 	args = append(args[:1:1], append([]string{"--dir", e.l.Dir()}, args[1:]...)...)
-	cmd := exec.CommandContext(ctx, e.coordctl, append([]string{"lab"}, args...)...)
+	cmd := exec.CommandContext(ctx, e.cutoverLab, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -53,12 +53,12 @@ func (e *e2eLab) run(ctx context.Context, args ...string) (string, int) {
 	if err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) {
-			e.t.Fatalf("coordctl lab %s: %v", strings.Join(args, " "), err)
+			e.t.Fatalf("cutover-lab %s: %v", strings.Join(args, " "), err)
 		}
 		code = ee.ExitCode()
 	}
 	if errb.Len() > 0 {
-		e.t.Logf("coordctl lab %s: stderr: %s", strings.Join(args, " "), errb.String())
+		e.t.Logf("cutover-lab %s: stderr: %s", strings.Join(args, " "), errb.String())
 	}
 	return out.String(), code
 }
@@ -68,11 +68,11 @@ func (e *e2eLab) report(ctx context.Context, wantCode int, args ...string) *coor
 	e.t.Helper()
 	out, code := e.run(ctx, append(args, "-o", "json")...)
 	if code != wantCode {
-		e.t.Fatalf("coordctl lab %s: exit %d, want %d\n%s", strings.Join(args, " "), code, wantCode, out)
+		e.t.Fatalf("cutover-lab %s: exit %d, want %d\n%s", strings.Join(args, " "), code, wantCode, out)
 	}
 	rep := &coordinatorv1.Report{}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(out), rep); err != nil {
-		e.t.Fatalf("coordctl lab %s: report: %v\n%s", strings.Join(args, " "), err, out)
+		e.t.Fatalf("cutover-lab %s: report: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return rep
 }
@@ -150,7 +150,7 @@ func (e *e2eLab) warmProbes() {
 
 // testE2E is the lab end to end on one backend: 8 nodes, the real agents
 // and coordinator, probes every 10 ms to every peer, and coordctl run from
-// the host as a user runs it (coordctl lab ...).
+// the host as a user runs it (cutover-lab ...).
 //
 //  1. cutover to 4889: SUCCEEDED; every node on 4889 in its dataplane,
 //     only the new port's rule left in its firewall (finalize removed the
@@ -171,7 +171,7 @@ func testE2E(t *testing.T, backend string, oldPort int) {
 	cfg.CoordinatorBin = filepath.Join(bin, "coordinator")
 	cfg.ProbeInterval = e2eInterval
 	cfg.ExtraCoordinatorArgs = []string{"-commit-lead-min", "1s"}
-	e := &e2eLab{t: t, l: up(t, cfg), coordctl: filepath.Join(bin, "coordctl")}
+	e := &e2eLab{t: t, l: up(t, cfg), cutoverLab: filepath.Join(bin, "cutover-lab")}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	e.wantOn(oldPort)
@@ -197,7 +197,7 @@ func testE2E(t *testing.T, backend string, oldPort int) {
 
 	// 4: rollback in flight. The cutover's events stream on stdout (one
 	// line each, not a terminal); the rollback goes out on its commit line.
-	cmd := exec.CommandContext(ctx, e.coordctl, "lab", "cutover", "--dir", e.l.Dir(), "--port", "4889")
+	cmd := exec.CommandContext(ctx, e.cutoverLab, "cutover", "--dir", e.l.Dir(), "--port", "4889")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func testE2E(t *testing.T, backend string, oldPort int) {
 			break
 		}
 	}
-	rb := exec.CommandContext(ctx, e.coordctl, "lab", "rollback", "--dir", e.l.Dir())
+	rb := exec.CommandContext(ctx, e.cutoverLab, "rollback", "--dir", e.l.Dir())
 	rbOut, rbErr := rb.CombinedOutput()
 	for sc.Scan() {
 		lines = append(lines, sc.Text())

@@ -42,12 +42,12 @@ func Up(ctx context.Context, cfg Config) (*Lab, error) {
 		return nil, &ConfigError{"Dir", cfg.Dir, err.Error()}
 	}
 	if _, err := readState(cfg.Dir); err == nil {
-		return nil, fmt.Errorf("lab %q: a lab is already recorded in %s: %w; tear it down first (coordctl lab down --name %s)", cfg.Name, cfg.Dir, ErrExists, cfg.Name)
+		return nil, fmt.Errorf("lab %q: a lab is already recorded in %s: %w; tear it down first (cutover-lab down --name %s)", cfg.Name, cfg.Dir, ErrExists, cfg.Name)
 	}
 	if left, err := labNamespaces(cfg.Name, nil); err != nil {
 		return nil, err
 	} else if len(left) > 0 {
-		return nil, fmt.Errorf("lab %q: namespaces %s: %w (a previous run's leftovers?); tear down first (coordctl lab down --name %s)", cfg.Name, strings.Join(left, ", "), ErrExists, cfg.Name)
+		return nil, fmt.Errorf("lab %q: namespaces %s: %w (a previous run's leftovers?); tear down first (cutover-lab down --name %s)", cfg.Name, strings.Join(left, ", "), ErrExists, cfg.Name)
 	}
 	if cfg.StartProcesses {
 		for _, b := range []*string{&cfg.AgentBin, &cfg.CoordinatorBin} {

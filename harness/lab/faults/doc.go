@@ -1,6 +1,6 @@
 // Package faults is Cutover's fault suite: end-to-end tests that break a
-// running lab (harness/lab: real agents, real coordinator, one Open vSwitch per
-// node, mTLS) at a chosen phase of a cutover and assert what must hold
+// running lab (harness/lab: real agents, real coordinator, one Open vSwitch
+// per node, mTLS) at a chosen phase of a cutover and assert what must hold
 // afterwards — one consistent VXLAN port on every reachable node within
 // 10 s (read from OVS itself), no orphan firewall rule or flow, agent
 // records and the coordinator's journal that agree, and a report that says
