@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: help build kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab
+.PHONY: help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -19,14 +19,19 @@ build: ## build agent, coordinator and coordctl into bin/
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./agent/cmd/agent ./coordinator/cmd/coordinator ./coordinator/cmd/coordctl
 
+# The lab's CLI is a test harness (harness/): its own binary, so no shipped
+# binary links the lab. It runs the agent and coordinator beside it in bin/.
+lab: build ## build the shipped binaries and cutover-lab (the local lab's CLI, docs/lab.md) into bin/
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./harness/cmd/cutover-lab
+
 # The lab end-to-end packages (whole clusters of namespaces, OVS and real
 # binaries, measuring disruption) run after the rest, one package at a time,
 # so their timing-sensitive figures are not taken on a machine saturated by
 # the other packages' tests.
-LAB_PKGS := ./pkg/lab/...
+LAB_PKGS := ./harness/lab/...
 
-test: lint build kube-tools ## the full suite: lint, unit tier, privileged tier when root (CI is root), Kubernetes tier, lab end to end
-	$(GO) test -race -count=1 -timeout 40m $$($(GO) list $(PKGS) | grep -v '/pkg/lab')
+test: lint lab kube-tools ## the full suite: lint, unit tier, privileged tier when root (CI is root), Kubernetes tier, lab end to end
+	$(GO) test -race -count=1 -timeout 40m $$($(GO) list $(PKGS) | grep -v '/harness/lab')
 	$(GO) test -race -count=1 -p 1 -timeout 40m $(LAB_PKGS)
 	hack/fuzz-smoke.sh $(FUZZ_SECONDS)
 
@@ -65,12 +70,12 @@ bench: build ## benchmarks: print figures and write results/*.json
 	@mkdir -p results
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... | tee results/bench.txt
 
-demo: ## as root: an 8-node lab, a real `coordctl cutover --port 4889`, measured and read back (hack/demo.sh)
+demo: ## as root: an 8-node lab, a real `coordctl cutover --port 4889` (cutover-lab cutover), measured and read back (hack/demo.sh)
 	hack/demo.sh
 
 bench-lab: ## lab cutover benchmark (N=8,16,32; field-report loop vs parallel vs Cutover): results/lab_cutover.json, docs/benchmarks.md
 	@mkdir -p results
-	set -o pipefail; cd pkg/lab && $(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab.txt
+	set -o pipefail; cd harness/lab && $(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab.txt
 
 kube-tools: ## build (once per machine, cached) kube-apiserver and kustomize for the Kubernetes tier
 	hack/kube-tools.sh >/dev/null

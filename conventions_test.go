@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -132,5 +133,94 @@ func TestForbiddenDepsCheckFails(t *testing.T) {
 	bad := forbiddenDeps([]string{"fmt", module + "/coordinator/internal/barrier", module + "/coordinatorx"}, module+"/coordinator")
 	if fmt.Sprint(bad) != "["+module+"/coordinator/internal/barrier]" {
 		t.Fatalf("forbiddenDeps = %v", bad)
+	}
+}
+
+// shippedBinaries are the commands that go into the images and onto nodes.
+var shippedBinaries = []string{"./agent/cmd/agent", "./coordinator/cmd/coordinator", "./coordinator/cmd/coordctl"}
+
+// harnessDeps are the test-harness and testing packages among a binary's
+// deps: what a shipped binary must not link (STYLE.md habit 16). The lab,
+// its OVS processes and the SDN simulator exec and create namespaces; they
+// have no business in a privileged agent or in the coordinator image.
+func harnessDeps(deps []string) []string {
+	return forbiddenDeps(deps, module+"/harness", "testing")
+}
+
+func TestShippedBinariesLinkNoHarness(t *testing.T) {
+	for _, bin := range shippedBinaries {
+		deps := goListDeps(t, bin)
+		if len(deps) < 10 {
+			t.Fatalf("%s: go list returned only %d deps; the check would prove nothing", bin, len(deps))
+		}
+		if bad := harnessDeps(deps); len(bad) > 0 {
+			t.Errorf("%s links test harness packages (move what it needs out of harness/, or the command into it): %v", bin, bad)
+		}
+	}
+}
+
+// The lab's binary is harness by design: the check must flag it, on the
+// real dependency list rather than a made-up one.
+func TestHarnessDepsCheckFailsOnLabBinary(t *testing.T) {
+	bad := harnessDeps(goListDeps(t, "./harness/cmd/cutover-lab"))
+	if !slices.Contains(bad, module+"/harness/lab") {
+		t.Fatalf("harnessDeps(cutover-lab) = %v, want it to report %s/harness/lab", bad, module)
+	}
+	if bad := harnessDeps([]string{"testing", "testing/fstest", module + "/harnessx", "fmt"}); fmt.Sprint(bad) != "[testing testing/fstest]" {
+		t.Fatalf("harnessDeps = %v", bad)
+	}
+}
+
+// harnessImports returns "file: import" for every non-test Go file under
+// root that imports a package of module/harness.
+func harnessImports(root string) ([]string, error) {
+	var bad []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			if p := strings.Trim(imp.Path.Value, `"`); len(forbiddenDeps([]string{p}, module+"/harness")) > 0 {
+				bad = append(bad, path+": "+p)
+			}
+		}
+		return nil
+	})
+	return bad, err
+}
+
+// pkg/ holds what the binaries ship: its code may not lean on the harness,
+// even where no binary links that package yet. Its tests may (testenv).
+func TestPkgImportsNoHarness(t *testing.T) {
+	bad, err := harnessImports("pkg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) > 0 {
+		t.Errorf("non-test files under pkg/ import the test harness: %v", bad)
+	}
+}
+
+func TestHarnessImportsCheckFails(t *testing.T) {
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"x.go":      "package x\n\nimport _ \"" + module + "/harness/testenv\"\n",
+		"x_test.go": "package x\n\nimport _ \"" + module + "/harness/lab\"\n", // tests may
+		"y.go":      "package x\n\nimport _ \"" + module + "/harnessx\"\n",    // another tree
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad, err := harnessImports(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "x.go") + ": " + module + "/harness/testenv"; fmt.Sprint(bad) != "["+want+"]" {
+		t.Fatalf("harnessImports = %v, want [%s]", bad, want)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cutover-dev/cutover/pkg/testenv"
+	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/spf13/pflag"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/operation"
-	"github.com/cutover-dev/cutover/pkg/testenv"
+	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/pkg/version"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )

@@ -1,7 +1,7 @@
 // Package deploy_test checks the manifests in deploy/: rendered with the
 // pinned kustomize, their content against what the binaries accept (flags,
 // metric names), and every kustomization against a real kube-apiserver in a
-// server-side dry run (pkg/kubetest).
+// server-side dry run (harness/kubetest).
 package deploy_test
 
 import (
@@ -18,8 +18,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cutover-dev/cutover/pkg/kubetest"
-	"github.com/cutover-dev/cutover/pkg/testenv"
+	"github.com/cutover-dev/cutover/harness/kubetest"
+	"github.com/cutover-dev/cutover/harness/testenv"
 	appsv1 "k8s.io/api/apps/v1"
 	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"

@@ -4,9 +4,10 @@
 # Needs root (network namespaces, Open vSwitch, iptables). Installs what is
 # missing with apt-get, builds, brings up the lab "demo" (8 OVS nodes in
 # namespaces, real agents and coordinator, mTLS, probes every 10 ms between
-# every pair), runs `coordctl cutover --port 4889` against it, reads every
-# node's port back with ovs-vsctl itself, and tears the lab down, also when
-# a step fails. Exit status is non-zero when anything failed.
+# every pair), runs `coordctl cutover --port 4889` against it (through
+# cutover-lab, the lab's own binary: coordctl ships without the lab), reads
+# every node's port back with ovs-vsctl itself, and tears the lab down, also
+# when a step fails. Exit status is non-zero when anything failed.
 #
 # Knobs: DEMO_NODES (8), DEMO_PORT (4889), DEMO_NAME (demo).
 set -euo pipefail
@@ -15,7 +16,7 @@ NODES=${DEMO_NODES:-8}
 PORT=${DEMO_PORT:-4889}
 NAME=${DEMO_NAME:-demo}
 cd "$(dirname "$0")/.."
-COORDCTL=bin/coordctl
+LAB=bin/cutover-lab
 
 step() { printf '\n== %s\n' "$*"; }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
@@ -49,35 +50,35 @@ iptables --version
 echo "$(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 step "building"
-make --no-print-directory build
+make --no-print-directory lab
 
 cleanup() {
 	rc=$?
 	step "tearing down"
-	"$COORDCTL" lab down --name "$NAME" || rc=1
+	"$LAB" down --name "$NAME" || rc=1
 	if [ $rc -eq 0 ]; then echo "demo: OK"; else echo "demo: FAILED (exit $rc)" >&2; fi
 	exit $rc
 }
 # A previous run killed hard leaves its lab behind: take it down first.
-"$COORDCTL" lab down --name "$NAME" >/dev/null
+"$LAB" down --name "$NAME" >/dev/null
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 step "bringing up $NODES nodes (lab $NAME)"
-"$COORDCTL" lab up --name "$NAME" --nodes "$NODES" --probe-interval 10ms | grep -v ' pid '
+"$LAB" up --name "$NAME" --nodes "$NODES" --probe-interval 10ms | grep -v ' pid '
 
 # Let the probe mesh settle (first packets resolve ARP through the tunnel).
 sleep 2
 
 step "coordctl cutover --port $PORT"
-echo "(the same command a user types: coordctl lab cutover --name $NAME --port $PORT)"
-"$COORDCTL" lab cutover --name "$NAME" --port "$PORT"
+echo "(the same command a user types: cutover-lab cutover --name $NAME --port $PORT)"
+"$LAB" cutover --name "$NAME" --port "$PORT"
 
 step "reading every node's port back from its own OVS (ovs-vsctl, not the agent)"
 bad=0
 for i in $(seq 1 "$NODES"); do
-	got=$("$COORDCTL" lab exec --name "$NAME" "n$i" -- ovs-vsctl get interface vxlan0 options:dst_port | tr -d '"')
-	rule=$("$COORDCTL" lab exec --name "$NAME" "n$i" -- iptables-save -t filter | grep -c -- "--dport $PORT -j ACCEPT" || true)
+	got=$("$LAB" exec --name "$NAME" "n$i" -- ovs-vsctl get interface vxlan0 options:dst_port | tr -d '"')
+	rule=$("$LAB" exec --name "$NAME" "n$i" -- iptables-save -t filter | grep -c -- "--dport $PORT -j ACCEPT" || true)
 	printf 'n%-3s vxlan0 dst_port=%s  OS_FIREWALL_ALLOW opens %s: %s\n' "$i" "$got" "$PORT" "$([ "$rule" -ge 1 ] && echo yes || echo NO)"
 	if [ "$got" != "$PORT" ] || [ "$rule" -lt 1 ]; then bad=1; fi
 done

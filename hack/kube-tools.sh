@@ -5,7 +5,7 @@
 # the repository, keyed by version, so a second run costs nothing:
 #   ${CUTOVER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cutover}/kube-apiserver-<version>
 #   ${CUTOVER_CACHE_DIR:-...}/kustomize-<version>
-# pkg/kubetest finds them at the same paths.
+# harness/kubetest finds them at the same paths.
 #
 # usage: hack/kube-tools.sh [kube-apiserver|kustomize]...   (default: both)
 set -euo pipefail

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cutover-dev/cutover/pkg/testenv"
+	"github.com/cutover-dev/cutover/harness/testenv"
 )
 
 func TestGeneratedCodeIsFresh(t *testing.T) {

@@ -9,8 +9,9 @@
 // as they are, never as a Go dump.
 //
 // It must not reach agents or the dataplane itself: everything goes through
-// the coordinator. Other command groups (coordctl lab ...) plug in with
-// AddCommand.
+// the coordinator. Other command groups plug in with AddCommand. The lab is
+// not one: coordctl ships in the coordinator image, so the lab's commands
+// are their own binary (harness/cmd/cutover-lab), which carries coordctl.
 //
 // Exit codes (also `coordctl help exit-codes`):
 //

@@ -130,7 +130,6 @@ func TestAddCommand(t *testing.T) {
 	saved := extensions
 	t.Cleanup(func() { extensions = saved })
 	AddCommand(func(root *cobra.Command, g *Globals) {
-		// Not "lab": the real lab group is registered the same way.
 		root.AddCommand(&cobra.Command{Use: "ext", RunE: func(*cobra.Command, []string) error {
 			_, _ = g.Stdout.Write([]byte("ext " + g.Output + "\n"))
 			return Exitf(ExitProblems, "ext: nothing up")

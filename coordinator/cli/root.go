@@ -74,9 +74,9 @@ func (g *Globals) JSON() bool { return g.Output == "json" }
 
 var extensions []func(root *cobra.Command, g *Globals)
 
-// AddCommand registers a function that adds commands (e.g. the `lab`
-// group) to every root NewRoot builds. Call it from an init function of the
-// package that provides them, and import that package in main.
+// AddCommand registers a function that adds commands to every root NewRoot
+// builds. Call it from an init function of the package that provides them,
+// and import that package in main.
 func AddCommand(f func(root *cobra.Command, g *Globals)) { extensions = append(extensions, f) }
 
 // NewRoot builds the coordctl command tree writing to stdout and stderr.

@@ -1,6 +1,6 @@
 package kube
 
-// Tests against a real kube-apiserver (pkg/kubetest: etcd + kube-apiserver
+// Tests against a real kube-apiserver (harness/kubetest: etcd + kube-apiserver
 // v1.35.4). Everything runs as the coordinator's ServiceAccount with the
 // RBAC rendered from deploy/overlays/full, so these tests also prove the
 // shipped least-privilege RBAC is enough for this package.
@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator"
-	"github.com/cutover-dev/cutover/pkg/kubetest"
+	"github.com/cutover-dev/cutover/harness/kubetest"
 	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

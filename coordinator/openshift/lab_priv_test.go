@@ -1,8 +1,8 @@
 package openshift
 
-// End-to-end: a 3-node OVS lab (pkg/lab) with the real agent binary
+// End-to-end: a 3-node OVS lab (harness/lab) with the real agent binary
 // (--profile openshift-sdn), an openshift-sdn stand-in per node
-// (pkg/sdnsim) reading the ClusterNetwork from a real kube-apiserver, the
+// (harness/sdnsim) reading the ClusterNetwork from a real kube-apiserver, the
 // real coordinator in this process (its agents reached through the lab's
 // hub namespace) with or without the hook, and a cutover 4789 → 4889.
 
@@ -36,11 +36,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cutover-dev/cutover/coordinator"
-	"github.com/cutover-dev/cutover/pkg/kubetest"
-	"github.com/cutover-dev/cutover/pkg/lab"
+	"github.com/cutover-dev/cutover/harness/kubetest"
+	"github.com/cutover-dev/cutover/harness/lab"
+	"github.com/cutover-dev/cutover/harness/sdnsim"
+	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/pkg/netns"
-	"github.com/cutover-dev/cutover/pkg/sdnsim"
-	"github.com/cutover-dev/cutover/pkg/testenv"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
@@ -68,7 +68,7 @@ func binaries(t *testing.T) string {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", buildDir+"/", "./agent/cmd/agent", "./coordinator/cmd/coordinator", "./pkg/sdnsim/cmd/sdnsim")
+		cmd := exec.Command("go", "build", "-o", buildDir+"/", "./agent/cmd/agent", "./coordinator/cmd/coordinator", "./harness/sdnsim/cmd/sdnsim")
 		cmd.Dir = repoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %w\n%s", err, out)

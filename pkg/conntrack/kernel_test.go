@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/pkg/conntrack"
 	"github.com/cutover-dev/cutover/pkg/netns"
-	"github.com/cutover-dev/cutover/pkg/testenv"
 	"github.com/vishvananda/netlink"
 )
 

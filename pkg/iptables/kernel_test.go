@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/pkg/iptables"
 	"github.com/cutover-dev/cutover/pkg/netns"
-	"github.com/cutover-dev/cutover/pkg/testenv"
 )
 
 func randHex(t testing.TB, n int) string {

@@ -3,9 +3,9 @@ package netlinksafe_test
 import (
 	"testing"
 
+	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/pkg/netlinksafe"
 	"github.com/cutover-dev/cutover/pkg/netns"
-	"github.com/cutover-dev/cutover/pkg/testenv"
 	"github.com/vishvananda/netlink"
 )
 

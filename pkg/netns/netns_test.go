@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/pkg/netns"
-	"github.com/cutover-dev/cutover/pkg/testenv"
 	"github.com/vishvananda/netlink"
 )
 

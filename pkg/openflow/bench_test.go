@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cutover-dev/cutover/pkg/benchresult"
+	"github.com/cutover-dev/cutover/harness/benchresult"
 	"github.com/cutover-dev/cutover/pkg/openflow"
 )
 

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cutover-dev/cutover/harness/ovsproc"
+	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/pkg/openflow"
-	"github.com/cutover-dev/cutover/pkg/ovs/ovsproc"
-	"github.com/cutover-dev/cutover/pkg/testenv"
 )
 
 func startOVS(t testing.TB, ctx context.Context) *ovsproc.Instance {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cutover-dev/cutover/pkg/benchresult"
+	"github.com/cutover-dev/cutover/harness/benchresult"
 )
 
 // BenchmarkFlip measures one node's dst_port change, end to end (sent ->

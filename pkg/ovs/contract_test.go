@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cutover-dev/cutover/pkg/ovs/ovsproc"
-	"github.com/cutover-dev/cutover/pkg/testenv"
+	"github.com/cutover-dev/cutover/harness/ovsproc"
+	"github.com/cutover-dev/cutover/harness/testenv"
 )
 
 // env is one system under test: the driver plus ways to act on the system

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cutover-dev/cutover/harness/ovsproc"
+	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/pkg/netns"
-	"github.com/cutover-dev/cutover/pkg/ovs/ovsproc"
 	"github.com/cutover-dev/cutover/pkg/ovsdb"
-	"github.com/cutover-dev/cutover/pkg/testenv"
 )
 
 // startOVS runs a private OVS in a fresh netns and returns a client on it.

@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/pkg/netns"
-	"github.com/cutover-dev/cutover/pkg/testenv"
 	"github.com/cutover-dev/cutover/pkg/udpport"
 	"github.com/vishvananda/netlink"
 )

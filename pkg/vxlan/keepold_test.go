@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cutover-dev/cutover/harness/vxlantest"
 	"github.com/cutover-dev/cutover/pkg/udpport"
 	"github.com/cutover-dev/cutover/pkg/vxlan"
-	"github.com/cutover-dev/cutover/pkg/vxlan/vxlantest"
 )
 
 // TestKeepOldThenCleanup: with KeepOld the old device stays, renamed, on the

@@ -3,10 +3,10 @@ package vxlan_test
 import (
 	"testing"
 
-	"github.com/cutover-dev/cutover/pkg/vxlan/vxlantest"
+	"github.com/cutover-dev/cutover/harness/vxlantest"
 )
 
-// node is one side of the two-namespace lab (pkg/vxlan/vxlantest), set up
+// node is one side of the two-namespace lab (harness/vxlantest), set up
 // with ip(8) and bridge(8) so that the driver reads a state it did not make
 // itself; node.Kernel is the driver opened in its namespace.
 type node = vxlantest.Node

@@ -1,7 +1,7 @@
 //go:build tools
 
 // Package tools pins the Kubernetes test tier's tools: kube-apiserver for
-// pkg/kubetest and kustomize for rendering deploy/. hack/kube-apiserver.sh
+// harness/kubetest and kustomize for rendering deploy/. hack/kube-apiserver.sh
 // builds the apiserver once per machine; `go run
 // sigs.k8s.io/kustomize/kustomize/v5` renders the manifests.
 package tools

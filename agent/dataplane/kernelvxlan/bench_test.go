@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cutover-dev/cutover/pkg/benchresult"
+	"github.com/cutover-dev/cutover/harness/benchresult"
 )
 
 // BenchmarkBackendCommit runs 50 full operations (Snapshot, Prepare, Commit,

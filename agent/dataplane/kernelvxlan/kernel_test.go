@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/harness/testenv"
+	"github.com/cutover-dev/cutover/harness/vxlantest"
 	"github.com/cutover-dev/cutover/pkg/iptables"
 	"github.com/cutover-dev/cutover/pkg/netns"
-	"github.com/cutover-dev/cutover/pkg/testenv"
 	"github.com/cutover-dev/cutover/pkg/vxlan"
-	"github.com/cutover-dev/cutover/pkg/vxlan/vxlantest"
 )
 
 const (
@@ -30,7 +30,7 @@ const (
 
 var labTemplate = iptables.Rule{Table: "filter", Chain: labChain, Proto: "udp", StateNew: true, Target: "ACCEPT"}
 
-// node is one side of the two-namespace lab (pkg/vxlan/vxlantest) with the
+// node is one side of the two-namespace lab (harness/vxlantest) with the
 // backend under test; Node.Kernel is the test's own reader.
 type node struct {
 	*vxlantest.Node

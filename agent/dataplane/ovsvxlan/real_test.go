@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/harness/ovsproc"
+	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/pkg/iptables"
 	"github.com/cutover-dev/cutover/pkg/netns"
 	"github.com/cutover-dev/cutover/pkg/ovs"
-	"github.com/cutover-dev/cutover/pkg/ovs/ovsproc"
-	"github.com/cutover-dev/cutover/pkg/testenv"
 	"github.com/cutover-dev/cutover/pkg/udpport"
 )
 

@@ -1,7 +1,7 @@
 package main
 
 // The coordinator's cluster mode end to end against a real kube-apiserver
-// (pkg/kubetest): two replicas through the same code path as --kube
+// (harness/kubetest): two replicas through the same code path as --kube
 // (newCluster/Run, as the coordinator's ServiceAccount with deploy/'s
 // RBAC), fake agents over bufconn at the host IPs discovery finds, and a
 // leader cut off from the apiserver with an operation in flight.
@@ -25,7 +25,7 @@ import (
 	"github.com/cutover-dev/cutover/coordinator"
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
 	"github.com/cutover-dev/cutover/coordinator/kube"
-	"github.com/cutover-dev/cutover/pkg/kubetest"
+	"github.com/cutover-dev/cutover/harness/kubetest"
 	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"

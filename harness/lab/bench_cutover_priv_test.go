@@ -1,0 +1,314 @@
+package lab_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/cutover-dev/cutover/harness/lab"
+	"github.com/cutover-dev/cutover/harness/lab/labtest"
+	"github.com/cutover-dev/cutover/harness/testenv"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+)
+
+// cutoverFigure is one way of changing the port at one lab size.
+type cutoverFigure struct {
+	Backend      string  `json:"backend"`
+	Nodes        int     `json:"nodes"`
+	Method       string  `json:"method"` // sequential, parallel, cutover
+	IntervalMS   float64 `json:"probe_interval_ms"`
+	ProbePeers   int     `json:"probe_peers"` // per node
+	Pairs        int     `json:"pairs"`
+	Sent         uint64  `json:"probes_sent"`
+	Lost         uint64  `json:"probes_lost"`
+	MaxPairLost  uint64  `json:"max_lost_per_pair"`
+	MeanPairLost float64 `json:"mean_lost_per_pair"`
+	LongestGapMS float64 `json:"longest_gap_ms"`
+	SpreadMS     float64 `json:"commit_spread_ms"` // cutover: the report's; others: spread of the set completions
+	WallMS       float64 `json:"wall_ms"`          // first set started → last set done; cutover: the whole operation
+	IdleLost     uint64  `json:"idle_lost_per_s"`  // lost in one idle second before, the noise floor
+}
+
+// envInt and envDur read benchmark knobs (docs/benchmarks.md).
+func envInt(k string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
+		return v
+	}
+	return def
+}
+
+func envDur(k string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(k)); err == nil {
+		return v
+	}
+	return def
+}
+
+// BenchmarkLabCutover changes the overlay port of whole labs three ways
+// and measures the overlay disruption with the agents' probe mesh:
+//
+//	sequential  the field report's loop: `ovs-vsctl set interface vxlan0
+//	            options:dst_port=N` (kernel: recreate flannel.1) one node
+//	            after another, after opening the new port on every node
+//	            (its step 3), without ssh in between (so it is a best case
+//	            of the loop)
+//	parallel    the same on every node at once
+//	cutover     coordctl cutover --port N (prepare, scheduled commit, ...)
+//
+// for N = 8, 16, 32 (COT_LAB_BENCH_SIZES="8,16,32") on both backends
+// (COT_LAB_BENCH_BACKENDS="ovs,kernel-vxlan"), probes every
+// COT_LAB_BENCH_INTERVAL (1ms) to COT_LAB_BENCH_PEERS peers per node (2; 0
+// = all). Writes results/lab_cutover.json and the table in
+// docs/benchmarks.md.
+func BenchmarkLabCutover(b *testing.B) {
+	testenv.RequirePrivileged(b, append(ovsBins, "go")...)
+	bin := labtest.Binaries(b)
+	interval := envDur("COT_LAB_BENCH_INTERVAL", time.Millisecond)
+	peers := envInt("COT_LAB_BENCH_PEERS", 2)
+	sizes := strings.Split(envOr("COT_LAB_BENCH_SIZES", "8,16,32"), ",")
+	backends := strings.Split(envOr("COT_LAB_BENCH_BACKENDS", lab.BackendOVS+","+lab.BackendKernelVXLAN), ",")
+	var figs []cutoverFigure
+	for _, backend := range backends {
+		for _, s := range sizes {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				b.Fatalf("COT_LAB_BENCH_SIZES: %q: %v", s, err)
+			}
+			b.Run(fmt.Sprintf("%s/N=%d", backend, n), func(b *testing.B) {
+				for b.Loop() {
+					figs = append(figs, benchSize(b, bin, backend, n, interval, peers)...)
+				}
+			})
+		}
+	}
+	writeCutoverResults(b, figs)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration, peers int) []cutoverFigure {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	d, err := os.MkdirTemp("", "cot-lab-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(d)
+	cfg := lab.Config{
+		Name: fmt.Sprintf("c%d", os.Getpid()%100000), Nodes: n, Backend: backend, Dir: filepath.Join(d, "lab"),
+		StartProcesses: true, AgentBin: filepath.Join(bin, "agent"), CoordinatorBin: filepath.Join(bin, "coordinator"),
+		ProbeInterval: interval, ProbePeers: min(peers, n-1),
+	}
+	l, err := lab.Up(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if err := l.Down(context.Background()); err != nil {
+			b.Error(err)
+		}
+	}()
+	oldPort, newPort := lab.DefaultPort[backend], 4889
+	nodes := names(l)
+	settle := l.Config().ProbeTimeout + 100*time.Millisecond
+	base := cutoverFigure{Backend: backend, Nodes: n, IntervalMS: float64(interval) / 1e6, ProbePeers: len(lab.ProbePeersOf(l.Nodes()[0], l.Nodes(), cfg.ProbePeers))}
+
+	// Warm up (ARP, first packets), then one idle second: the noise floor.
+	// On a saturated machine a pair or two may not answer ICMP in time;
+	// the idle figure below shows the noise floor either way.
+	if m, err := l.Mesh(ctx, 10*time.Second); err != nil || !m.AllOK() {
+		b.Logf("warm-up mesh not complete: %v %s", err, failing(m))
+	}
+	time.Sleep(time.Second)
+	idle := func() uint64 {
+		if _, err := l.ProbeStats(ctx, true); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		p, err := l.ProbeStats(ctx, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return lab.Summarize(p).Lost
+	}
+	base.IdleLost = idle()
+
+	direct := func(method string, parallel bool) cutoverFigure {
+		for _, node := range nodes {
+			if err := l.OpenPortDirect(ctx, node, newPort); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := l.ProbeStats(ctx, true); err != nil {
+			b.Fatal(err)
+		}
+		done := make([]time.Time, len(nodes))
+		t0 := time.Now()
+		set := func(k int) {
+			if err := l.SetPortDirect(ctx, nodes[k], newPort); err != nil {
+				b.Error(err)
+			}
+			done[k] = time.Now()
+		}
+		if parallel {
+			var wg sync.WaitGroup
+			for k := range nodes {
+				wg.Go(func() { set(k) })
+			}
+			wg.Wait()
+		} else {
+			for k := range nodes {
+				set(k)
+			}
+		}
+		wall := time.Since(t0)
+		time.Sleep(settle)
+		pairs, err := l.ProbeStats(ctx, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lo, hi := done[0], done[0]
+		for _, t := range done {
+			lo, hi = minT(lo, t), maxT(hi, t)
+		}
+		f := figure(base, method, pairs, hi.Sub(lo), wall)
+		// Back to the old port on every node, then close the opening.
+		var wg sync.WaitGroup
+		for _, node := range nodes {
+			wg.Go(func() {
+				if err := l.SetPortDirect(ctx, node, oldPort); err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		for _, node := range nodes {
+			if err := l.ClosePortDirect(ctx, node, newPort); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if m, err := l.Mesh(ctx, 10*time.Second); err != nil || !m.AllOK() {
+			b.Logf("mesh after %s not complete: %v %s", method, err, failing(m))
+		}
+		time.Sleep(time.Second)
+		return f
+	}
+	figs := []cutoverFigure{direct("sequential", false), direct("parallel", true)}
+
+	cmd, err := l.CoordctlCommand(ctx, filepath.Join(bin, "coordctl"), "cutover", "--port", strconv.Itoa(newPort), "-o", "json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("coordctl cutover: %v\n%s", err, out)
+	}
+	rep := &coordinatorv1.Report{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(out, rep); err != nil {
+		b.Fatalf("report: %v\n%s", err, out)
+	}
+	if rep.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
+		b.Fatalf("cutover %s: %s", rep.GetState(), rep.GetError())
+	}
+	var pairs []lab.PairStats
+	for _, p := range rep.GetDisruption() {
+		pairs = append(pairs, lab.PairStats{From: p.GetFrom(), To: p.GetTo(), Sent: p.GetSent(), Lost: p.GetLost(), LongestGap: time.Duration(p.GetLongestGapMicros()) * time.Microsecond})
+	}
+	figs = append(figs, figure(base, "cutover", pairs, time.Duration(rep.GetCommitSpreadNanos()), time.Duration(rep.GetEndedUnixNano()-rep.GetStartedUnixNano())))
+	for _, f := range figs {
+		b.Logf("%s N=%d %-10s lost %d/%d (max %d, mean %.2f per pair), longest gap %.1f ms, spread %.2f ms, wall %.0f ms (idle noise %d lost/s)",
+			f.Backend, f.Nodes, f.Method, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost)
+	}
+	return figs
+}
+
+func figure(base cutoverFigure, method string, pairs []lab.PairStats, spread, wall time.Duration) cutoverFigure {
+	d := lab.Summarize(pairs)
+	f := base
+	f.Method, f.Pairs, f.Sent, f.Lost, f.MaxPairLost = method, len(pairs), d.Sent, d.Lost, d.MaxPairLost
+	if len(pairs) > 0 {
+		f.MeanPairLost = float64(d.Lost) / float64(len(pairs))
+	}
+	f.LongestGapMS = float64(d.LongestGap) / 1e6
+	f.SpreadMS, f.WallMS = float64(spread)/1e6, float64(wall)/1e6
+	return f
+}
+
+func minT(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxT(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+var tableRE = regexp.MustCompile(`(?s)<!-- lab-cutover:begin -->.*<!-- lab-cutover:end -->`)
+
+// writeCutoverResults writes the JSON and replaces the table between the
+// markers in docs/benchmarks.md.
+func writeCutoverResults(b *testing.B, figs []cutoverFigure) {
+	dir := os.Getenv("CUTOVER_RESULTS")
+	if dir == "" {
+		dir = "../../results"
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	data, _ := json.MarshalIndent(figs, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "lab_cutover.json"), append(data, '\n'), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	var t strings.Builder
+	t.WriteString("<!-- lab-cutover:begin -->\n")
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Fprintf(&t, "Run %s, %d CPUs, load average at the end %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
+	t.WriteString("| backend | N | method | probes | lost | max lost/pair | mean lost/pair | longest gap (ms) | spread (ms) | wall (ms) | idle lost/s |\n")
+	t.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, f := range figs {
+		fmt.Fprintf(&t, "| %s | %d | %s | %.0fms × %d peers | %d / %d | %d | %.2f | %.1f | %.2f | %.0f | %d |\n",
+			f.Backend, f.Nodes, f.Method, f.IntervalMS, f.ProbePeers, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost)
+	}
+	t.WriteString("<!-- lab-cutover:end -->")
+	p := "../../docs/benchmarks.md"
+	doc, err := os.ReadFile(p)
+	if err != nil || !tableRE.Match(doc) {
+		b.Logf("docs/benchmarks.md has no lab-cutover markers; table:\n%s", t.String())
+		return
+	}
+	doc = tableRE.ReplaceAll(doc, []byte(strings.ReplaceAll(t.String(), "$", "$$")))
+	if err := os.WriteFile(p, doc, 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func failing(m lab.Mesh) string {
+	var f []string
+	for _, line := range strings.Split(m.String(), "\n") {
+		if strings.HasSuffix(line, "FAIL") {
+			f = append(f, strings.TrimSuffix(line, " FAIL"))
+		}
+	}
+	return strings.Join(f, ", ")
+}

@@ -1,0 +1,127 @@
+package faults_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cutover-dev/cutover/harness/lab"
+)
+
+func (e *env) startCoordinator() {
+	e.t.Helper()
+	if _, err := e.l.StartCoordinator(e.ctx); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// kill -9 of the coordinator at each phase, then a restart: it resumes from
+// its journal or rolls back. Each case lands by spinning on the journal
+// (the coordinator journals a step before its first call goes out) or, for
+// prepare, by holding the prepare barrier with a frozen agent.
+func TestCoordinatorKilled(t *testing.T) {
+	cases := []struct {
+		name, tag string
+		hold      string // agent frozen at the start to hold the prepare barrier
+		until     func(journalRec) bool
+		restartIn time.Duration
+		expected  string   // written down before running
+		outcomes  []string // journal outcomes that meet it
+		port      int
+	}{
+		{name: "prepare", tag: "ckp", hold: "n3", until: func(j journalRec) bool { return j.Step == "prepare" },
+			expected: "abort: commit never sent", outcomes: []string{"aborted"}, port: fromPort},
+		{name: "commit", tag: "ckc", until: func(j journalRec) bool { return j.CommitSent },
+			expected: "converge if every agent committed, else roll back", outcomes: []string{"succeeded", "rolled-back"}},
+		{name: "verify", tag: "ckv", until: func(j journalRec) bool { return j.Step == "verify" },
+			expected: "converge: every agent committed, resume at verify", outcomes: []string{"succeeded"}, port: toPort},
+		{name: "verify-restart-after-deadman", tag: "ckd", until: func(j journalRec) bool { return j.Step == "verify" },
+			restartIn: deadman + time.Second,
+			expected:  "roll back: the agents' dead-man reverted them first; the journal agrees", outcomes: []string{"rolled-back"}, port: fromPort},
+		{name: "finalize", tag: "ckf", until: func(j journalRec) bool { return j.Step == "finalize" },
+			expected: "converge: resume, confirm and finalize again (idempotent)", outcomes: []string{"succeeded"}, port: toPort},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.tag)
+			wait := e.coordctlBG("cutover", "--port", "4889")
+			var held lab.Proc
+			if tc.hold != "" {
+				held = e.holdPrepare(tc.hold)
+				e.waitPhase("n1", "PREPARED", 5*time.Second)
+				e.waitPhase("n2", "PREPARED", 5*time.Second)
+			}
+			coord := e.proc("hub")
+			var landed journalRec
+			if !spinUntil(15*time.Second, func() bool { landed = e.journal(); return tc.until(landed) }) {
+				t.Fatalf("never landed: journal %+v", landed)
+			}
+			if err := lab.Signal(coord, 9); err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Now()
+			_ = lab.WaitExit(coord, 5*time.Second)
+			r := wait()
+			if r.code != 6 {
+				t.Errorf("coordctl exit %d when the coordinator died, want 6 (stream ended without a report)\n%s", r.code, r.out)
+			}
+			if !strings.Contains(r.out, "coordctl status") {
+				t.Errorf("coordctl does not point at `coordctl status`:\n%s", r.out)
+			}
+			if held.PID != 0 {
+				_ = lab.Thaw(held)
+			}
+			time.Sleep(tc.restartIn)
+			e.startCoordinator()
+			var j journalRec
+			waitUntil(consistentIn, func() bool { j = e.journal(); return j.Outcome != "pending" && j.Outcome != "" })
+			port, took := e.consistent(t0, tc.port)
+			e.assertClean(port)
+			out := e.assertAgree(port)
+			ok := false
+			for _, o := range tc.outcomes {
+				ok = ok || o == out
+			}
+			if !ok {
+				t.Errorf("outcome %s, want one of %v (%s)", out, tc.outcomes, tc.expected)
+			}
+			var by []string
+			for _, n := range nodes {
+				rec := e.record(n)
+				by = append(by, n+" "+rec.Phase+"/"+rec.RevertedBy)
+			}
+			t.Logf("landed: step %s commit_sent %v; agents: %s", landed.Step, landed.CommitSent, strings.Join(by, ", "))
+			e.fact("coordinator kill -9, restarted after "+tc.restartIn.String(), landed.Step, tc.expected, out+" ("+strings.Join(by, ", ")+")", took)
+		})
+	}
+}
+
+// ovs-vswitchd restarted on n1 mid-commit: the agent recorded COMMITTED
+// (its deadline persisted, the flip pending at the commit instant) and
+// vswitchd goes away and comes back. The port lives in OVSDB, which stays
+// up. Expected: CONVERGE when the agent's apply (which waits for vswitchd's
+// cur_cfg) completes within the step, else ROLL BACK — one port either way.
+func TestVswitchdRestartMidCommit(t *testing.T) {
+	e := newEnv(t, "vsr")
+	wait := e.coordctlBG("cutover", "--port", "4889")
+	if !spinUntil(15*time.Second, func() bool { return e.phase("n1") == "COMMITTED" }) {
+		t.Fatalf("n1 never committed: %+v", e.record("n1"))
+	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	if err := e.l.RestartVswitchd(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Since(t0)
+	r := wait()
+	t.Logf("vswitchd restarted in %s; coordctl exit %d:\n%s", restarted, r.code, r.out)
+	port, took := e.consistent(t0, 0)
+	e.assertClean(port)
+	out := e.assertAgree(port)
+	if out != "succeeded" && out != "rolled-back" {
+		t.Errorf("outcome %s, want succeeded or rolled-back", out)
+	}
+	e.fact("ovs-vswitchd restart (n1)", "commit (n1 COMMITTED, flip pending)", "converge, or roll back if the apply outlives the step", out+", exit "+itoa(r.code), took)
+}

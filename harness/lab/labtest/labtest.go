@@ -1,0 +1,53 @@
+// Package labtest is test support for the lab's test packages (harness/lab
+// and harness/lab/faults): it builds the real binaries a lab runs from this
+// tree.
+// It is imported by tests only and must not be by the agent or coordinator.
+package labtest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+
+	"github.com/cutover-dev/cutover/harness/testenv"
+)
+
+var (
+	once sync.Once
+	dir  string
+	err  error
+)
+
+// Binaries builds agent, coordinator, coordctl and cutover-lab from this
+// tree once per test binary (the tests that need them share it), so no test
+// runs stale binaries from bin/, and returns their directory. Call Cleanup from
+// TestMain after m.Run to remove it.
+func Binaries(t testing.TB) string {
+	t.Helper()
+	testenv.RequireBinaries(t, "go")
+	once.Do(func() {
+		dir, err = os.MkdirTemp("", "cot-lab-bin-")
+		if err != nil {
+			return
+		}
+		// Import paths, not ./dirs: they resolve from any package of the module.
+		const m = "github.com/cutover-dev/cutover"
+		cmd := exec.Command("go", "build", "-o", dir+"/", m+"/agent/cmd/agent", m+"/coordinator/cmd/coordinator", m+"/coordinator/cmd/coordctl", m+"/harness/cmd/cutover-lab")
+		if out, buildErr := cmd.CombinedOutput(); buildErr != nil {
+			err = fmt.Errorf("go build: %w\n%s", buildErr, out)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// Cleanup removes what Binaries built.
+func Cleanup() {
+	if dir != "" {
+		_ = os.RemoveAll(dir)
+	}
+}
