@@ -9,8 +9,25 @@
 // operation through Hooks (hooks.go), whose calls are journaled too.
 //
 // It owns no dataplane: it must never touch OVS, iptables or netlink, only
-// ask agents. Decisions (what to send next, when to abort) belong to the
-// barrier core; this package does I/O, clocks and bookkeeping.
+// ask agents. Decisions belong to the barrier core: what to send next,
+// when to abort, and every ordering around the agents' steps (journal
+// before a send, hooks before commit and after confirm, the verifier, the
+// probe counters' reset and read, which hook calls a resumed run repeats).
+// This package performs the core's actions and feeds back their results
+// (runner.go), with no policy of its own; it does I/O, clocks and
+// bookkeeping:
+//
+//	options.go     Option and the With... options
+//	coordinator.go Coordinator: build, close, the single operation slot
+//	operation.go   one operation's record, report and events
+//	runner.go      the event loop: core actions → calls → core events
+//	agentcalls.go  one step as parallel agent RPCs
+//	timing.go      step, dead-man and commit-lead durations; the core's Config
+//	probes.go      the probe mesh counters for the report
+//	reporttext.go  what the report tells the operator about nodes
+//	hookrun.go     hook calls and their journal marks; preflight with hooks
+//	service.go     the CoordinatorService methods and Resume
+//	run.go         Server (what production and tests serve), Listen, Run
 package coordinator
 
 import (
