@@ -43,7 +43,11 @@
 //     attempt that timed out, a lower bound of the time really spent.
 //   - Duplicate replies, replies for an earlier step or attempt, and
 //     replies after a timeout change nothing.
-//   - An operator's rollback request takes effect at the next barrier.
+//   - An operator's rollback request takes effect at the next barrier, or
+//     once the hook calls or the verifier in progress ended: asked during
+//     BeforeCommit it aborts instead of committing; asked during the
+//     Finalize hooks or the probe read it rolls the finished change back
+//     instead of declaring success.
 //
 // What the application does around the agents' steps is ordered here too
 // (etcd-io/raft's Ready: the runner performs actions and feeds back
