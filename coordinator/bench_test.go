@@ -176,7 +176,7 @@ func runScale(b *testing.B, n int, timerWake bool) scaleResult {
 	}
 	api := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
-	c.Register(srv)
+	Serve(srv, c)
 	go func() { _ = srv.Serve(api) }()
 	defer srv.Stop()
 	cc, err := grpc.NewClient("passthrough:///coordinator", grpc.WithTransportCredentials(insecure.NewCredentials()),

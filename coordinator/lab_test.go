@@ -137,7 +137,7 @@ func (l *lab) start() {
 	}
 	api := bufconn.Listen(1 << 20)
 	s := grpc.NewServer()
-	c.Register(s)
+	Serve(s, c)
 	go func() { _ = s.Serve(api) }()
 	cc, err := grpc.NewClient("passthrough:///coordinator", grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return api.DialContext(ctx) }))

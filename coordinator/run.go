@@ -54,16 +54,6 @@ func serverOptions(cfg Config, m *Metrics) ([]grpc.ServerOption, error) {
 	return []grpc.ServerOption{grpc.Creds(pki.ServerCredentials(tc, m.apiTLSRejected))}, nil
 }
 
-// Register serves c, the standard health service and reflection on s.
-func (c *Coordinator) Register(s *grpc.Server) *health.Server {
-	coordinatorv1.RegisterCoordinatorServiceServer(s, c)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(s, hs)
-	hs.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	reflection.Register(s)
-	return hs
-}
-
 // metricsHandler serves /healthz (alive), /readyz (ready: the API serves
 // and the journal was resumed) and /metrics.
 func metricsHandler(m *Metrics, ready func() error) http.Handler {
@@ -194,12 +184,35 @@ func Listen(cfg Config, m *Metrics, log *slog.Logger) (*Server, error) {
 		s.http = &http.Server{Handler: metricsHandler(m, s.ready), ReadHeaderTimeout: 5 * time.Second}
 	}
 	s.grpc = grpc.NewServer(sopts...)
-	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, s)
-	s.health = health.NewServer()
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
-	reflection.Register(s.grpc)
+	s.register(s.grpc)
 	return s, nil
+}
+
+// register serves s's API, the standard health service and reflection on
+// g. It is the one registration path: Listen's server and Serve's (tests
+// over bufconn) both take it, so tests go through the layer production
+// serves.
+func (s *Server) register(g *grpc.Server) {
+	coordinatorv1.RegisterCoordinatorServiceServer(g, s)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(g, s.health)
+	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	reflection.Register(g)
+}
+
+// Serve registers on g, which the caller serves and stops, the Server that
+// Listen builds in production, with c leading and taken as resumed (call
+// c.Resume first). For callers that bring their own grpc.Server and
+// listener, in-memory tests over bufconn above all. Closing c stays the
+// caller's.
+func Serve(g *grpc.Server, c *Coordinator) *Server {
+	s := &Server{cfg: c.cfg, log: c.log, metrics: c.metrics, errc: make(chan error, 1)}
+	s.register(g)
+	s.mu.Lock()
+	s.c, s.resumed = c, true
+	s.mu.Unlock()
+	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return s
 }
 
 // Addrs returns the bound API addresses, then the metrics address if any.

@@ -104,7 +104,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	c.mu.Unlock()
 	op := newOperation(r.id, kind, 0, r.to, r.nodes, r.step, c.deadmanFor(r.step), seq)
 	op.report.Kind, op.report.RevertsOperationId = kind, reverts
-	op.core = barrier.New(c.coreConfig(r.nodes, op.step, op.deadman))
+	op.core = barrier.New(c.coreConfig(r.nodes, op.step, op.deadman, nil))
 	if err := c.reserve(op); err != nil {
 		return err
 	}
@@ -282,7 +282,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 		if op.step <= 0 {
 			op.step = c.cfg.StepTimeout
 		}
-		op.core = barrier.New(c.coreConfig(rec.Nodes, op.step, op.deadman))
+		op.core = barrier.New(c.coreConfig(rec.Nodes, op.step, op.deadman, rec.Hooks))
 		for _, n := range rec.Nodes {
 			if _, ok := c.agents[n]; !ok {
 				return fmt.Errorf("journal: operation %s names node %s, which is not in the inventory: add it back so the operation can be finished or undone", rec.ID, n)
@@ -318,22 +318,17 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 }
 
 // doneCore rebuilds a terminal operation's core so Rollback works on it.
+// A succeeded (or failed) one is rolled back on every node (for failed,
+// every node too: the journal does not keep the unreached list
+// separately); any other has nothing left to undo.
 func (c *Coordinator) doneCore(rec Record) *barrier.Op {
 	step := rec.stepTimeout()
-	op := barrier.New(c.coreConfig(rec.Nodes, step, c.deadmanFor(step)))
+	op := barrier.New(c.coreConfig(rec.Nodes, step, c.deadmanFor(step), rec.Hooks))
 	switch rec.Outcome {
 	case "succeeded", "failed":
-		// Pretend the last run ended in that state: a rollback request then
-		// sends Rollback to every node (for failed, to every node too: the
-		// journal does not keep the unreached list separately).
-		op.ResumeAt(barrier.ResumeVerify)
-		for _, st := range []barrier.Step{barrier.Verify, barrier.Confirm, barrier.Finalize} {
-			for _, n := range rec.Nodes {
-				op.Step(barrier.Reply{Node: n, Step: st, Attempt: 1, OK: true})
-			}
-		}
+		op.Ended(barrier.Succeeded, "")
 	default:
-		op.Step(barrier.RollbackRequested{Reason: "journal: already " + rec.Outcome})
+		op.Ended(barrier.Aborted, "journal: already "+rec.Outcome)
 	}
 	return op
 }

@@ -72,7 +72,7 @@ func TestEndToEndRealCoordinator(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(scfg)))
-	c.Register(srv)
+	coordinator.Serve(srv, c)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	base := []string{"--coordinator", ln.Addr().String(), "--tls-dir", dir}

@@ -243,7 +243,7 @@ func coordinatorFor(t *testing.T, l *lab.Lab, hooks ...coordinator.Hook) coordin
 	}
 	api := bufconn.Listen(1 << 20)
 	s := grpc.NewServer()
-	c.Register(s)
+	coordinator.Serve(s, c)
 	go func() { _ = s.Serve(api) }()
 	cc, err := grpc.NewClient("passthrough:///coordinator", grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return api.DialContext(ctx) }))

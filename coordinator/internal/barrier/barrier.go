@@ -43,7 +43,44 @@
 //     attempt that timed out, a lower bound of the time really spent.
 //   - Duplicate replies, replies for an earlier step or attempt, and
 //     replies after a timeout change nothing.
-//   - An operator's rollback request takes effect at the next barrier.
+//   - An operator's rollback request takes effect at the next barrier, or
+//     once the hook calls or the verifier in progress ended: asked during
+//     BeforeCommit it aborts instead of committing; asked during the
+//     Finalize hooks or the probe read it rolls the finished change back
+//     instead of declaring success.
+//
+// What the application does around the agents' steps is ordered here too
+// (etcd-io/raft's Ready: the runner performs actions and feeds back
+// events, and holds no policy of its own):
+//
+//   - Journal comes before every Send: after a crash the record never
+//     claims less than what the agents may have seen (commit-sent above
+//     all).
+//   - ResetProbes goes out alongside the first Prepare (not before it: a
+//     frozen agent must not hold up everyone's Prepare), and the prepare
+//     barrier completes only once ProbesReset came back, so Commit never
+//     overtakes a reset.
+//   - Once every agent is prepared, the hooks' BeforeCommit calls are made
+//     one at a time, in order, each only once journaled as started; the
+//     first failure stops the others and aborts (nothing has flipped).
+//     Commit goes out only after every one succeeded.
+//   - Once every read-back passed, the operation-wide verifier runs
+//     (RunVerifier); its failure rolls back.
+//   - Once every agent confirmed, the hooks' AfterConfirm calls are made,
+//     all of them, before Finalize is sent; once every agent finalized,
+//     the hooks' Finalize calls are made before success is declared.
+//     Their errors are recorded (Declare.Notes); the outcome stands.
+//   - When an abort or rollback reached everyone, Restore is called, in
+//     reverse order, on every hook whose BeforeCommit was started (it may
+//     have acted even if it failed), before the outcome is declared;
+//     its errors are recorded, the outcome stands.
+//   - When an operation that sent Commit ends, whatever its outcome, the
+//     probe counters are read (ReadProbes) before Declare.
+//   - A resumed operation gets the hook calls journaled so far
+//     (Config.HookMarks): a BeforeCommit once started is never made again
+//     (it is restored instead), an AfterConfirm or Finalize that a restart
+//     interrupted is made again, one that finished is not, and Restore is
+//     made until it succeeds.
 //
 // This package must not do I/O, read clocks or know about gRPC.
 package barrier
@@ -120,6 +157,70 @@ type Config struct {
 	// outcome is Failed. 0, or no RetryBackoff (nothing would make the
 	// time add up): RollbackAttempts alone decides.
 	RetryFor time.Duration
+
+	// Hooks names the application's hooks, in the order they are called
+	// (Restore in reverse). HookMarks are the hook calls already journaled
+	// by an earlier run of the operation (a resumed one).
+	Hooks     []string
+	HookMarks []HookMark
+	// Verifier: an operation-wide check runs after the read-back.
+	Verifier bool
+	// Probes: the agents keep probe mesh counters, reset alongside
+	// Prepare and read when an operation that sent Commit ends.
+	Probes bool
+}
+
+// HookPoint is where in the plan a hook is called.
+type HookPoint string
+
+// The hook points, as the journal names them.
+const (
+	HookBeforeCommit HookPoint = "before-commit"
+	HookAfterConfirm HookPoint = "after-confirm"
+	HookFinalize     HookPoint = "finalize"
+	HookRestore      HookPoint = "restore"
+)
+
+// HookState is the journaled state of one hook call.
+type HookState string
+
+// Hook call states. Started is journaled before the call: it may have
+// acted.
+const (
+	MarkStarted HookState = "started"
+	MarkDone    HookState = "done"
+	MarkFailed  HookState = "failed"
+)
+
+// HookMark is the journaled state of hook Hook at Point.
+type HookMark struct {
+	Hook  string
+	Point HookPoint
+	State HookState
+}
+
+type hookKey struct {
+	hook  string
+	point HookPoint
+}
+
+// due says whether a hook call at point must be made given its journaled
+// state. BeforeCommit is never repeated: once started it may have acted,
+// and the operation is undone (Restore) instead. AfterConfirm and Finalize
+// run after the dataplane is verified good: one that a restart
+// interrupted (started, never finished) is made again, so the source of
+// truth converges; one that finished (done or failed) is not. Restore is
+// made again until it succeeds (it puts a state back: repeating it is
+// harmless, skipping it is not).
+func due(point HookPoint, state HookState) bool {
+	switch point {
+	case HookBeforeCommit:
+		return state == ""
+	case HookAfterConfirm, HookFinalize:
+		return state == "" || state == MarkStarted
+	default: // restore
+		return state != MarkDone
+	}
 }
 
 // Event is something that happened, fed to Op.Step.
@@ -158,11 +259,33 @@ type StepFailed struct {
 // RollbackRequested is the operator asking to put everything back.
 type RollbackRequested struct{ Reason string }
 
+// HookDone is the end of a CallHook. Err is empty when the hook succeeded,
+// else the message to record (it names the hook and the point).
+type HookDone struct {
+	Hook  string
+	Point HookPoint
+	Err   string
+}
+
+// Verified is the end of RunVerifier; Err is empty when it passed.
+type Verified struct{ Err string }
+
+// ProbesReset is the end of ResetProbes (whether every agent answered or
+// not: the counters are figures for the report, never a reason to stop).
+type ProbesReset struct{}
+
+// ProbesRead is the end of ReadProbes.
+type ProbesRead struct{}
+
 func (Reply) isEvent()             {}
 func (Timeout) isEvent()           {}
 func (Deadline) isEvent()          {}
 func (StepFailed) isEvent()        {}
 func (RollbackRequested) isEvent() {}
+func (HookDone) isEvent()          {}
+func (Verified) isEvent()          {}
+func (ProbesReset) isEvent()       {}
+func (ProbesRead) isEvent()        {}
 
 // Action is something the caller must do.
 type Action interface{ isAction() }
@@ -180,15 +303,77 @@ type Send struct {
 }
 
 // Declare announces the final outcome. Unreached is set when Outcome is
-// Failed.
+// Failed. Notes are errors of this run that did not change the outcome
+// (hooks after the change was confirmed, a Restore that failed).
 type Declare struct {
 	Outcome   Outcome
 	Reason    string
 	Unreached []string
+	Notes     []string
 }
 
-func (Send) isAction()    {}
-func (Declare) isAction() {}
+// Journal asks the caller to persist the operation durably (the step
+// about to be sent, and whether Commit went out) before it performs the
+// actions that follow.
+type Journal struct {
+	Step       Step
+	Attempt    int
+	CommitSent bool
+}
+
+// CallHook asks the caller to call one hook at one point, within Timeout,
+// journaling the call as started before it and done or failed after it,
+// then to feed back HookDone. JournalFirst: if the started mark cannot be
+// journaled, do not call the hook and feed back HookDone with that error
+// (after a crash nobody would know to Restore what it did).
+type CallHook struct {
+	Hook         string
+	Point        HookPoint
+	Timeout      time.Duration
+	JournalFirst bool
+}
+
+// RunVerifier asks the caller to run the operation-wide verifier over
+// Nodes within Timeout and feed back Verified.
+type RunVerifier struct {
+	Nodes   []string
+	Timeout time.Duration
+}
+
+// ResetProbes asks the caller to zero every agent's probe counters and
+// feed back ProbesReset.
+type ResetProbes struct{}
+
+// ReadProbes asks the caller to read every agent's probe counters into the
+// report and feed back ProbesRead.
+type ReadProbes struct{}
+
+func (Send) isAction()        {}
+func (Declare) isAction()     {}
+func (Journal) isAction()     {}
+func (CallHook) isAction()    {}
+func (RunVerifier) isAction() {}
+func (ResetProbes) isAction() {}
+func (ReadProbes) isAction()  {}
+
+func (j Journal) String() string {
+	return fmt.Sprintf("journal %s#%d commit-sent=%t", j.Step, j.Attempt, j.CommitSent)
+}
+
+func (h CallHook) String() string {
+	s := fmt.Sprintf("call-hook %s %s within %s", h.Hook, h.Point, h.Timeout)
+	if h.JournalFirst {
+		s += " (only once journaled)"
+	}
+	return s
+}
+
+func (v RunVerifier) String() string {
+	return fmt.Sprintf("run-verifier on %s within %s", strings.Join(v.Nodes, ","), v.Timeout)
+}
+
+func (ResetProbes) String() string { return "reset-probes" }
+func (ReadProbes) String() string  { return "read-probes" }
 
 func (s Send) String() string {
 	str := fmt.Sprintf("send %s#%d to %s within %s", s.Step, s.Attempt, strings.Join(s.Nodes, ","), s.Timeout)
@@ -205,6 +390,9 @@ func (d Declare) String() string {
 	}
 	if len(d.Unreached) > 0 {
 		s += " unreached=" + strings.Join(d.Unreached, ",")
+	}
+	for _, n := range d.Notes {
+		s += fmt.Sprintf(" note=%q", n)
 	}
 	return s
 }
@@ -242,6 +430,16 @@ const (
 	ResumeRollback
 )
 
+// stage is what the current step waits for.
+type stage int
+
+const (
+	stageBarrier  stage = iota // the agents' answers (for the first prepare, and the probe reset)
+	stageHooks                 // hook calls at hookPoint, one at a time
+	stageVerifier              // the operation-wide verifier
+	stageProbes                // the probe read before Declare
+)
+
 // Op is one operation's state machine. It is not safe for concurrent use.
 type Op struct {
 	cfg      Config
@@ -261,6 +459,14 @@ type Op struct {
 	failed      bool          // some agent failed (not just finalize)
 	unreached   []string
 
+	stage     stage
+	waitReset bool      // ResetProbes went out, ProbesReset not back yet
+	hookPoint HookPoint // stageHooks: the point being called
+	hookQueue []string  // stageHooks: the hooks still to call, the first one in flight
+	marks     map[hookKey]HookState
+	notes     []string // this run's errors that do not change the outcome
+	ending    Outcome  // stageHooks (restore) and stageProbes: the outcome to declare next
+
 	history map[string][]NodeStep // per node, in order
 }
 
@@ -272,15 +478,25 @@ func New(cfg Config) *Op {
 	if cfg.RollbackAttempts < 1 {
 		cfg.RollbackAttempts = 1
 	}
-	return &Op{cfg: cfg, history: map[string][]NodeStep{}, attempts: map[Step]int{}}
+	o := &Op{cfg: cfg, history: map[string][]NodeStep{}, attempts: map[Step]int{}, marks: map[hookKey]HookState{}}
+	for _, m := range cfg.HookMarks {
+		o.marks[hookKey{m.Hook, m.Point}] = m.State
+	}
+	return o
 }
 
-// Start begins the plan: Prepare to every target.
+// Start begins the plan: Prepare to every target, and the probe counters'
+// reset alongside.
 func (o *Op) Start() []Action {
 	if o.step != "" {
 		return nil
 	}
-	return o.send(Prepare, o.cfg.Nodes)
+	acts := o.send(Prepare, o.cfg.Nodes)
+	if o.cfg.Probes {
+		o.waitReset = true
+		acts = append(acts, ResetProbes{})
+	}
+	return acts
 }
 
 // ResumeAt starts a restarted operation at the given point. Every agent is
@@ -301,6 +517,20 @@ func (o *Op) ResumeAt(r Resume) []Action {
 		o.sentCommit = true
 		o.reason = "coordinator restarted after commit and not every agent is committed"
 		return o.undo(Rollback, o.cfg.Nodes)
+	}
+}
+
+// Ended rebuilds an operation that ended in an earlier run (read back from
+// a journal) so that a rollback request acts on it as it would have then:
+// a Succeeded one is rolled back on every node; any other outcome leaves
+// nothing to do.
+func (o *Op) Ended(out Outcome, reason string) {
+	if o.step != "" {
+		return
+	}
+	o.step, o.outcome, o.reason = Done, out, reason
+	if out == Succeeded {
+		o.sentPrepare, o.sentCommit = true, true
 	}
 }
 
@@ -332,12 +562,35 @@ func (o *Op) Step(ev Event) []Action {
 		if o.reason == "" {
 			o.reason = fmt.Sprintf("%s failed: %s", e.Step, e.Reason)
 		}
-		if len(o.pendingNodes()) == 0 {
-			return o.advance()
-		}
-		return nil
+		return o.barrierDone()
 	case RollbackRequested:
 		return o.requestRollback(e.Reason)
+	case ProbesReset:
+		if !o.waitReset {
+			return nil
+		}
+		o.waitReset = false
+		return o.barrierDone()
+	case HookDone:
+		return o.hookDone(e)
+	case Verified:
+		if o.stage != stageVerifier {
+			return nil
+		}
+		o.stage = stageBarrier
+		if e.Err != "" {
+			o.failed = true
+			if o.reason == "" {
+				o.reason = fmt.Sprintf("%s failed: %s", Verify, e.Err)
+			}
+		}
+		return o.proceed()
+	case ProbesRead:
+		if o.stage != stageProbes {
+			return nil
+		}
+		o.stage = stageBarrier
+		return o.declare(o.ending)
 	}
 	return nil
 }
@@ -404,7 +657,13 @@ func (o *Op) resolve(node string, step Step, attempt int, st Status, msg string)
 		o.errs[node] = msg
 		h[len(h)-1].Err = msg
 	}
-	if len(o.pendingNodes()) > 0 {
+	return o.barrierDone()
+}
+
+// barrierDone advances when the current step's barrier is complete: every
+// agent resolved and, for the first prepare, the probe reset ended.
+func (o *Op) barrierDone() []Action {
+	if o.stage != stageBarrier || o.waitReset || len(o.pendingNodes()) > 0 || o.step == Done {
 		return nil
 	}
 	return o.advance()
@@ -430,34 +689,33 @@ func (o *Op) advance() []Action {
 			o.failed = true
 		}
 		if o.failed || o.rollbackReq != "" {
-			if o.reason == "" {
-				o.reason = o.rollbackReq
-			}
-			if o.sentCommit {
-				return o.undo(Rollback, o.cfg.Nodes)
-			}
-			return o.undo(Abort, o.cfg.Nodes)
+			return o.proceed()
 		}
-		next := map[Step]Step{Prepare: Commit, Commit: Verify, Verify: Confirm, Confirm: Finalize}[o.step]
-		return o.send(next, o.cfg.Nodes)
+		switch o.step {
+		case Prepare:
+			return o.callHooks(HookBeforeCommit)
+		case Verify:
+			if o.cfg.Verifier {
+				o.stage = stageVerifier
+				return []Action{RunVerifier{Nodes: slices.Clone(o.cfg.Nodes), Timeout: o.cfg.StepTimeout}}
+			}
+		case Confirm:
+			return o.callHooks(HookAfterConfirm)
+		}
+		return o.proceed()
 	case Finalize:
-		o.step, o.outcome = Done, Succeeded
 		if o.rollbackReq != "" {
-			// Asked during finalize: the change is complete; undo it now.
-			o.reason = o.rollbackReq
-			o.rollbackReq = ""
-			o.outcome = Pending
-			return o.undo(Rollback, o.cfg.Nodes)
+			return o.succeed()
 		}
-		return []Action{Declare{Outcome: Succeeded}}
+		return o.callHooks(HookFinalize)
 	case Abort, Rollback:
 		if len(bad) == 0 {
-			out := Aborted
+			o.ending = Aborted
 			if o.step == Rollback {
-				out = RolledBack
+				o.ending = RolledBack
 			}
-			o.step, o.outcome, o.unreached = Done, out, nil
-			return []Action{Declare{Outcome: out, Reason: o.reason}}
+			o.unreached = nil
+			return o.callHooks(HookRestore)
 		}
 		timedOut := false
 		for _, n := range bad {
@@ -476,13 +734,145 @@ func (o *Op) advance() []Action {
 			o.spent += pause
 			o.tries++
 			acts := o.send(o.step, bad)
-			acts[0] = withAfter(acts[0], pause)
-			return acts
+			return withAfter(acts, pause)
 		}
-		o.step, o.outcome, o.unreached = Done, Failed, bad
-		return []Action{Declare{Outcome: Failed, Reason: o.reason, Unreached: bad}}
+		o.unreached = bad
+		return o.finish(Failed)
 	}
 	return nil
+}
+
+// proceed moves on from a step of the plan whose barrier, and whatever ran
+// after it (hooks, the verifier), completed: to the next step, or to an
+// abort or rollback when something failed or the operator asked.
+func (o *Op) proceed() []Action {
+	if o.failed || o.rollbackReq != "" {
+		if o.reason == "" {
+			o.reason = o.rollbackReq
+		}
+		if o.sentCommit {
+			return o.undo(Rollback, o.cfg.Nodes)
+		}
+		return o.undo(Abort, o.cfg.Nodes)
+	}
+	next := map[Step]Step{Prepare: Commit, Commit: Verify, Verify: Confirm, Confirm: Finalize}[o.step]
+	return o.send(next, o.cfg.Nodes)
+}
+
+// callHooks starts the hook calls due at point, one at a time; with none
+// due it goes on at once.
+func (o *Op) callHooks(point HookPoint) []Action {
+	hooks := o.cfg.Hooks
+	if point == HookRestore {
+		hooks = slices.Clone(hooks)
+		slices.Reverse(hooks)
+	}
+	o.hookQueue = nil
+	for _, h := range hooks {
+		if point == HookRestore && o.marks[hookKey{h, HookBeforeCommit}] == "" {
+			continue // its BeforeCommit never started: nothing to put back
+		}
+		if due(point, o.marks[hookKey{h, point}]) {
+			o.hookQueue = append(o.hookQueue, h)
+		}
+	}
+	if len(o.hookQueue) == 0 {
+		return o.hooksDone(point)
+	}
+	o.stage, o.hookPoint = stageHooks, point
+	return o.callNextHook()
+}
+
+func (o *Op) callNextHook() []Action {
+	h := o.hookQueue[0]
+	o.marks[hookKey{h, o.hookPoint}] = MarkStarted
+	return []Action{CallHook{Hook: h, Point: o.hookPoint, Timeout: o.cfg.StepTimeout, JournalFirst: o.hookPoint == HookBeforeCommit}}
+}
+
+func (o *Op) hookDone(e HookDone) []Action {
+	if o.stage != stageHooks || e.Point != o.hookPoint || len(o.hookQueue) == 0 || e.Hook != o.hookQueue[0] {
+		return nil // not the call in flight: a duplicate or a stray
+	}
+	k := hookKey{e.Hook, e.Point}
+	o.hookQueue = o.hookQueue[1:]
+	if e.Err == "" {
+		o.marks[k] = MarkDone
+	} else {
+		o.marks[k] = MarkFailed
+		switch e.Point {
+		case HookBeforeCommit:
+			// Nothing has flipped: abort, and skip the other hooks.
+			o.failed = true
+			if o.reason == "" {
+				o.reason = fmt.Sprintf("%s failed: %s", Prepare, e.Err)
+			}
+			o.hookQueue = nil
+		case HookRestore:
+			o.notes = append(o.notes, e.Err+": what its before-commit changed may still be in place")
+		default:
+			o.notes = append(o.notes, e.Err)
+		}
+	}
+	if len(o.hookQueue) > 0 {
+		return o.callNextHook()
+	}
+	o.stage = stageBarrier
+	return o.hooksDone(e.Point)
+}
+
+// hooksDone goes on once every hook call at point was made.
+func (o *Op) hooksDone(point HookPoint) []Action {
+	switch point {
+	case HookBeforeCommit, HookAfterConfirm:
+		// After AfterConfirm, Finalize goes out even if a rollback was
+		// asked meanwhile: the finalize barrier takes the request.
+		if point == HookAfterConfirm {
+			return o.send(Finalize, o.cfg.Nodes)
+		}
+		return o.proceed()
+	case HookFinalize:
+		return o.succeed()
+	default:
+		return o.finish(o.ending)
+	}
+}
+
+// succeed ends a finalized operation, unless a rollback was asked
+// meanwhile: the change is complete; undo it now.
+func (o *Op) succeed() []Action {
+	if o.rollbackReq != "" {
+		o.reason = o.rollbackReq
+		o.rollbackReq = ""
+		return o.undo(Rollback, o.cfg.Nodes)
+	}
+	return o.finish(Succeeded)
+}
+
+// finish ends the operation with out: after the probe read when Commit
+// went out (nodes may have flipped: the report shows the disruption
+// whatever the outcome), then Declare.
+func (o *Op) finish(out Outcome) []Action {
+	if o.cfg.Probes && o.sentCommit {
+		o.stage, o.ending = stageProbes, out
+		return []Action{ReadProbes{}}
+	}
+	return o.declare(out)
+}
+
+func (o *Op) declare(out Outcome) []Action {
+	if out == Succeeded && o.rollbackReq != "" {
+		return o.succeed() // asked during the probe read
+	}
+	o.step, o.outcome = Done, out
+	d := Declare{Outcome: out, Reason: o.reason, Notes: o.notes}
+	if out == Succeeded {
+		d.Reason = ""
+	}
+	if out == Failed {
+		d.Unreached = slices.Clone(o.unreached)
+	}
+	o.notes = nil
+	return []Action{d}
 }
 
 // undo starts an abort or rollback with a fresh retry budget.
@@ -507,17 +897,21 @@ func (o *Op) backoff() time.Duration {
 	return d
 }
 
-func withAfter(a Action, d time.Duration) Action {
-	if s, ok := a.(Send); ok && d > 0 {
-		s.After = d
-		return s
+// withAfter sets the back-off pause on the Send among acts.
+func withAfter(acts []Action, d time.Duration) []Action {
+	for i, a := range acts {
+		if s, ok := a.(Send); ok && d > 0 {
+			s.After = d
+			acts[i] = s
+		}
 	}
-	return a
+	return acts
 }
 
+// send starts step on nodes: journaled first, then sent.
 func (o *Op) send(step Step, nodes []string) []Action {
 	o.attempts[step]++
-	o.step, o.attempt = step, o.attempts[step]
+	o.step, o.attempt, o.stage = step, o.attempts[step], stageBarrier
 	switch step {
 	case Prepare:
 		o.sentPrepare = true
@@ -530,7 +924,10 @@ func (o *Op) send(step Step, nodes []string) []Action {
 		o.pending[n] = StatusPending
 		o.history[n] = append(o.history[n], NodeStep{Step: step, Status: StatusPending})
 	}
-	return []Action{Send{Step: step, Attempt: o.attempt, Nodes: slices.Clone(nodes), Timeout: o.cfg.StepTimeout}}
+	return []Action{
+		Journal{Step: step, Attempt: o.attempt, CommitSent: o.sentCommit},
+		Send{Step: step, Attempt: o.attempt, Nodes: slices.Clone(nodes), Timeout: o.cfg.StepTimeout},
+	}
 }
 
 // Tries is how many attempts the current (or last) abort or rollback made.
@@ -575,10 +972,28 @@ func (o *Op) String() string {
 	if len(o.unreached) > 0 {
 		fmt.Fprintf(&b, " unreached=%s", strings.Join(o.unreached, ","))
 	}
+	switch {
+	case o.stage == stageHooks:
+		fmt.Fprintf(&b, " waiting=hook:%s:%s", o.hookQueue[0], o.hookPoint)
+	case o.stage == stageVerifier:
+		b.WriteString(" waiting=verifier")
+	case o.stage == stageProbes:
+		b.WriteString(" waiting=probe-read")
+	case o.waitReset:
+		b.WriteString(" waiting=probe-reset")
+	}
 	for _, n := range o.cfg.Nodes {
 		fmt.Fprintf(&b, "\n  %s:", n)
 		for _, h := range o.history[n] {
 			fmt.Fprintf(&b, " %s=%s", h.Step, h.Status)
+		}
+	}
+	for _, h := range o.cfg.Hooks {
+		fmt.Fprintf(&b, "\n  hook %s:", h)
+		for _, p := range []HookPoint{HookBeforeCommit, HookAfterConfirm, HookFinalize, HookRestore} {
+			if st := o.marks[hookKey{h, p}]; st != "" {
+				fmt.Fprintf(&b, " %s=%s", p, st)
+			}
 		}
 	}
 	return b.String()

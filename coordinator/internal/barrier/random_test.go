@@ -49,8 +49,27 @@ func runRandom(t *testing.T, seed uint64) Outcome {
 		cfg.RetryBackoffMax = time.Duration(r.IntN(3)) * time.Second
 		cfg.RetryFor = time.Duration(r.IntN(10)) * time.Second
 	}
+	for i := range r.IntN(3) {
+		cfg.Hooks = append(cfg.Hooks, fmt.Sprintf("h%d", i+1))
+	}
+	cfg.Verifier = r.IntN(2) == 0
+	cfg.Probes = r.IntN(2) == 0
 	op := New(cfg)
 	agents := map[string]*simAgent{}
+	// What the application was asked to do, to check the core's ordering.
+	var (
+		journaled     *Journal // the Journal just before, in the same batch
+		resetPending  = false  // ResetProbes asked, ProbesReset not yet fed
+		readProbes    = false  // ReadProbes asked since the last Declare
+		hookInFlight  = false
+		bcStarted     = map[string]bool{} // hooks whose BeforeCommit was called
+		bcOK          = map[string]bool{} // ... and succeeded
+		verifierAsked = false
+		confirmedAll  = false // every agent answered Confirm ok (attempt 1)
+		afterConfirm  = map[string]bool{}
+		finalizedAll  = false
+		finalizeHooks = map[string]bool{}
+	)
 	for _, nd := range nodes {
 		agents[nd] = &simAgent{}
 	}
@@ -65,10 +84,110 @@ func runRandom(t *testing.T, seed uint64) Outcome {
 	handle := func(acts []Action) {
 		for _, a := range acts {
 			log = append(log, fmt.Sprint(a))
+			prevJournal := journaled
+			journaled = nil
+			if hookInFlight {
+				if _, ok := a.(CallHook); ok {
+					fail("%s while another hook call is in flight", a)
+				}
+			}
 			switch a := a.(type) {
+			case Journal:
+				journaled = &a
+			case ResetProbes:
+				resetPending = true
+				queue = append(queue, ProbesReset{})
+			case ReadProbes:
+				readProbes = true
+				queue = append(queue, ProbesRead{})
+			case RunVerifier:
+				verifierAsked = true
+				var err string
+				if r.IntN(8) == 0 {
+					err = "mesh broken"
+				}
+				queue = append(queue, Verified{Err: err})
+			case CallHook:
+				hookInFlight = true
+				// What the agents did, as far as the fed events tell: every
+				// one confirmed ok, or answered finalize one way or another
+				// (finalize failures do not stop the operation).
+				confirmedAll, finalizedAll = true, true
+				for _, nd := range nodes {
+					h := op.History(nd)
+					last := NodeStep{}
+					if len(h) > 0 {
+						last = h[len(h)-1]
+					}
+					confirmedAll = confirmedAll && last.Step == Confirm && last.Status == StatusOK
+					finalizedAll = finalizedAll && last.Step == Finalize && last.Status != StatusPending
+				}
+				switch a.Point {
+				case HookBeforeCommit:
+					bcStarted[a.Hook] = true
+					if !a.JournalFirst {
+						fail("before-commit hook %s not journaled first", a.Hook)
+					}
+				case HookAfterConfirm:
+					if !confirmedAll {
+						fail("after-confirm hook before every agent confirmed")
+					}
+					afterConfirm[a.Hook] = true
+				case HookFinalize:
+					if !finalizedAll {
+						fail("finalize hook before every agent finalized")
+					}
+					finalizeHooks[a.Hook] = true
+				case HookRestore:
+					if !bcStarted[a.Hook] {
+						fail("restore of %s whose before-commit never started", a.Hook)
+					}
+				}
+				var err string
+				if r.IntN(6) == 0 {
+					err = "hook " + a.Hook + " " + string(a.Point) + ": injected"
+				}
+				if err == "" && a.Point == HookBeforeCommit {
+					bcOK[a.Hook] = true
+				}
+				queue = append(queue, HookDone{Hook: a.Hook, Point: a.Point, Err: err})
 			case Declare:
 				declared = append(declared, a)
+				if cfg.Probes && op.CommitSent() && !readProbes {
+					fail("declared %v after commit without reading the probes", a.Outcome)
+				}
+				if a.Outcome == Succeeded {
+					for _, h := range cfg.Hooks {
+						if !finalizeHooks[h] || !afterConfirm[h] {
+							fail("succeeded without hook %s's after-confirm and finalize", h)
+						}
+					}
+				}
+				readProbes = false
 			case Send:
+				if prevJournal == nil || prevJournal.Step != a.Step || prevJournal.Attempt != a.Attempt {
+					fail("%s not journaled just before", a)
+				}
+				if a.Step == Commit {
+					if resetPending {
+						fail("commit sent before the probe reset ended")
+					}
+					for _, h := range cfg.Hooks {
+						if !bcOK[h] {
+							fail("commit sent before hook %s's before-commit succeeded", h)
+						}
+					}
+				}
+				if a.Step == Confirm && cfg.Verifier && !verifierAsked {
+					fail("confirm sent before the verifier ran")
+				}
+				if a.Step == Finalize {
+					for _, h := range cfg.Hooks {
+						if !afterConfirm[h] {
+							fail("finalize sent before hook %s's after-confirm", h)
+						}
+					}
+				}
 				if a.After < 0 || (a.After > 0 && a.Step != Abort && a.Step != Rollback) ||
 					(cfg.RetryBackoffMax > 0 && a.After > cfg.RetryBackoffMax) || (cfg.RetryBackoff == 0 && a.After > 0) {
 					fail("pause %s on %s: only abort/rollback retries wait, within the back-off bounds", a.After, a)
@@ -140,6 +259,12 @@ func runRandom(t *testing.T, seed uint64) Outcome {
 		queue = slices.Delete(queue, i, i+1)
 		if rp, ok := ev.(Reply); ok && rp.Step == Prepare && rp.OK && rp.Attempt == 1 {
 			preparedOK[rp.Node] = true
+		}
+		switch ev.(type) {
+		case ProbesReset:
+			resetPending = false
+		case HookDone:
+			hookInFlight = false
 		}
 		log = append(log, fmt.Sprintf("%T%+v", ev, ev))
 		handle(op.Step(ev))

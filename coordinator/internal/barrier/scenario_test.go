@@ -18,15 +18,21 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actua
 // line. Lines starting with # are comments. Commands:
 //
 //	new n1,n2,n3 [attempts=N] [backoff=D] [backoffmax=D] [retryfor=D]
+//	    [hooks=h1,h2] [marks=h1/before-commit/started,...] [verifier] [probes]
 //	                             a new operation (timeout 10s)
 //	start                        Start
 //	resume abort|verify|rollback ResumeAt
+//	ended OUTCOME [REASON]       Ended (an operation read back from a journal)
 //	ok NODE STEP[#ATTEMPT]       Reply OK (attempt defaults to 1)
 //	fail NODE STEP[#A] MESSAGE   Reply not OK
 //	timeout NODE STEP[#A]        Timeout
 //	deadline STEP[#A]            Deadline
 //	stepfail STEP REASON         StepFailed
 //	rollback [REASON]            RollbackRequested
+//	hook NAME POINT [ERROR]      HookDone (ok without ERROR)
+//	verified [ERROR]             Verified (passed without ERROR)
+//	probes-reset                 ProbesReset
+//	probes-read                  ProbesRead
 //	state                        dump the state
 //
 // Every event's output is the actions it caused, then the state line.
@@ -121,6 +127,20 @@ func runScenario(t *testing.T, path string) {
 						t.Fatalf("%s: %s: %v", path, kv, err)
 					}
 					*map[string]*time.Duration{"backoff": &cfg.RetryBackoff, "backoffmax": &cfg.RetryBackoffMax, "retryfor": &cfg.RetryFor}[k] = d
+				case "hooks":
+					cfg.Hooks = strings.Split(v, ",")
+				case "marks":
+					for _, m := range strings.Split(v, ",") {
+						p := strings.Split(m, "/")
+						if len(p) != 3 {
+							t.Fatalf("%s: mark %q: want hook/point/state", path, m)
+						}
+						cfg.HookMarks = append(cfg.HookMarks, HookMark{Hook: p[0], Point: HookPoint(p[1]), State: HookState(p[2])})
+					}
+				case "verifier":
+					cfg.Verifier = true
+				case "probes":
+					cfg.Probes = true
 				default:
 					t.Fatalf("%s: unknown option %q", path, kv)
 				}
@@ -146,6 +166,18 @@ func runScenario(t *testing.T, path string) {
 			emit(op.Step(StepFailed{Step: Step(f[1]), Reason: strings.Join(f[2:], " ")}))
 		case "rollback":
 			emit(op.Step(RollbackRequested{Reason: strings.Join(f[1:], " ")}))
+		case "ended":
+			out := map[string]Outcome{"succeeded": Succeeded, "aborted": Aborted, "rolled-back": RolledBack, "failed": Failed}[f[1]]
+			op.Ended(out, strings.Join(f[2:], " "))
+			got = append(got, strings.SplitN(op.String(), "\n", 2)[0])
+		case "hook":
+			emit(op.Step(HookDone{Hook: f[1], Point: HookPoint(f[2]), Err: strings.Join(f[3:], " ")}))
+		case "verified":
+			emit(op.Step(Verified{Err: strings.Join(f[1:], " ")}))
+		case "probes-reset":
+			emit(op.Step(ProbesReset{}))
+		case "probes-read":
+			emit(op.Step(ProbesRead{}))
 		case "state":
 			got = append(got, op.String())
 		default:

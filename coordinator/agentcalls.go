@@ -1,0 +1,136 @@
+package coordinator
+
+import (
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// callResult classifies an agent call: ok, failed with a message, or
+// timed out.
+func callResult(node string, s barrier.Send, err error, ok bool, why string) barrier.Event {
+	if err != nil {
+		st := status.Convert(err)
+		if st.Code() == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
+			return barrier.Timeout{Node: node, Step: s.Step, Attempt: s.Attempt}
+		}
+		return barrier.Reply{Node: node, Step: s.Step, Attempt: s.Attempt, Err: fmt.Sprintf("%s: %s", st.Code(), st.Message())}
+	}
+	return barrier.Reply{Node: node, Step: s.Step, Attempt: s.Attempt, OK: ok, Err: why}
+}
+
+func phaseIn(p agentv1.Phase, ps ...agentv1.Phase) bool { return slices.Contains(ps, p) }
+
+// dispatch sends one step to its agents in parallel and posts one event
+// per agent (plus a Deadline backstop).
+func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.Event)) {
+	id := op.rec.ID
+	timeout := s.Timeout
+	var commitAt time.Time
+	switch s.Step {
+	case barrier.Commit:
+		lead := c.commitLead(op)
+		commitAt = time.Now().Add(lead)
+		timeout += lead
+		op.mu.Lock()
+		op.commitAt = commitAt
+		op.mu.Unlock()
+	}
+	backstop := time.AfterFunc(timeout+time.Second, func() { post(barrier.Deadline{Step: s.Step, Attempt: s.Attempt}) })
+	defer backstop.Stop()
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
+	defer cancel()
+	fanOut(s.Nodes, func(n string) {
+		cl := c.agents[n].client
+		var ev barrier.Event
+		switch s.Step {
+		case barrier.Prepare:
+			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.from, ToPort: op.to})
+			ph := r.GetStatus().GetPhase()
+			op.noteSelfUndo(n, r.GetStatus())
+			ev = callResult(n, s, err, ph == agentv1.Phase_PHASE_PREPARED, fmt.Sprintf("agent answered %s: %s", ph, r.GetStatus().GetError()))
+		case barrier.Commit:
+			at := commitAt.Add(op.offsets[n].offset)
+			r, err := cl.Commit(ctx, &agentv1.CommitRequest{OperationId: id, AtUnixNano: at.UnixNano(), DeadmanMillis: op.deadman.Milliseconds()})
+			ph := r.GetStatus().GetPhase()
+			op.noteSelfUndo(n, r.GetStatus())
+			ok := err == nil && phaseIn(ph, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED) && r.ReadbackPort == op.to
+			if err == nil {
+				applied := r.AppliedUnixNano - op.offsets[n].offset.Nanoseconds()
+				op.setResult(n, func(nr *coordinatorv1.NodeResult) {
+					nr.AppliedUnixNano, nr.ApplyNanos = applied, r.ApplyNanos
+				})
+				op.mu.Lock()
+				op.applied[n] = applied
+				op.mu.Unlock()
+			}
+			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s, read back port %d (want %d): %s", ph, r.GetReadbackPort(), op.to, r.GetStatus().GetError()))
+		case barrier.Verify:
+			info, err := cl.Info(ctx, &agentv1.InfoRequest{})
+			o := info.GetOperation()
+			ok := info.GetCurrentPort() == op.to && o.GetOperationId() == id &&
+				phaseIn(o.GetPhase(), agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
+			ev = callResult(n, s, err, ok, fmt.Sprintf("read back port %d (want %d), operation %q %s", info.GetCurrentPort(), op.to, o.GetOperationId(), o.GetPhase()))
+		case barrier.Confirm:
+			r, err := cl.Confirm(ctx, &agentv1.ConfirmRequest{OperationId: id})
+			ok := phaseIn(r.GetPhase(), agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
+			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
+		case barrier.Finalize:
+			r, err := cl.Finalize(ctx, &agentv1.FinalizeRequest{OperationId: id})
+			ev = callResult(n, s, err, r.GetPhase() == agentv1.Phase_PHASE_FINALIZED, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
+		case barrier.Abort, barrier.Rollback:
+			r, err := cl.Rollback(ctx, &agentv1.RollbackRequest{OperationId: id, Reason: op.core.Reason()})
+			if err != nil && status.Code(err) != codes.NotFound && ctx.Err() == nil {
+				// Before counting the node as not reached, ask where it
+				// is: an agent that undid the operation by itself (its
+				// dead-man, its prepare timeout) or never saw it is done,
+				// whatever made the Rollback call fail.
+				if st, serr := cl.Status(ctx, &agentv1.StatusRequest{OperationId: id}); serr == nil && undone(st) {
+					r, err = st, nil
+				} else if status.Code(serr) == codes.NotFound {
+					err = serr
+				}
+			}
+			if status.Code(err) == codes.NotFound {
+				err = nil // the agent never saw the operation: nothing to undo
+				r = &agentv1.OperationStatus{Phase: agentv1.Phase_PHASE_IDLE}
+			}
+			ev = callResult(n, s, err, undone(r), fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
+		}
+		c.noteNode(op, n, ev)
+		post(ev)
+	})
+	if s.Step == barrier.Commit {
+		c.commitSpread(op)
+	}
+}
+
+// undone reports whether an agent's status means the operation is undone
+// on it, or was never done: nothing prepared, committed or stuck there.
+func undone(st *agentv1.OperationStatus) bool {
+	return !phaseIn(st.GetPhase(), agentv1.Phase_PHASE_PREPARED, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED,
+		agentv1.Phase_PHASE_FINALIZED, agentv1.Phase_PHASE_FAILED)
+}
+
+func (c *Coordinator) commitSpread(op *operation) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if len(op.applied) == 0 {
+		return
+	}
+	lo, hi := int64(1<<63-1), int64(-1<<63)
+	for _, t := range op.applied {
+		lo, hi = min(lo, t), max(hi, t)
+	}
+	op.report.CommitSpreadNanos = hi - lo
+	c.metrics.commitSpread.Set(time.Duration(hi - lo).Seconds())
+}

@@ -1,0 +1,167 @@
+package coordinator
+
+import (
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+
+	"sync"
+	"time"
+
+	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// operation is one operation's bookkeeping. The barrier core and the
+// per-step fields are touched only by the driving goroutine; the rest is
+// under mu.
+type operation struct {
+	core     *barrier.Op
+	from, to uint32
+	nodes    []string
+	step     time.Duration
+	deadman  time.Duration
+	offsets  map[string]clockSample
+	fanout   time.Duration // measured in preflight
+	prepDur  time.Duration // how long the prepare round took
+
+	mu        sync.Mutex
+	rec       Record
+	report    *coordinatorv1.Report
+	results   map[string]*coordinatorv1.NodeResult
+	events    []*coordinatorv1.OperationEvent
+	changed   chan struct{} // closed and replaced at every event
+	done      chan struct{} // closed when a run ends
+	running   bool
+	rollback  chan string
+	stepStart time.Time
+	curStep   barrier.Step
+	applied   map[string]int64 // coordinator clock, by node
+	// selfUndo is, by node, the instant (coordinator clock) the agent said
+	// it undoes the operation by itself: its prepare deadline while
+	// prepared, its dead-man deadline once committed. A Failed report
+	// tells the operator when an unreached node will be back in line.
+	selfUndo map[string]time.Time
+	selfKind map[string]agentv1.Phase // the phase selfUndo was learnt in
+	commitAt time.Time                // the last commit instant sent (coordinator clock)
+}
+
+func newOperation(id, kind string, from, to uint32, nodes []string, step, deadman time.Duration, seq int64) *operation {
+	op := &operation{from: from, to: to, nodes: nodes, step: step, deadman: deadman, offsets: map[string]clockSample{},
+		changed: make(chan struct{}), done: make(chan struct{}), rollback: make(chan string, 1),
+		results: map[string]*coordinatorv1.NodeResult{}, applied: map[string]int64{}, selfUndo: map[string]time.Time{}, selfKind: map[string]agentv1.Phase{}}
+	op.rec = Record{ID: id, Kind: kind, FromPort: from, ToPort: to, Nodes: nodes, StepMillis: step.Milliseconds(), Outcome: "pending", Seq: seq}
+	op.report = &coordinatorv1.Report{OperationId: id, State: coordinatorv1.OperationState_OPERATION_STATE_RUNNING,
+		FromPort: from, ToPort: to, StartedUnixNano: time.Now().UnixNano()}
+	for _, n := range nodes {
+		op.results[n] = &coordinatorv1.NodeResult{Node: n}
+	}
+	return op
+}
+
+func (op *operation) finished() <-chan struct{} {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	return op.done
+}
+
+// emit appends a progress event. A non-nil report marks the last event of
+// a run.
+func (op *operation) emit(phase, node, msg string, failed bool, report *coordinatorv1.Report) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.events = append(op.events, &coordinatorv1.OperationEvent{OperationId: op.rec.ID, Phase: phase, Node: node,
+		Message: msg, Failed: failed, UnixNano: time.Now().UnixNano(), Report: report})
+	close(op.changed)
+	op.changed = make(chan struct{})
+}
+
+// snapshot returns a copy of the report with the node results, in node order.
+func (op *operation) snapshot() *coordinatorv1.Report {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	return op.snapshotLocked()
+}
+
+func (op *operation) snapshotLocked() *coordinatorv1.Report {
+	r := proto.Clone(op.report).(*coordinatorv1.Report)
+	r.Nodes = nil
+	for _, n := range op.nodes {
+		r.Nodes = append(r.Nodes, proto.Clone(op.results[n]).(*coordinatorv1.NodeResult))
+	}
+	return r
+}
+
+func (op *operation) setResult(node string, f func(*coordinatorv1.NodeResult)) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if r, ok := op.results[node]; ok {
+		f(r)
+	}
+}
+
+// save journals the operation; failures are logged and reported as events
+// (the operation itself goes on: stopping half way would be worse).
+func (c *Coordinator) save(op *operation) error {
+	op.mu.Lock()
+	rep := op.snapshotLocked()
+	b, err := protojson.Marshal(rep)
+	if err == nil {
+		op.rec.Report = b
+	}
+	rec := op.rec
+	op.mu.Unlock()
+	if err == nil {
+		err = c.journal.Save(rec)
+	}
+	if err != nil {
+		c.log.Error("journal", "operation", rec.ID, "err", err)
+		op.emit("journal", "", "journal write failed: "+err.Error(), true, nil)
+	}
+	return err
+}
+
+func (op *operation) curPhase() string {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if op.curStep == "" {
+		return "preflight"
+	}
+	return string(op.curStep)
+}
+
+// reopen marks a finished operation as running again (a rollback).
+func (op *operation) reopen() {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.rec.Outcome = "pending"
+	op.report.State = coordinatorv1.OperationState_OPERATION_STATE_RUNNING
+	op.report.Error = ""
+	op.report.EndedUnixNano = 0
+}
+
+// noteSelfUndo keeps the instant node said it undoes the operation by
+// itself (agent clock → coordinator clock).
+func (op *operation) noteSelfUndo(node string, st *agentv1.OperationStatus) {
+	if st.GetDeadlineUnixNano() == 0 || st.GetOperationId() != op.rec.ID {
+		return
+	}
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.selfUndo[node] = time.Unix(0, st.GetDeadlineUnixNano()).Add(-op.offsets[node].offset)
+	op.selfKind[node] = st.GetPhase()
+}
+
+func outcomeState(o barrier.Outcome) coordinatorv1.OperationState {
+	switch o {
+	case barrier.Succeeded:
+		return coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED
+	case barrier.Aborted:
+		return coordinatorv1.OperationState_OPERATION_STATE_ABORTED
+	case barrier.RolledBack:
+		return coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK
+	case barrier.Failed:
+		return coordinatorv1.OperationState_OPERATION_STATE_FAILED
+	}
+	return coordinatorv1.OperationState_OPERATION_STATE_RUNNING
+}

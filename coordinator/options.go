@@ -1,0 +1,62 @@
+package coordinator
+
+import (
+	"context"
+	"log/slog"
+
+	"google.golang.org/grpc"
+)
+
+// Option changes how New builds a Coordinator.
+type Option func(*options)
+
+type options struct {
+	dial     []grpc.DialOption
+	verifier Verifier
+	log      *slog.Logger
+	metrics  *Metrics
+	journal  JournalStore
+	ctx      context.Context
+	hooks    []Hook
+}
+
+// JournalStore keeps operation records: the file journal (Journal) or a
+// cluster one (coordinator/kube's ConfigMaps). Save replaces the record of
+// r.ID whole and must be durable when it returns; Load returns every
+// record, oldest first.
+type JournalStore interface {
+	Save(Record) error
+	Load() ([]Record, error)
+}
+
+var _ JournalStore = (*Journal)(nil)
+
+// WithJournal keeps the journal in j instead of --state-dir (which is then
+// not opened, and not needed).
+func WithJournal(j JournalStore) Option { return func(x *options) { x.journal = j } }
+
+// WithContext derives the coordinator's context (under which operations
+// call agents and hooks) from ctx: when ctx ends, e.g. the leadership's
+// context when the Lease is lost, every call stops at once and operations
+// stay where they are, for the journal's next reader to finish or undo.
+func WithContext(ctx context.Context) Option { return func(x *options) { x.ctx = ctx } }
+
+// WithHook adds a Hook; several may be given, and are called in the order
+// given (Restore in reverse). Names must be unique: they key the journal.
+func WithHook(h Hook) Option { return func(x *options) { x.hooks = append(x.hooks, h) } }
+
+// WithDialOptions sets the options used to dial agents (credentials, a
+// custom dialer for tests). Without it New dials with mTLS from
+// Config.TLS, or plaintext with Config.Insecure.
+func WithDialOptions(o ...grpc.DialOption) Option {
+	return func(x *options) { x.dial = append(x.dial, o...) }
+}
+
+// WithVerifier adds an operation-wide verification after the read-back.
+func WithVerifier(v Verifier) Option { return func(x *options) { x.verifier = v } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(x *options) { x.log = l } }
+
+// WithMetrics uses m instead of a fresh set of metrics.
+func WithMetrics(m *Metrics) Option { return func(x *options) { x.metrics = m } }

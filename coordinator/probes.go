@@ -1,0 +1,94 @@
+package coordinator
+
+import (
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/status"
+)
+
+// probeStatsBound bounds the probe counters' reset and read: they are
+// figures for the report, never worth holding an operation up for.
+const probeStatsBound = time.Second
+
+// probeStats resets (alongside prepare) or reads (when an operation that
+// reached commit ends, whatever its outcome) the agents' probe mesh
+// counters, each call within min(1 s, step). Agents without peers report
+// nothing: harmless. A node that does not answer is reported in an event,
+// never fatal: its figures are missing, or for a failed reset include
+// traffic from before the operation.
+//
+// Probes still in flight when the counters are read are not counted yet
+// (an agent settles a probe when it is answered or timed out), so a read
+// that finds probing on waits --probe-settle and reads again: the figures
+// then cover the operation to its end. Without probing nothing waits.
+func (c *Coordinator) probeStats(op *operation, reset bool) {
+	c.probeStatsOnce(op, reset, !reset && c.cfg.ProbeSettle > 0)
+}
+
+func (c *Coordinator) probeStatsOnce(op *operation, reset, settleThenAgain bool) {
+	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.step))
+	defer cancel()
+	var mu sync.Mutex
+	var pairs []*coordinatorv1.PairDisruption
+	var missed []string
+	fanOut(op.nodes, func(n string) {
+		r, err := c.agents[n].client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Reset_: reset})
+		if err != nil {
+			mu.Lock()
+			missed = append(missed, n+" ("+status.Convert(err).Message()+")")
+			mu.Unlock()
+			return
+		}
+		if reset {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range r.Peers {
+			pairs = append(pairs, &coordinatorv1.PairDisruption{From: n, To: p.Peer, Sent: p.Sent, Lost: p.Lost, LongestGapMicros: p.LongestGapMicros})
+		}
+	})
+	if len(missed) > 0 && c.ctx.Err() == nil {
+		slices.Sort(missed)
+		what := "read"
+		if reset {
+			what = "reset: their disruption figures include traffic from before the operation"
+		}
+		c.log.Warn("probe counters", "reset", reset, "missed", missed)
+		op.emit(op.curPhase(), "", fmt.Sprintf("probe counters of %s could not be %s", strings.Join(missed, ", "), what), false, nil)
+	}
+	if reset {
+		return
+	}
+	if settleThenAgain && len(pairs) > 0 {
+		select {
+		case <-time.After(c.cfg.ProbeSettle):
+			c.probeStatsOnce(op, false, false)
+			return
+		case <-c.ctx.Done():
+		}
+	}
+	slices.SortFunc(pairs, func(a, b *coordinatorv1.PairDisruption) int {
+		if a.From != b.From {
+			return strings.Compare(a.From, b.From)
+		}
+		return strings.Compare(a.To, b.To)
+	})
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.report.Disruption = pairs
+	op.report.ProbesSent, op.report.ProbesLost, op.report.LongestGapMicros = 0, 0, 0
+	for _, p := range pairs {
+		op.report.ProbesSent += p.Sent
+		op.report.ProbesLost += p.Lost
+		op.report.LongestGapMicros = max(op.report.LongestGapMicros, p.LongestGapMicros)
+	}
+}

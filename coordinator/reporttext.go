@@ -1,0 +1,108 @@
+package coordinator
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+)
+
+// noteNode records a failed agent answer in the node result and as an event.
+func (c *Coordinator) noteNode(op *operation, node string, ev barrier.Event) {
+	var msg string
+	switch e := ev.(type) {
+	case barrier.Reply:
+		if e.OK {
+			if (e.Step == barrier.Abort || e.Step == barrier.Rollback) && e.Attempt > 1 {
+				// Reached by a retry: say so next to the failed attempts.
+				msg = fmt.Sprintf("%s: reached at attempt %d", e.Step, e.Attempt)
+				op.setResult(node, func(r *coordinatorv1.NodeResult) {
+					if r.Error != "" {
+						r.Error += "; " + msg
+					}
+				})
+				op.emit(op.curPhase(), node, msg, false, nil)
+			}
+			return
+		}
+		msg = fmt.Sprintf("%s failed: %s", e.Step, e.Err)
+	case barrier.Timeout:
+		msg = fmt.Sprintf("%s: no answer within the step deadline", e.Step)
+	default:
+		return
+	}
+	op.setResult(node, func(r *coordinatorv1.NodeResult) {
+		switch {
+		case r.Error == "":
+			r.Error = msg
+		case strings.HasSuffix(r.Error, msg) || strings.HasSuffix(r.Error, msg+" (again)"):
+			// A retry failing the same way: the report says it once.
+			r.Error = strings.TrimSuffix(r.Error, " (again)") + " (again)"
+		default:
+			r.Error += "; " + msg
+		}
+	})
+	op.emit(op.curPhase(), node, msg, true, nil)
+}
+
+// selfUndoLocked says when an unreached node undoes the operation by
+// itself, as far as the coordinator knows: the deadline it reported (its
+// prepare deadline while prepared, its dead-man once committed), or what
+// follows from the commit instant and the dead-man sent with it. The
+// timers run in the agent: a stopped agent acts on a passed deadline as
+// soon as it starts again, and not before.
+func (op *operation) selfUndoLocked(node string, now time.Time) string {
+	when := func(t time.Time) string {
+		at := t.UTC().Format("15:04:05.000Z")
+		if d := t.Sub(now).Round(100 * time.Millisecond); d > 0 {
+			return fmt.Sprintf("%s (in %s)", at, d)
+		}
+		return fmt.Sprintf("%s (passed %s ago)", at, now.Sub(t).Round(100*time.Millisecond))
+	}
+	const passed = "a running agent has undone the operation by itself, a stopped one does as soon as it starts again; check it"
+	dl, known := op.selfUndo[node]
+	kind := op.selfKind[node]
+	commitSent := op.core.CommitSent() && !op.commitAt.IsZero()
+	deadman := op.commitAt.Add(op.deadman)
+	const prepTimeout = "the agent's --prepare-timeout after its Prepare, 5m by default"
+	switch {
+	case known && kind == agentv1.Phase_PHASE_COMMITTED:
+		if dl.Before(now) {
+			return "committed; its dead-man deadline passed at " + when(dl) + ": " + passed
+		}
+		return "committed; its dead-man reverts it by itself at " + when(dl)
+	case known && commitSent:
+		if dl.Before(now) && deadman.Before(now) {
+			return "prepared, and its prepare deadline (" + when(dl) + ") and the dead-man of the commit sent to it (" + when(deadman) + ") both passed: " + passed
+		}
+		return "prepared, and the commit may or may not have reached it: if it did, its dead-man reverts it at " + when(deadman) + "; if not, it aborts at its prepare deadline " + when(dl)
+	case known:
+		if dl.Before(now) {
+			return "prepared at most (nothing flipped); its prepare deadline passed at " + when(dl) + ": " + passed
+		}
+		return "prepared at most (nothing flipped); it aborts by itself at its prepare deadline " + when(dl)
+	case commitSent:
+		return "state unknown: if it committed, its dead-man reverts it at " + when(deadman) + "; if it only prepared, it aborts at its prepare deadline (" + prepTimeout + ")"
+	}
+	return "state unknown, prepared at most (nothing flipped): if it prepared, it aborts by itself at its prepare deadline (" + prepTimeout + ")"
+}
+
+// failedErrorLocked is the report's error of an operation whose abort or
+// rollback could not reach every agent: who, how hard it was tried, and
+// when each unreached node undoes the operation by itself. op.mu is held.
+func failedErrorLocked(op *operation, d barrier.Declare, now time.Time) string {
+	undo := "rollback"
+	if !op.core.CommitSent() {
+		undo = "abort"
+	}
+	took := now.Sub(op.stepStart).Round(100 * time.Millisecond)
+	msg := fmt.Sprintf("%s; %s could not reach %s (%d attempts over %s): an operator must check %s",
+		d.Reason, undo, strings.Join(d.Unreached, ","), op.core.Tries(), took, map[bool]string{true: "it", false: "them"}[len(d.Unreached) == 1])
+	for _, n := range d.Unreached {
+		msg += "; " + n + ": " + op.selfUndoLocked(n, now)
+	}
+	return msg
+}

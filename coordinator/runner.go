@@ -1,0 +1,253 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+)
+
+// drive runs the event loop of one operation run: it performs the core's
+// actions and feeds their results back as events. It decides nothing: what
+// happens next, and in which order, is the core's (internal/barrier and
+// its golden scenarios). Only drive touches op.core while op.running.
+func (c *Coordinator) drive(op *operation, acts []barrier.Action, done chan struct{}) {
+	defer close(done)
+	evCh := make(chan barrier.Event, 64)
+	stop := make(chan struct{})
+	// The run's calls end with it (they stop with c.ctx), so that none
+	// writes the journal after the run handed the operation over.
+	var calls sync.WaitGroup
+	defer calls.Wait()
+	defer close(stop)
+	post := func(ev barrier.Event) {
+		select {
+		case evCh <- ev:
+		case <-stop:
+		}
+	}
+	for {
+		c.perform(op, acts, post, &calls)
+		if op.core.Outcome() != barrier.Pending {
+			var more bool
+			if acts, more = c.endRun(op); !more {
+				return
+			}
+			continue
+		}
+		select {
+		case ev := <-evCh:
+			if c.ctx.Err() != nil {
+				// Stopping (the Lease lost?) while a call ran: act on
+				// nothing more, a Commit least of all. The journal says
+				// where the operation is; the next run resumes or undoes
+				// it.
+				c.stopRun(op)
+				return
+			}
+			acts = op.core.Step(ev)
+		case reason := <-op.rollback:
+			op.emit("rollback", "", "rollback requested: "+reason, false, nil)
+			acts = op.core.Step(barrier.RollbackRequested{Reason: reason})
+		case <-c.ctx.Done():
+			c.stopRun(op)
+			return
+		}
+	}
+}
+
+// perform carries out actions in order. Those that wait on agents or
+// hooks run in the background (in calls) and post their event when done;
+// Journal and Declare are done before the next action.
+func (c *Coordinator) perform(op *operation, acts []barrier.Action, post func(barrier.Event), calls *sync.WaitGroup) {
+	for _, a := range acts {
+		switch a := a.(type) {
+		case barrier.Journal:
+			c.enterStep(op, a)
+		case barrier.Send:
+			c.announce(op, a)
+			calls.Go(func() {
+				if a.After > 0 {
+					// A retry's back-off, asked by the core (it has no
+					// clock).
+					t := time.NewTimer(a.After)
+					defer t.Stop()
+					select {
+					case <-t.C:
+					case <-c.ctx.Done():
+						return // drive stops the run
+					}
+				}
+				c.dispatch(op, a, post)
+			})
+		case barrier.ResetProbes:
+			calls.Go(func() { c.probeStats(op, true); post(barrier.ProbesReset{}) })
+		case barrier.ReadProbes:
+			calls.Go(func() { c.probeStats(op, false); post(barrier.ProbesRead{}) })
+		case barrier.CallHook:
+			calls.Go(func() { post(c.callHook(op, a)) })
+		case barrier.RunVerifier:
+			calls.Go(func() { post(c.runVerifier(op, a)) })
+		case barrier.Declare:
+			c.declare(op, a)
+		}
+	}
+}
+
+// runVerifier runs the operation-wide verifier.
+func (c *Coordinator) runVerifier(op *operation, a barrier.RunVerifier) barrier.Event {
+	if c.verifier == nil {
+		return barrier.Verified{}
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, a.Timeout)
+	defer cancel()
+	if err := c.verifier.Verify(ctx, VerifyInput{OperationID: op.rec.ID, FromPort: op.from, ToPort: op.to, Nodes: a.Nodes}); err != nil {
+		op.emit("verify", "", "verification failed: "+err.Error(), true, nil)
+		return barrier.Verified{Err: err.Error()}
+	}
+	return barrier.Verified{}
+}
+
+// stopRun ends a run at shutdown (or when the Lease is lost): the
+// operation stays where it is. The journal says where; the next start (or
+// leader) resumes or undoes it, and the agents' dead-man timers cover a
+// commit in between.
+func (c *Coordinator) stopRun(op *operation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	op.emit(string(op.core.Phase()), "", "coordinator stopping: the operation resumes at the next start", true, op.snapshot())
+	op.mu.Lock()
+	op.running = false
+	op.mu.Unlock()
+	if c.current == op {
+		c.current = nil
+	}
+}
+
+// enterStep closes the previous step's duration and journals the step
+// about to be sent: after a crash the record must never claim less than
+// what the agents may have seen (commit_sent in particular).
+func (c *Coordinator) enterStep(op *operation, j barrier.Journal) {
+	now := time.Now()
+	op.mu.Lock()
+	prev, started := op.curStep, op.stepStart
+	if prev != "" && prev != j.Step {
+		d := now.Sub(started)
+		if prev == barrier.Prepare {
+			op.prepDur = d
+		}
+		c.phaseDoneLocked(op, prev, d)
+	}
+	if prev != j.Step {
+		op.stepStart = now
+	}
+	op.curStep = j.Step
+	op.rec.Step = string(j.Step)
+	op.rec.CommitSent = j.CommitSent
+	op.mu.Unlock()
+	c.metrics.setPhase(string(j.Step))
+	_ = c.save(op)
+}
+
+// announce tells the operation's followers a step is being sent.
+func (c *Coordinator) announce(op *operation, s barrier.Send) {
+	msg := fmt.Sprintf("%s: sending to %d agent(s)", s.Step, len(s.Nodes))
+	switch {
+	case s.Attempt > 1 && s.After > 0:
+		msg = fmt.Sprintf("%s: retrying %s in %s (attempt %d)", s.Step, strings.Join(s.Nodes, ","), s.After, s.Attempt)
+	case s.Attempt > 1:
+		msg += fmt.Sprintf(" (attempt %d)", s.Attempt)
+	}
+	op.emit(string(s.Step), "", msg, false, nil)
+}
+
+// phaseDoneLocked records that step lasted d: in the report and the
+// phase duration histogram. op.mu is held.
+func (c *Coordinator) phaseDoneLocked(op *operation, step barrier.Step, d time.Duration) {
+	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: string(step), Nanos: d.Nanoseconds()})
+	c.metrics.phaseDuration.WithLabelValues(string(step)).Observe(d.Seconds())
+}
+
+// declare records the outcome; endRun finishes the run.
+func (c *Coordinator) declare(op *operation, d barrier.Declare) {
+	now := time.Now()
+	op.mu.Lock()
+	if op.curStep != "" {
+		c.phaseDoneLocked(op, op.curStep, now.Sub(op.stepStart))
+		op.curStep = ""
+	}
+	op.report.State = outcomeState(d.Outcome)
+	op.report.EndedUnixNano = now.UnixNano()
+	op.report.Error = d.Reason
+	if d.Outcome == barrier.Failed {
+		op.report.Error = failedErrorLocked(op, d, now)
+	}
+	if len(d.Notes) > 0 {
+		// Errors that did not change the outcome (hooks after the change
+		// was confirmed, a Restore that failed).
+		if op.report.Error != "" {
+			op.report.Error += "; "
+		}
+		op.report.Error += strings.Join(d.Notes, "\n")
+	}
+	op.rec.Step = string(barrier.Done)
+	op.rec.Outcome = d.Outcome.String()
+	op.mu.Unlock()
+	c.metrics.operations.WithLabelValues(d.Outcome.String()).Inc()
+	c.metrics.setPhase("idle")
+}
+
+// endRun reads every node's final state into the report, journals it,
+// sends the last event and frees the slot. A rollback requested while the
+// run was ending is taken instead (more is true and acts are its actions).
+func (c *Coordinator) endRun(op *operation) (acts []barrier.Action, more bool) {
+	out := op.core.Outcome()
+	ctx, cancel := context.WithTimeout(c.ctx, op.step)
+	fanOut(op.nodes, func(n string) {
+		info, err := c.agents[n].client.Info(ctx, &agentv1.InfoRequest{})
+		if err != nil {
+			return
+		}
+		op.setResult(n, func(r *coordinatorv1.NodeResult) {
+			r.Port = info.CurrentPort
+			if o := info.Operation; o != nil && o.OperationId == op.rec.ID {
+				r.AgentPhase = o.Phase.String()
+			}
+		})
+	})
+	cancel()
+	_ = c.save(op)
+	rep := op.snapshot()
+	c.mu.Lock()
+	select {
+	case reason := <-op.rollback:
+		if acts := op.core.Step(barrier.RollbackRequested{Reason: reason}); len(acts) > 0 {
+			c.mu.Unlock()
+			op.reopen()
+			op.emit("rollback", "", "rollback requested: "+reason, false, nil)
+			return acts, true
+		}
+	default:
+	}
+	msg := "operation " + out.String()
+	if rep.Error != "" {
+		msg += ": " + rep.Error
+	}
+	// The last event goes out before running turns false, so that a
+	// Rollback stream started after this never sees it as its own end.
+	op.emit("done", "", msg, out != barrier.Succeeded, rep)
+	op.mu.Lock()
+	op.running = false
+	op.mu.Unlock()
+	if c.current == op {
+		c.current = nil
+	}
+	c.mu.Unlock()
+	c.log.Info("operation ended", "operation", op.rec.ID, "outcome", out.String(), "error", rep.Error)
+	return nil, false
+}

@@ -1,0 +1,56 @@
+package coordinator
+
+import (
+	"time"
+
+	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+)
+
+// coreConfig is the barrier core's configuration of an operation over
+// nodes. An abort or rollback retries an unreached agent with back-off for
+// the dead-man duration and a second: an agent that is restarting is
+// reached when it is back, and one that stays unreachable has by then
+// reverted a commit by itself (I4); a prepare it aborts at its own
+// (longer) prepare deadline, which the Failed report names. marks are the
+// hook calls journaled by an earlier run: the core decides from them which
+// hook calls are due.
+func (c *Coordinator) coreConfig(nodes []string, step, deadman time.Duration, marks []HookMark) barrier.Config {
+	cfg := barrier.Config{Nodes: nodes, StepTimeout: step, RollbackAttempts: c.cfg.RollbackAttempts,
+		RetryBackoff: c.cfg.RollbackBackoff, RetryBackoffMax: 8 * c.cfg.RollbackBackoff, RetryFor: deadman + time.Second,
+		Verifier: c.verifier != nil,
+		// Agents without peers report no counters: harmless.
+		Probes: true}
+	for _, h := range c.hooks {
+		cfg.Hooks = append(cfg.Hooks, h.Name())
+	}
+	for _, m := range marks {
+		cfg.HookMarks = append(cfg.HookMarks, barrier.HookMark{Hook: m.Hook, Point: barrier.HookPoint(m.Point), State: barrier.HookState(m.State)})
+	}
+	return cfg
+}
+
+// deadmanFor is the dead-man duration sent with the commit of an operation
+// whose steps last step: never shorter than three steps, so that verify
+// and confirm fit before the agents revert by themselves.
+func (c *Coordinator) deadmanFor(step time.Duration) time.Duration {
+	return max(c.cfg.Deadman, 3*step)
+}
+
+// commitLead is how far ahead the commit instant is set: enough for every
+// Commit call to arrive before it. The worst single round trip is not
+// enough with many agents: sending N calls costs time of its own (CPU,
+// connection writes), so the lead also covers twice the measured duration
+// of preflight's first parallel round (Info to every target), plus a
+// configurable per-agent allowance. The prepare round is the best proxy
+// of all (same agents, same kind of durable write just before answering):
+// the lead covers it too.
+func (c *Coordinator) commitLead(op *operation) time.Duration {
+	var maxRTT time.Duration
+	for _, s := range op.offsets {
+		maxRTT = max(maxRTT, s.rtt)
+	}
+	op.mu.Lock()
+	prep := op.prepDur
+	op.mu.Unlock()
+	return c.cfg.CommitLeadMin + max(time.Duration(c.cfg.CommitLeadRTTx)*maxRTT, 2*op.fanout, prep) + time.Duration(len(op.nodes))*c.cfg.CommitLeadPerAgt
+}
