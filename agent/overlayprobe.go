@@ -78,7 +78,7 @@ func overlayAddress(cfg Config, addrs ifaddr.Reader) (netip.AddrPort, string) {
 	}
 	for _, a := range list {
 		ip := a.Prefix.Addr()
-		if !a.Secondary && ip.Is4() && !ip.IsLinkLocalUnicast() && !ip.IsLoopback() && !ip.IsUnspecified() {
+		if !a.Secondary && ip.Is4() && !ip.IsLinkLocalUnicast() && !ip.IsUnspecified() {
 			return netip.AddrPortFrom(ip, port), ""
 		}
 	}

@@ -175,7 +175,7 @@ type peerState struct {
 	totalReceived, totalLost uint64
 	since                    time.Time
 	lastReply                time.Time
-	lastAnsweredSent         int64 // UnixNano; 0: none
+	lastAnsweredSent         int64     // UnixNano; 0: none
 	gapFrom                  time.Time // start of the current gap window (reset or last answer)
 	longest                  time.Duration
 }
@@ -206,7 +206,9 @@ func New(cfg Config) (*Mesh, error) {
 	if m.now == nil {
 		m.now = time.Now
 	}
-	m.SetPeers(cfg.Peers)
+	if err := m.SetPeers(cfg.Peers); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 

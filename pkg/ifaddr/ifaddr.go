@@ -102,7 +102,7 @@ func (k *Kernel) IPv4(name string) ([]Addr, error) {
 		if !ok || a.IPNet == nil {
 			continue
 		}
-		ones, _ := a.IPNet.Mask.Size()
+		ones, _ := a.Mask.Size()
 		out = append(out, Addr{Prefix: netip.PrefixFrom(ip.Unmap(), ones), Secondary: a.Flags&unix.IFA_F_SECONDARY != 0})
 	}
 	// Primaries first, keeping the kernel's order within each kind.
