@@ -93,3 +93,18 @@ func newFirewall(cfg Config) (*dataplane.Firewall, error) {
 		}},
 	}, nil
 }
+
+// probeInterface is the interface whose IPv4 is the node's overlay address,
+// per backend: OVS (openshift-sdn) routes the node's own overlay traffic
+// through its gateway port tun0, which holds the node's first pod-subnet
+// address; a kernel VXLAN CNI (flannel.1, vxlan.calico) puts the node's
+// tunnel address on the VXLAN device itself. --probe-interface overrides.
+func probeInterface(cfg Config) string {
+	switch {
+	case cfg.ProbeInterface != "":
+		return cfg.ProbeInterface
+	case cfg.Backend == BackendKernelVXLAN:
+		return cfg.KernelDevice
+	}
+	return DefaultOVSProbeInterface
+}

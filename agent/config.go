@@ -85,16 +85,35 @@ type Config struct {
 
 	LogLevel string // debug, info, warn, error
 
-	// Overlay probe mesh (off when ProbeListen is empty): UDP echo probes
-	// from this node's overlay address to its peers'.
 	// PortRefresh is how often the port is read back for the metric.
 	PortRefresh time.Duration
 
-	ProbeListen   string // overlay ip:port
-	ProbePeers    string // name=ip:port,...
+	// Overlay probe mesh: UDP echo probes from this node's overlay address
+	// to its peers', on by default. The address is, in order of
+	// precedence: ProbeListen (ip:port, as the lab gives it), ProbeAddress
+	// with ProbePort, or the first primary IPv4 of ProbeInterface (default
+	// per backend: tun0 for ovs, the --kernel-device for kernel-vxlan)
+	// with ProbePort, looked up until found. No address is no probing, not
+	// a failure: Info says why.
+	Probe          bool
+	ProbeListen    string // overlay ip:port
+	ProbeAddress   string // overlay IP
+	ProbeInterface string // interface holding the overlay IP; "" = per backend
+	ProbePort      int
+	// ProbePeers is the static peer set, name=ip:port,... A Prepare that
+	// names peers replaces it (the coordinator's sample wins).
+	ProbePeers    string
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
 }
+
+// DefaultProbePort is the UDP port of the probe mesh on the overlay address
+// (the lab's too).
+const DefaultProbePort = 9445
+
+// DefaultOVSProbeInterface is the OVS backend's overlay gateway interface:
+// openshift-sdn's tun0, holding the node's first pod-subnet address.
+const DefaultOVSProbeInterface = "tun0"
 
 // Default returns the defaults every flag starts from.
 func Default() Config {
@@ -123,6 +142,8 @@ func Default() Config {
 		CallTimeout:      30 * time.Second,
 		BackendRetry:     10 * time.Second,
 		LogLevel:         "info",
+		Probe:            true,
+		ProbePort:        DefaultProbePort,
 		ProbeInterval:    10 * time.Millisecond,
 		PortRefresh:      5 * time.Second,
 		ProbeTimeout:     200 * time.Millisecond,
@@ -161,8 +182,12 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.BackendRetry, "backend-retry", c.BackendRetry, "interval between attempts to set up the backend while it fails")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug | info | warn | error")
 	fs.DurationVar(&c.PortRefresh, "port-refresh", c.PortRefresh, "how often the VXLAN port is read back from the dataplane for cutover_agent_current_port (0: only on RPCs)")
-	fs.StringVar(&c.ProbeListen, "probe-listen", c.ProbeListen, "overlay ip:port the probe mesh sends from and answers on (empty: no probing)")
-	fs.StringVar(&c.ProbePeers, "probe-peers", c.ProbePeers, "probe targets over the overlay: name=ip:port,name=ip:port")
+	fs.BoolVar(&c.Probe, "probe", c.Probe, "run the overlay probe mesh (verify proves the overlay carries traffic with it)")
+	fs.StringVar(&c.ProbeListen, "probe-listen", c.ProbeListen, "overlay ip:port the probe mesh sends from and answers on (overrides --probe-address, --probe-interface and --probe-port)")
+	fs.StringVar(&c.ProbeAddress, "probe-address", c.ProbeAddress, "overlay IP the probe mesh uses (default: found on --probe-interface)")
+	fs.StringVar(&c.ProbeInterface, "probe-interface", c.ProbeInterface, "interface whose IPv4 is the node's overlay address (default: "+DefaultOVSProbeInterface+" for --backend ovs, --kernel-device for kernel-vxlan)")
+	fs.IntVar(&c.ProbePort, "probe-port", c.ProbePort, "UDP port of the probe mesh on the overlay address")
+	fs.StringVar(&c.ProbePeers, "probe-peers", c.ProbePeers, "static probe targets over the overlay, name=ip:port,...; the peers a coordinator sends with Prepare replace them")
 	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "interval between two probes to the same peer (1ms to 1m)")
 	fs.DurationVar(&c.ProbeTimeout, "probe-timeout", c.ProbeTimeout, "an unanswered probe counts as lost after this")
 }
@@ -256,7 +281,7 @@ func (c Config) Validate() error {
 	if c.PortRefresh < 0 || (c.PortRefresh > 0 && c.PortRefresh < 100*time.Millisecond) {
 		bad("port-refresh", c.PortRefresh.String(), "must be 0 (off) or at least 100ms")
 	}
-	if c.ProbeListen != "" || c.ProbePeers != "" {
+	if c.Probe {
 		if _, err := c.probeConfig(); err != nil {
 			var fe *FlagError
 			if errors.As(err, &fe) {
@@ -265,6 +290,26 @@ func (c Config) Validate() error {
 				bad("probe-peers", c.ProbePeers, "%v", err)
 			}
 		}
+		if c.ProbeListen != "" && c.ProbeAddress != "" {
+			bad("probe-address", c.ProbeAddress, "given together with --probe-listen %s: give one", c.ProbeListen)
+		}
+		if a, err := netip.ParseAddr(c.ProbeAddress); c.ProbeAddress != "" && (err != nil || a.IsUnspecified() || a.IsMulticast()) {
+			bad("probe-address", c.ProbeAddress, "not a unicast IP address (want the node's overlay IP, e.g. 198.19.1.1)")
+		}
+		if c.ProbeInterface != "" {
+			if err := checkIfName(c.ProbeInterface); err != nil {
+				bad("probe-interface", c.ProbeInterface, "%v", err)
+			}
+		}
+		if c.ProbePort < 1 || c.ProbePort > 65535 {
+			bad("probe-port", strconv.Itoa(c.ProbePort), "not a UDP port (1-65535)")
+		}
+	} else if c.ProbeListen != "" || c.ProbePeers != "" {
+		flag, v := "probe-listen", c.ProbeListen
+		if v == "" {
+			flag, v = "probe-peers", c.ProbePeers
+		}
+		bad(flag, v, "given together with --probe=false: drop one")
 	}
 	tlsFlags := []struct{ flag, value string }{{"tls-ca", c.TLSCA}, {"tls-cert", c.TLSCert}, {"tls-key", c.TLSKey}}
 	for _, f := range tlsFlags {
@@ -374,18 +419,26 @@ func unwrapAddr(err error) error {
 	return err
 }
 
-// probeConfig builds the probe mesh's config from the flags.
+// probeConfig builds the probe mesh's config from the flags. Listen is
+// zero unless --probe-listen gives it: the address is then found at run
+// time (overlayAddress).
 func (c Config) probeConfig() (probe.Config, error) {
 	var pc probe.Config
-	ap, err := netip.ParseAddrPort(c.ProbeListen)
-	if err != nil {
-		return pc, &FlagError{Flag: "probe-listen", Value: c.ProbeListen, Reason: "want the node's overlay ip:port, e.g. 198.19.1.1:9445"}
+	var ap netip.AddrPort
+	if c.ProbeListen != "" {
+		var err error
+		if ap, err = netip.ParseAddrPort(c.ProbeListen); err != nil {
+			return pc, &FlagError{Flag: "probe-listen", Value: c.ProbeListen, Reason: "want the node's overlay ip:port, e.g. 198.19.1.1:9445"}
+		}
 	}
 	peers, err := probe.ParsePeers(c.ProbePeers)
 	if err != nil {
 		return pc, &FlagError{Flag: "probe-peers", Value: c.ProbePeers, Reason: err.Error()}
 	}
 	pc = probe.Config{Listen: ap, Peers: peers, Interval: c.ProbeInterval, Timeout: c.ProbeTimeout}
+	if err := probe.CheckPeers(peers); err != nil {
+		return pc, &FlagError{Flag: "probe-peers", Value: c.ProbePeers, Reason: err.Error()}
+	}
 	if err := pc.Validate(); err != nil {
 		flag := "probe-interval"
 		if c.ProbeTimeout < c.ProbeInterval {

@@ -22,6 +22,7 @@ import (
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/operation"
 	"github.com/cutover-dev/cutover/agent/probe"
+	"github.com/cutover-dev/cutover/pkg/ifaddr"
 	"github.com/cutover-dev/cutover/pkg/pki"
 	"github.com/cutover-dev/cutover/pkg/version"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
@@ -37,6 +38,7 @@ type runOptions struct {
 	clock            operation.Clock
 	logger           *slog.Logger
 	shutdownDeadline time.Duration
+	addrs            ifaddr.Reader
 }
 
 // WithBackend uses b instead of building the backend from the config
@@ -56,6 +58,10 @@ func WithRegistry(reg *prometheus.Registry) Option { return func(o *runOptions) 
 
 // WithClock sets the machine's clock (default: the wall clock).
 func WithClock(c operation.Clock) Option { return func(o *runOptions) { o.clock = c } }
+
+// WithInterfaceAddrs reads the overlay address from r instead of the host's
+// netlink (an ifaddr.Fake in tests, a namespace's ifaddr.Kernel).
+func WithInterfaceAddrs(r ifaddr.Reader) Option { return func(o *runOptions) { o.addrs = r } }
 
 // WithLogger sets the logger (default: text to stderr at --log-level).
 func WithLogger(l *slog.Logger) Option { return func(o *runOptions) { o.logger = l } }
@@ -106,17 +112,22 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 	}
 	store := operation.FileStore{Dir: cfg.StateDir}
 	svc := NewService(cfg, o.clock, store, metrics)
-	var mesh *probe.Mesh
-	if cfg.ProbeListen != "" {
+	var probes *overlayProbe
+	if cfg.Probe {
 		pc, err := cfg.probeConfig()
 		if err != nil {
 			return err
 		}
-		if mesh, err = probe.New(pc); err != nil {
+		// The mesh's times are the agent's clock, the one Commit instants
+		// are given in, so the coordinator can compare them.
+		pc.Now = o.clock.Now
+		mesh, err := probe.New(pc)
+		if err != nil {
 			return fmt.Errorf("probe mesh: %w", err)
 		}
 		reg.MustRegister(mesh.Collector())
-		svc.SetProbes(mesh)
+		probes = newOverlayProbe(cfg, mesh)
+		svc.SetProbes(probes)
 	}
 
 	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(metrics.UnaryInterceptor()))
@@ -161,8 +172,25 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 
 	setupCtx, cancelSetup := context.WithCancel(ctx)
 	defer cancelSetup()
-	if mesh != nil {
-		go runProbes(setupCtx, mesh, cfg.ProbeListen, log)
+	if probes != nil {
+		go func() {
+			var opened *ifaddr.Kernel
+			openAddrs := func() (ifaddr.Reader, error) {
+				if o.addrs != nil {
+					return o.addrs, nil
+				}
+				k, err := ifaddr.Open("")
+				if err != nil {
+					return nil, err
+				}
+				opened = k
+				return k, nil
+			}
+			probes.run(setupCtx, probeLookupEvery, openAddrs, log)
+			if opened != nil {
+				opened.Close()
+			}
+		}()
 	}
 	if cfg.PortRefresh > 0 {
 		go refreshPort(setupCtx, svc, cfg.PortRefresh, cfg.CallTimeout)
@@ -263,23 +291,6 @@ func NewLogger(level string) *slog.Logger {
 		l = slog.LevelInfo
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
-}
-
-// runProbes keeps the probe mesh running: its overlay address may appear
-// after the agent starts (the CNI configures it), so a failed listen is
-// retried rather than fatal.
-func runProbes(ctx context.Context, m *probe.Mesh, listen string, log *slog.Logger) {
-	for ctx.Err() == nil {
-		err := m.Run(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		log.Warn("probe mesh stopped; retrying in 1s", "listen", listen, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
 }
 
 // refreshPort keeps cutover_agent_current_port true to the dataplane.

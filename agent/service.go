@@ -13,7 +13,6 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/operation"
-	"github.com/cutover-dev/cutover/agent/probe"
 	"github.com/cutover-dev/cutover/pkg/version"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
@@ -29,7 +28,7 @@ type Service struct {
 	store   operation.Store
 	metrics *Metrics
 
-	probes *probe.Mesh // nil when the probe mesh is off
+	probes *overlayProbe // nil when --probe=false
 
 	mu         sync.Mutex
 	m          *operation.Machine
@@ -118,6 +117,7 @@ func (s *Service) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.In
 	}
 	resp.Ready = len(notReady) == 0
 	resp.NotReady = notReady
+	resp.ProbeAddress, resp.ProbeOffReason = s.probeStatus()
 	return resp, nil
 }
 
@@ -198,6 +198,10 @@ func (s *Service) Prepare(ctx context.Context, req *agentv1.PrepareRequest) (*ag
 	if from == to {
 		return nil, status.Errorf(codes.InvalidArgument, "to_port %d: equal to from_port: nothing to change", to)
 	}
+	peers, err := s.checkProbePeers(req.GetProbePeers())
+	if err != nil {
+		return nil, err
+	}
 	m, _, err := s.core()
 	if err != nil {
 		return nil, err
@@ -205,6 +209,9 @@ func (s *Service) Prepare(ctx context.Context, req *agentv1.PrepareRequest) (*ag
 	rec, err := m.Prepare(ctx, req.GetOperationId(), from, to)
 	if err != nil {
 		return nil, grpcErr(err)
+	}
+	if err := s.setProbePeers(req.GetOperationId(), peers); err != nil {
+		return nil, err
 	}
 	return &agentv1.PrepareResponse{Status: toStatus(rec, rec.CurrentPort)}, nil
 }
@@ -320,21 +327,28 @@ func (s *Service) Status(ctx context.Context, req *agentv1.StatusRequest) (*agen
 	return toStatus(rec, port), nil
 }
 
-// SetProbes attaches the overlay probe mesh whose figures ProbeStats reports.
-func (s *Service) SetProbes(m *probe.Mesh) { s.probes = m }
+// SetProbes attaches the overlay probe mesh whose figures ProbeStats reports
+// and whose peers Prepare sets. Call it before serving.
+func (s *Service) SetProbes(p *overlayProbe) { s.probes = p }
 
 // ProbeStats implements agentv1.AgentServiceServer: the probe mesh's per-peer
 // figures (no peers when probing is off).
 func (s *Service) ProbeStats(_ context.Context, req *agentv1.ProbeStatsRequest) (*agentv1.ProbeStatsResponse, error) {
-	resp := &agentv1.ProbeStatsResponse{Node: s.cfg.NodeName}
+	resp := &agentv1.ProbeStatsResponse{Node: s.cfg.NodeName, NowUnixNano: s.clock.Now().UnixNano()}
+	resp.Address, resp.OffReason = s.probeStatus()
 	if s.probes == nil {
 		return resp, nil
 	}
-	resp.IntervalMicros = s.probes.Interval().Microseconds()
-	for _, st := range s.probes.Stats(req.GetReset_()) {
+	mesh := s.probes.mesh
+	resp.IntervalMicros = mesh.Interval().Microseconds()
+	resp.TimeoutMicros = mesh.Timeout().Microseconds()
+	for _, st := range mesh.Stats(req.GetReset_()) {
 		resp.Peers = append(resp.Peers, &agentv1.PeerProbeStats{
 			Peer: st.Peer, Address: st.Address, Sent: st.Sent, Received: st.Received,
 			Lost: st.Lost, LongestGapMicros: st.LongestGap.Microseconds(),
+			ProbingSinceUnixNano:     unixNano(st.Since),
+			LastAnswerUnixNano:       unixNano(st.LastAnswer),
+			LastAnsweredSentUnixNano: unixNano(st.LastAnsweredSent),
 		})
 	}
 	return resp, nil

@@ -63,7 +63,7 @@ func testConfig(t *testing.T) Config {
 
 // startAgent runs the agent until the test ends. backend nil means: build it
 // from the config (NewBackend).
-func startAgent(t *testing.T, cfg Config, backend dataplane.Backend) *testAgent {
+func startAgent(t *testing.T, cfg Config, backend dataplane.Backend, extra ...Option) *testAgent {
 	t.Helper()
 	a := &testAgent{cfg: cfg, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
 	if f, ok := backend.(*dataplane.Fake); ok {
@@ -79,6 +79,7 @@ func startAgent(t *testing.T, cfg Config, backend dataplane.Backend) *testAgent 
 	if backend != nil {
 		opts = append(opts, WithBackend(backend))
 	}
+	opts = append(opts, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
 	go func() { a.done <- Run(ctx, cfg, opts...) }()

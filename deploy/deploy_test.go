@@ -144,6 +144,77 @@ func checkAgent(ds *appsv1.DaemonSet) error {
 	return errors.Join(errs...)
 }
 
+// probeInterfaces is the overlay interface each kustomization's agents
+// probe from: the node's address on the overlay for its CNI.
+var probeInterfaces = map[string]string{
+	"base": "tun0", "overlays/openshift": "tun0", "overlays/full": "tun0",
+	"overlays/flannel": "flannel.1", "overlays/calico": "vxlan.calico",
+}
+
+// Issue 12: every shipped agent runs the probe mesh on its CNI's overlay
+// interface, and declares the probe port, so verify can prove the overlay
+// carries traffic (I7) on a real cluster, not in the lab only.
+func TestAgentProbesTheOverlay(t *testing.T) {
+	for _, k := range kustomizations {
+		t.Run(strings.ReplaceAll(k, "/", "_"), func(t *testing.T) {
+			var ds appsv1.DaemonSet
+			find(t, render(t, k), "DaemonSet", "cutover-agent", &ds)
+			if err := checkProbe(&ds, probeInterfaces[k]); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// checkProbe holds the agent to the probe mesh: on, on iface, on a port the
+// container declares as UDP.
+func checkProbe(ds *appsv1.DaemonSet, iface string) error {
+	var errs []error
+	bad := func(f string, a ...any) { errs = append(errs, fmt.Errorf(f, a...)) }
+	c := ds.Spec.Template.Spec.Containers[0]
+	args := map[string]string{}
+	for _, a := range c.Args {
+		name, v, ok := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !ok {
+			v = "true"
+		}
+		args[name] = v
+	}
+	if v, ok := args["probe"]; ok && v != "true" {
+		bad("agent: --probe=%s: the probe mesh must be on (verify has nothing but read-back without it)", v)
+	}
+	if args["probe-listen"] != "" || args["probe-address"] != "" || args["probe-peers"] != "" {
+		bad("agent: --probe-listen/--probe-address/--probe-peers are per node: a DaemonSet must let each agent find its address and the coordinator pick peers")
+	}
+	if got := args["probe-interface"]; got != iface {
+		bad("agent: --probe-interface=%q, want %q (the CNI's overlay interface)", got, iface)
+	}
+	port := args["probe-port"]
+	if port == "" {
+		port = "9445"
+	}
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+		return p.Name == "probe" && p.Protocol == corev1.ProtocolUDP && fmt.Sprint(p.ContainerPort) == port
+	}) {
+		bad("agent: no container port probe %s/UDP for the probe mesh", port)
+	}
+	return errors.Join(errs...)
+}
+
+func TestProbeCheckFailsOnBadDaemonSet(t *testing.T) {
+	var ds appsv1.DaemonSet
+	find(t, render(t, "base"), "DaemonSet", "cutover-agent", &ds)
+	c := &ds.Spec.Template.Spec.Containers[0]
+	c.Args = append(slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--probe") }),
+		"--probe=false", "--probe-listen=198.19.1.1:9445", "--probe-port=9999")
+	err := checkProbe(&ds, "tun0")
+	for _, want := range []string{"--probe=false", "per node", `--probe-interface=""`, "probe 9999/UDP"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("check did not flag %s: %v", want, err)
+		}
+	}
+}
+
 func TestAgentCheckFailsOnBadDaemonSet(t *testing.T) {
 	var ds appsv1.DaemonSet
 	find(t, render(t, "base"), "DaemonSet", "cutover-agent", &ds)

@@ -3,7 +3,10 @@
 // what was sent, answered and lost, and the longest gap between answers.
 //
 // The figures are how Cutover proves a cutover did not cut the overlay: the
-// coordinator resets the counters before an operation and reads them after.
+// coordinator resets the counters before an operation and reads them after,
+// and checks that every peer answered a probe sent after the commit. The
+// peer set may be replaced while the mesh runs (SetPeers: the coordinator
+// picks each node's sample at Prepare).
 // Probes are round trips (A asks, B echoes), so one agent alone knows the
 // health of the pair in both directions without comparing clocks.
 //
@@ -63,15 +66,55 @@ func ParsePeers(s string) ([]Peer, error) {
 		seen[name] = true
 		peers = append(peers, Peer{Name: name, Addr: ap})
 	}
+	if err := CheckPeers(peers); err != nil {
+		return nil, err
+	}
 	return peers, nil
 }
+
+// MaxPeers bounds a peer set: each peer costs about 0.6 MiB (the window of
+// send times) and a probe per interval, and the DaemonSet's memory limit is
+// 128 MiB. A full mesh of the largest lab (64 nodes) fits; a cluster's
+// coordinator samples k peers per node instead.
+const MaxPeers = 64
+
+// CheckPeers checks a peer set: names non-empty and unique, addresses
+// valid ip:port and unique (answers are matched to peers by address).
+// Errors name the peer.
+func CheckPeers(peers []Peer) error {
+	if len(peers) > MaxPeers {
+		return fmt.Errorf("%d probe peers: at most %d", len(peers), MaxPeers)
+	}
+	names := map[string]bool{}
+	addrs := map[netip.AddrPort]string{}
+	for _, p := range peers {
+		switch {
+		case p.Name == "":
+			return fmt.Errorf("probe peer at %s: empty name", p.Addr)
+		case names[p.Name]:
+			return fmt.Errorf("probe peer %q: listed twice", p.Name)
+		case !p.Addr.IsValid() || p.Addr.Port() == 0 || p.Addr.Addr().IsUnspecified():
+			return fmt.Errorf("probe peer %q: address %q: want a unicast ip:port", p.Name, p.Addr)
+		}
+		if other, ok := addrs[unmap(p.Addr)]; ok {
+			return fmt.Errorf("probe peer %q: address %s is also peer %q's", p.Name, p.Addr, other)
+		}
+		names[p.Name] = true
+		addrs[unmap(p.Addr)] = p.Name
+	}
+	return nil
+}
+
+func unmap(ap netip.AddrPort) netip.AddrPort { return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()) }
 
 // Config configures a Mesh.
 type Config struct {
 	// Listen is the overlay address and port probes are sent from and
-	// answered on.
+	// answered on. It may be left zero when the address is not known yet
+	// and given to RunAt instead.
 	Listen netip.AddrPort
-	Peers  []Peer
+	// Peers is the initial peer set (SetPeers replaces it).
+	Peers []Peer
 	// Interval between two probes to the same peer (down to 1 ms).
 	Interval time.Duration
 	// Timeout after which an unanswered probe counts as lost.
@@ -82,8 +125,11 @@ type Config struct {
 
 // Validate checks the configuration; errors name the field.
 func (c Config) Validate() error {
-	if !c.Listen.IsValid() {
+	if c.Listen != (netip.AddrPort{}) && !c.Listen.IsValid() {
 		return errors.New("probe listen address: must be ip:port on the overlay")
+	}
+	if err := CheckPeers(c.Peers); err != nil {
+		return err
 	}
 	if c.Interval < time.Millisecond || c.Interval > time.Minute {
 		return fmt.Errorf("probe interval %v: must be between 1ms and 1m", c.Interval)
@@ -102,6 +148,19 @@ type Stats struct {
 	Received   uint64
 	Lost       uint64
 	LongestGap time.Duration // longest time between two answers, including an ongoing gap
+
+	// The times below are of the mesh's clock (the agent's wall clock) and
+	// survive a counter reset: they are facts, not counts. Zero: never.
+
+	// Since is when probing this peer began (the mesh started with it, or
+	// SetPeers added it).
+	Since time.Time
+	// LastAnswer is when the latest answer arrived.
+	LastAnswer time.Time
+	// LastAnsweredSent is when the latest probe that was answered was
+	// sent: an answer to a probe sent after an instant proves the round
+	// trip worked after it, whatever was in flight before.
+	LastAnsweredSent time.Time
 }
 
 type peerState struct {
@@ -114,16 +173,20 @@ type peerState struct {
 	lost     uint64
 	// Totals never reset, for Prometheus counters.
 	totalReceived, totalLost uint64
+	since                    time.Time
 	lastReply                time.Time
+	lastAnsweredSent         int64     // UnixNano; 0: none
 	gapFrom                  time.Time // start of the current gap window (reset or last answer)
 	longest                  time.Duration
 }
 
-// Mesh is a running probe mesh.
+// Mesh is a running probe mesh. Its methods are safe for concurrent use.
 type Mesh struct {
-	cfg   Config
-	now   func() time.Time
-	mu    sync.Mutex
+	cfg Config
+	now func() time.Time
+	mu  sync.Mutex
+	// peers and order are replaced as a whole by SetPeers, under mu; a
+	// peerState's fields are read and written under mu.
 	peers map[netip.AddrPort]*peerState
 	order []*peerState
 	conn  *net.UDPConn
@@ -143,23 +206,68 @@ func New(cfg Config) (*Mesh, error) {
 	if m.now == nil {
 		m.now = time.Now
 	}
-	start := m.now()
-	for _, p := range cfg.Peers {
-		ps := &peerState{peer: p, gapFrom: start}
-		m.peers[p.Addr] = ps
-		m.order = append(m.order, ps)
+	if err := m.SetPeers(cfg.Peers); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
+// SetPeers replaces the peer set by peers (checked with CheckPeers). A peer
+// already probed under the same name and address keeps its counters and
+// probes in flight, so replaying the same set changes nothing; every other
+// peer starts from zero, and peers not in the set are no longer probed.
+func (m *Mesh) SetPeers(peers []Peer) error {
+	if err := CheckPeers(peers); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	byAddr := make(map[netip.AddrPort]*peerState, len(peers))
+	order := make([]*peerState, 0, len(peers))
+	for _, p := range peers {
+		p.Addr = unmap(p.Addr)
+		ps := m.peers[p.Addr]
+		if ps == nil || ps.peer.Name != p.Name {
+			ps = &peerState{peer: p, gapFrom: now, since: now}
+		}
+		byAddr[p.Addr] = ps
+		order = append(order, ps)
+	}
+	m.peers, m.order = byAddr, order
+	return nil
+}
+
+// Peers returns the current peer set, in the order it was given.
+func (m *Mesh) Peers() []Peer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Peer, len(m.order))
+	for i, ps := range m.order {
+		out[i] = ps.peer
+	}
+	return out
+}
+
+// Timeout is the configured probe timeout.
+func (m *Mesh) Timeout() time.Duration { return m.cfg.Timeout }
+
 // Interval is the configured probe interval.
 func (m *Mesh) Interval() time.Duration { return m.cfg.Interval }
 
-// Run answers and sends probes until ctx ends.
-func (m *Mesh) Run(ctx context.Context) error {
-	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(m.cfg.Listen))
+// Run answers and sends probes on Config.Listen until ctx ends.
+func (m *Mesh) Run(ctx context.Context) error { return m.RunAt(ctx, m.cfg.Listen) }
+
+// RunAt answers and sends probes on listen until ctx ends. The peer set and
+// its counters belong to the mesh, not to one run: a mesh restarted on
+// another address (the overlay address changed) keeps them.
+func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
+	if !listen.IsValid() {
+		return errors.New("probe: no listen address: want ip:port on the overlay")
+	}
+	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(listen))
 	if err != nil {
-		return fmt.Errorf("probe: listen %s: %w", m.cfg.Listen, err)
+		return fmt.Errorf("probe: listen %s: %w", listen, err)
 	}
 	m.mu.Lock()
 	m.conn = conn
@@ -172,20 +280,17 @@ func (m *Mesh) Run(ctx context.Context) error {
 	}()
 	errc := make(chan error, 1)
 	go func() { errc <- m.receive(conn) }()
-	if len(m.order) > 0 {
-		t := time.NewTicker(m.cfg.Interval)
-		defer t.Stop()
-	loop:
-		for {
-			select {
-			case <-ctx.Done():
-				break loop
-			case <-t.C:
-				m.sendRound(conn)
-			}
+	// The ticker runs even with no peers: SetPeers may add some at any time.
+	t := time.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-t.C:
+			m.sendRound(conn)
 		}
-	} else {
-		<-ctx.Done()
 	}
 	cancel()
 	if err := <-errc; err != nil && ctx.Err() == nil {
@@ -196,7 +301,12 @@ func (m *Mesh) Run(ctx context.Context) error {
 
 func (m *Mesh) sendRound(conn *net.UDPConn) {
 	var buf [packetSize]byte
-	for _, ps := range m.order {
+	m.mu.Lock()
+	// A SetPeers during the round replaces m.order, not this slice: a
+	// peer removed meanwhile gets this round's probe and is then forgotten.
+	round := m.order
+	m.mu.Unlock()
+	for _, ps := range round {
 		m.mu.Lock()
 		seq := ps.nextSeq
 		ps.nextSeq++
@@ -254,6 +364,7 @@ func (m *Mesh) onReply(from netip.AddrPort, seq uint64, sentAt int64) {
 	now := m.now()
 	m.noteGapLocked(ps, now)
 	ps.lastReply = now
+	ps.lastAnsweredSent = max(ps.lastAnsweredSent, sentAt)
 	ps.gapFrom = now
 }
 
@@ -298,11 +409,15 @@ func (m *Mesh) Stats(reset bool) []Stats {
 				longest = g
 			}
 		}
-		out = append(out, Stats{
+		st := Stats{
 			Peer: ps.peer.Name, Address: ps.peer.Addr.String(),
 			Sent: ps.received + ps.lost, Received: ps.received, Lost: ps.lost,
-			LongestGap: longest,
-		})
+			LongestGap: longest, Since: ps.since, LastAnswer: ps.lastReply,
+		}
+		if ps.lastAnsweredSent != 0 {
+			st.LastAnsweredSent = time.Unix(0, ps.lastAnsweredSent)
+		}
+		out = append(out, st)
 		if reset {
 			ps.settled = ps.nextSeq
 			ps.received, ps.lost, ps.longest = 0, 0, 0

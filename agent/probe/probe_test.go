@@ -2,8 +2,10 @@ package probe
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,10 +115,180 @@ func TestParsePeersAndValidate(t *testing.T) {
 	if err := bad.Validate(); err == nil {
 		t.Error("1µs interval accepted")
 	}
+	// No listen address yet is fine for New (the agent finds it later);
+	// running without one is not.
 	bad = ok
 	bad.Listen = netip.AddrPort{}
-	if err := bad.Validate(); err == nil {
-		t.Error("empty listen accepted")
+	m, err := New(bad)
+	if err != nil {
+		t.Fatalf("New without a listen address: %v", err)
+	}
+	if err := m.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "no listen address") {
+		t.Errorf("Run without a listen address: %v", err)
+	}
+	for _, peers := range [][]Peer{
+		{{Name: "", Addr: netip.MustParseAddrPort("198.19.2.1:9445")}},
+		{{Name: "a", Addr: netip.MustParseAddrPort("198.19.2.1:9445")}, {Name: "b", Addr: netip.MustParseAddrPort("198.19.2.1:9445")}},
+		{{Name: "a", Addr: netip.MustParseAddrPort("198.19.2.1:0")}},
+		{{Name: "a", Addr: netip.MustParseAddrPort("0.0.0.0:9445")}},
+	} {
+		bad = ok
+		bad.Peers = peers
+		if err := bad.Validate(); err == nil {
+			t.Errorf("peers %v accepted", peers)
+		}
+	}
+	if _, err := ParsePeers("a=198.19.2.1:9445,b=198.19.2.1:9445"); err == nil || !strings.Contains(err.Error(), `also peer "a"'s`) {
+		t.Errorf("two peers on one address: %v", err)
+	}
+}
+
+// fakeSend sends one probe to peer at the fake clock's now, as sendRound
+// does, and returns its sequence number and send time.
+func fakeSend(m *Mesh, peer netip.AddrPort, now time.Time) (uint64, int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ps := m.peers[peer]
+	seq := ps.nextSeq
+	ps.nextSeq++
+	ps.sentAt[seq%window] = now.UnixNano()
+	ps.answered[seq%window] = false
+	return seq, now.UnixNano()
+}
+
+// A new peer set replaces the old: peers kept under the same name and
+// address keep their counters (a replayed Prepare changes nothing), new
+// ones start from zero with their own start time, dropped ones are gone.
+func TestSetPeersReplacesTheSet(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p1, p2, p3 := netip.MustParseAddrPort("198.19.1.1:9445"), netip.MustParseAddrPort("198.19.2.1:9445"), netip.MustParseAddrPort("198.19.3.1:9445")
+	m, err := New(Config{Peers: []Peer{{Name: "n1", Addr: p1}, {Name: "n2", Addr: p2}},
+		Interval: 10 * time.Millisecond, Timeout: 100 * time.Millisecond, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := now
+	for _, p := range []netip.AddrPort{p1, p2} {
+		seq, at := fakeSend(m, p, now)
+		m.onReply(p, seq, at)
+	}
+	now = now.Add(time.Second)
+	set := []Peer{{Name: "n2", Addr: p2}, {Name: "n3", Addr: p3}}
+	if err := m.SetPeers(set); err != nil {
+		t.Fatal(err)
+	}
+	text := func() string {
+		var b strings.Builder
+		for _, st := range m.Stats(false) {
+			fmt.Fprintf(&b, "%s %s sent=%d received=%d lost=%d since=%d\n", st.Peer, st.Address, st.Sent, st.Received, st.Lost, st.Since.Sub(start).Milliseconds())
+		}
+		return b.String()
+	}
+	want := "n2 198.19.2.1:9445 sent=1 received=1 lost=0 since=0\n" +
+		"n3 198.19.3.1:9445 sent=0 received=0 lost=0 since=1000\n"
+	if got := text(); got != want {
+		t.Fatalf("after SetPeers:\n%s\nwant:\n%s", got, want)
+	}
+	now = now.Add(time.Second)
+	if err := m.SetPeers(set); err != nil { // replay
+		t.Fatal(err)
+	}
+	if got := text(); got != want {
+		t.Fatalf("a replayed SetPeers changed the figures:\n%s\nwant:\n%s", got, want)
+	}
+	// A renamed peer on the same address is another peer: from zero.
+	if err := m.SetPeers([]Peer{{Name: "n2-new", Addr: p2}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := text(); got != "n2-new 198.19.2.1:9445 sent=0 received=0 lost=0 since=2000\n" {
+		t.Fatalf("renamed peer: %s", got)
+	}
+	// A refused set changes nothing.
+	if err := m.SetPeers([]Peer{{Name: "a", Addr: p1}, {Name: "a", Addr: p3}}); err == nil {
+		t.Fatal("duplicate names accepted")
+	}
+	if got := m.Peers(); len(got) != 1 || got[0].Name != "n2-new" {
+		t.Fatalf("a refused set changed the peers: %v", got)
+	}
+}
+
+// The answer times: LastAnswer is when the latest answer came,
+// LastAnsweredSent when the latest answered probe left; an old probe
+// answered late does not move LastAnsweredSent back; a reset keeps both.
+func TestStatsAnswerTimes(t *testing.T) {
+	now := time.Unix(1000, 0)
+	peer := netip.MustParseAddrPort("198.19.2.1:9445")
+	m, err := New(Config{Peers: []Peer{{Name: "n2", Addr: peer}},
+		Interval: 10 * time.Millisecond, Timeout: 100 * time.Millisecond, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := m.Stats(false)[0]; !st.LastAnswer.IsZero() || !st.LastAnsweredSent.IsZero() || !st.Since.Equal(now) {
+		t.Fatalf("fresh peer: %+v", st)
+	}
+	s0, t0 := fakeSend(m, peer, now)
+	now = now.Add(10 * time.Millisecond)
+	s1, t1 := fakeSend(m, peer, now)
+	now = now.Add(5 * time.Millisecond)
+	m.onReply(peer, s1, t1)
+	now = now.Add(5 * time.Millisecond)
+	m.onReply(peer, s0, t0) // older probe, answered later
+	st := m.Stats(true)[0]
+	if !st.LastAnswer.Equal(now) || st.LastAnsweredSent.UnixNano() != t1 {
+		t.Fatalf("last answer %v (want %v), last answered sent %d (want %d)", st.LastAnswer, now, st.LastAnsweredSent.UnixNano(), t1)
+	}
+	if after := m.Stats(false)[0]; !after.LastAnswer.Equal(st.LastAnswer) || !after.LastAnsweredSent.Equal(st.LastAnsweredSent) || after.Sent != 0 {
+		t.Fatalf("reset: %+v; want zero counters and the same times", after)
+	}
+}
+
+// The peer set changes under a running mesh while stats and metrics are
+// read (run with -race): probing follows the newest set.
+func TestSetPeersWhileRunning(t *testing.T) {
+	a := netip.MustParseAddrPort("127.0.0.1:39463")
+	b := netip.MustParseAddrPort("127.0.0.1:39464")
+	c := netip.MustParseAddrPort("127.0.0.1:39465") // nobody answers
+	ma, cancelA, doneA := startMesh(t, Config{Listen: a, Interval: time.Millisecond, Timeout: 50 * time.Millisecond})
+	defer stop(t, cancelA, doneA)
+	_, cancelB, doneB := startMesh(t, Config{Listen: b, Interval: time.Millisecond})
+	defer stop(t, cancelB, doneB)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(ma.Collector())
+	var wg sync.WaitGroup
+	stopReads := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stopReads:
+				return
+			default:
+				ma.Stats(false)
+				_, _ = reg.Gather()
+			}
+		}
+	}()
+	sets := [][]Peer{{{Name: "b", Addr: b}}, {{Name: "c", Addr: c}}, {{Name: "b", Addr: b}, {Name: "c", Addr: c}}, nil}
+	for i := 0; i < 200; i++ {
+		if err := ma.SetPeers(sets[i%len(sets)]); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	close(stopReads)
+	wg.Wait()
+	if err := ma.SetPeers([]Peer{{Name: "b", Addr: b}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st := ma.Stats(false)
+		if len(st) == 1 && st[0].Peer == "b" && st[0].Received >= 20 && !st[0].LastAnsweredSent.Before(st[0].Since) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b never answered after the last SetPeers: %+v", st)
+		}
 	}
 }
 

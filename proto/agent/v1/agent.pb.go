@@ -132,18 +132,25 @@ func (*InfoRequest) Descriptor() ([]byte, []int) {
 }
 
 type InfoResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	Backend       string                 `protobuf:"bytes,3,opt,name=backend,proto3" json:"backend,omitempty"`                             // "ovs" or "kernel-vxlan"
-	Device        string                 `protobuf:"bytes,4,opt,name=device,proto3" json:"device,omitempty"`                               // e.g. "vxlan0", "flannel.1"
-	CurrentPort   uint32                 `protobuf:"varint,5,opt,name=current_port,json=currentPort,proto3" json:"current_port,omitempty"` // read back from the dataplane
-	Ready         bool                   `protobuf:"varint,6,opt,name=ready,proto3" json:"ready,omitempty"`
-	NotReady      []string               `protobuf:"bytes,7,rep,name=not_ready,json=notReady,proto3" json:"not_ready,omitempty"` // what is not ready, by name
-	Operation     *OperationStatus       `protobuf:"bytes,8,opt,name=operation,proto3" json:"operation,omitempty"`               // current or last operation
-	Labels        map[string]string      `protobuf:"bytes,9,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Node        string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Version     string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Backend     string                 `protobuf:"bytes,3,opt,name=backend,proto3" json:"backend,omitempty"`                             // "ovs" or "kernel-vxlan"
+	Device      string                 `protobuf:"bytes,4,opt,name=device,proto3" json:"device,omitempty"`                               // e.g. "vxlan0", "flannel.1"
+	CurrentPort uint32                 `protobuf:"varint,5,opt,name=current_port,json=currentPort,proto3" json:"current_port,omitempty"` // read back from the dataplane
+	Ready       bool                   `protobuf:"varint,6,opt,name=ready,proto3" json:"ready,omitempty"`
+	NotReady    []string               `protobuf:"bytes,7,rep,name=not_ready,json=notReady,proto3" json:"not_ready,omitempty"` // what is not ready, by name
+	Operation   *OperationStatus       `protobuf:"bytes,8,opt,name=operation,proto3" json:"operation,omitempty"`               // current or last operation
+	Labels      map[string]string      `protobuf:"bytes,9,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The overlay address (ip:port) this agent's probe mesh sends from and
+	// answers on: the address its peers probe. Empty while probing is off;
+	// probe_off_reason then says why (disabled by flag, no overlay address
+	// found yet, the socket failed). Probing being off never makes the agent
+	// not ready: verify decides what an unprobed node means.
+	ProbeAddress   string `protobuf:"bytes,10,opt,name=probe_address,json=probeAddress,proto3" json:"probe_address,omitempty"`
+	ProbeOffReason string `protobuf:"bytes,11,opt,name=probe_off_reason,json=probeOffReason,proto3" json:"probe_off_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -237,6 +244,20 @@ func (x *InfoResponse) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *InfoResponse) GetProbeAddress() string {
+	if x != nil {
+		return x.ProbeAddress
+	}
+	return ""
+}
+
+func (x *InfoResponse) GetProbeOffReason() string {
+	if x != nil {
+		return x.ProbeOffReason
+	}
+	return ""
 }
 
 type ClockRequest struct {
@@ -448,10 +469,18 @@ func (x *PreflightResponse) GetActions() []string {
 }
 
 type PrepareRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
-	FromPort      uint32                 `protobuf:"varint,2,opt,name=from_port,json=fromPort,proto3" json:"from_port,omitempty"`
-	ToPort        uint32                 `protobuf:"varint,3,opt,name=to_port,json=toPort,proto3" json:"to_port,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	FromPort    uint32                 `protobuf:"varint,2,opt,name=from_port,json=fromPort,proto3" json:"from_port,omitempty"`
+	ToPort      uint32                 `protobuf:"varint,3,opt,name=to_port,json=toPort,proto3" json:"to_port,omitempty"`
+	// The peers this node probes from now on, chosen by the coordinator from
+	// the agents' Info.probe_address. They replace the agent's peer set
+	// (including one given by its --probe-peers flag) once the prepare
+	// succeeds, and stay until a later Prepare with peers replaces them. A
+	// peer already probed under the same name and address keeps its
+	// counters (a replayed Prepare changes nothing); others start from zero.
+	// Empty: the peer set is left as it is.
+	ProbePeers    []*ProbePeer `protobuf:"bytes,4,rep,name=probe_peers,json=probePeers,proto3" json:"probe_peers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -507,6 +536,65 @@ func (x *PrepareRequest) GetToPort() uint32 {
 	return 0
 }
 
+func (x *PrepareRequest) GetProbePeers() []*ProbePeer {
+	if x != nil {
+		return x.ProbePeers
+	}
+	return nil
+}
+
+type ProbePeer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`       // the peer's node name
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"` // its Info.probe_address (ip:port)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProbePeer) Reset() {
+	*x = ProbePeer{}
+	mi := &file_agent_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbePeer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbePeer) ProtoMessage() {}
+
+func (x *ProbePeer) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbePeer.ProtoReflect.Descriptor instead.
+func (*ProbePeer) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ProbePeer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProbePeer) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
 type PrepareResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Status        *OperationStatus       `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
@@ -516,7 +604,7 @@ type PrepareResponse struct {
 
 func (x *PrepareResponse) Reset() {
 	*x = PrepareResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +616,7 @@ func (x *PrepareResponse) String() string {
 func (*PrepareResponse) ProtoMessage() {}
 
 func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +629,7 @@ func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareResponse.ProtoReflect.Descriptor instead.
 func (*PrepareResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PrepareResponse) GetStatus() *OperationStatus {
@@ -566,7 +654,7 @@ type CommitRequest struct {
 
 func (x *CommitRequest) Reset() {
 	*x = CommitRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +666,7 @@ func (x *CommitRequest) String() string {
 func (*CommitRequest) ProtoMessage() {}
 
 func (x *CommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +679,7 @@ func (x *CommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
 func (*CommitRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommitRequest) GetOperationId() string {
@@ -627,7 +715,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +727,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +740,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CommitResponse) GetStatus() *OperationStatus {
@@ -692,7 +780,7 @@ type ConfirmRequest struct {
 
 func (x *ConfirmRequest) Reset() {
 	*x = ConfirmRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +792,7 @@ func (x *ConfirmRequest) String() string {
 func (*ConfirmRequest) ProtoMessage() {}
 
 func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +805,7 @@ func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ConfirmRequest) GetOperationId() string {
@@ -737,7 +825,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +837,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +850,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RollbackRequest) GetOperationId() string {
@@ -788,7 +876,7 @@ type FinalizeRequest struct {
 
 func (x *FinalizeRequest) Reset() {
 	*x = FinalizeRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +888,7 @@ func (x *FinalizeRequest) String() string {
 func (*FinalizeRequest) ProtoMessage() {}
 
 func (x *FinalizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +901,7 @@ func (x *FinalizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FinalizeRequest) GetOperationId() string {
@@ -832,7 +920,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +932,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +945,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatusRequest) GetOperationId() string {
@@ -885,7 +973,7 @@ type OperationStatus struct {
 
 func (x *OperationStatus) Reset() {
 	*x = OperationStatus{}
-	mi := &file_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +985,7 @@ func (x *OperationStatus) String() string {
 func (*OperationStatus) ProtoMessage() {}
 
 func (x *OperationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +998,7 @@ func (x *OperationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationStatus.ProtoReflect.Descriptor instead.
 func (*OperationStatus) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OperationStatus) GetOperationId() string {
@@ -992,7 +1080,7 @@ type ProbeStatsRequest struct {
 
 func (x *ProbeStatsRequest) Reset() {
 	*x = ProbeStatsRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1092,7 @@ func (x *ProbeStatsRequest) String() string {
 func (*ProbeStatsRequest) ProtoMessage() {}
 
 func (x *ProbeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1105,7 @@ func (x *ProbeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeStatsRequest.ProtoReflect.Descriptor instead.
 func (*ProbeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ProbeStatsRequest) GetReset_() bool {
@@ -1032,13 +1120,17 @@ type ProbeStatsResponse struct {
 	Node           string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	IntervalMicros int64                  `protobuf:"varint,2,opt,name=interval_micros,json=intervalMicros,proto3" json:"interval_micros,omitempty"`
 	Peers          []*PeerProbeStats      `protobuf:"bytes,3,rep,name=peers,proto3" json:"peers,omitempty"`
+	Address        string                 `protobuf:"bytes,4,opt,name=address,proto3" json:"address,omitempty"`                                   // as Info.probe_address; empty while probing is off
+	NowUnixNano    int64                  `protobuf:"varint,5,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`     // agent clock when the figures were taken
+	TimeoutMicros  int64                  `protobuf:"varint,6,opt,name=timeout_micros,json=timeoutMicros,proto3" json:"timeout_micros,omitempty"` // a probe unanswered this long counts as lost
+	OffReason      string                 `protobuf:"bytes,7,opt,name=off_reason,json=offReason,proto3" json:"off_reason,omitempty"`              // as Info.probe_off_reason
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ProbeStatsResponse) Reset() {
 	*x = ProbeStatsResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1142,7 @@ func (x *ProbeStatsResponse) String() string {
 func (*ProbeStatsResponse) ProtoMessage() {}
 
 func (x *ProbeStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1155,7 @@ func (x *ProbeStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeStatsResponse.ProtoReflect.Descriptor instead.
 func (*ProbeStatsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ProbeStatsResponse) GetNode() string {
@@ -1087,6 +1179,34 @@ func (x *ProbeStatsResponse) GetPeers() []*PeerProbeStats {
 	return nil
 }
 
+func (x *ProbeStatsResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ProbeStatsResponse) GetNowUnixNano() int64 {
+	if x != nil {
+		return x.NowUnixNano
+	}
+	return 0
+}
+
+func (x *ProbeStatsResponse) GetTimeoutMicros() int64 {
+	if x != nil {
+		return x.TimeoutMicros
+	}
+	return 0
+}
+
+func (x *ProbeStatsResponse) GetOffReason() string {
+	if x != nil {
+		return x.OffReason
+	}
+	return ""
+}
+
 type PeerProbeStats struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Peer             string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
@@ -1095,13 +1215,22 @@ type PeerProbeStats struct {
 	Received         uint64                 `protobuf:"varint,4,opt,name=received,proto3" json:"received,omitempty"`
 	Lost             uint64                 `protobuf:"varint,5,opt,name=lost,proto3" json:"lost,omitempty"`
 	LongestGapMicros int64                  `protobuf:"varint,6,opt,name=longest_gap_micros,json=longestGapMicros,proto3" json:"longest_gap_micros,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Times of the agent's clock (the one of Clock and of Commit's
+	// at_unix_nano), 0 for never; a counter reset keeps them.
+	// When probing this peer began (start-up, or the Prepare that added it).
+	ProbingSinceUnixNano int64 `protobuf:"varint,7,opt,name=probing_since_unix_nano,json=probingSinceUnixNano,proto3" json:"probing_since_unix_nano,omitempty"`
+	// When the latest answer from this peer arrived.
+	LastAnswerUnixNano int64 `protobuf:"varint,8,opt,name=last_answer_unix_nano,json=lastAnswerUnixNano,proto3" json:"last_answer_unix_nano,omitempty"`
+	// When the latest answered probe was sent. A value after the commit
+	// instant proves a full round trip over the overlay after the flip.
+	LastAnsweredSentUnixNano int64 `protobuf:"varint,9,opt,name=last_answered_sent_unix_nano,json=lastAnsweredSentUnixNano,proto3" json:"last_answered_sent_unix_nano,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *PeerProbeStats) Reset() {
 	*x = PeerProbeStats{}
-	mi := &file_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1242,7 @@ func (x *PeerProbeStats) String() string {
 func (*PeerProbeStats) ProtoMessage() {}
 
 func (x *PeerProbeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1255,7 @@ func (x *PeerProbeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerProbeStats.ProtoReflect.Descriptor instead.
 func (*PeerProbeStats) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PeerProbeStats) GetPeer() string {
@@ -1171,12 +1300,33 @@ func (x *PeerProbeStats) GetLongestGapMicros() int64 {
 	return 0
 }
 
+func (x *PeerProbeStats) GetProbingSinceUnixNano() int64 {
+	if x != nil {
+		return x.ProbingSinceUnixNano
+	}
+	return 0
+}
+
+func (x *PeerProbeStats) GetLastAnswerUnixNano() int64 {
+	if x != nil {
+		return x.LastAnswerUnixNano
+	}
+	return 0
+}
+
+func (x *PeerProbeStats) GetLastAnsweredSentUnixNano() int64 {
+	if x != nil {
+		return x.LastAnsweredSentUnixNano
+	}
+	return 0
+}
+
 var File_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"\x14agent/v1/agent.proto\x12\x10cutover.agent.v1\"\r\n" +
-	"\vInfoRequest\"\x84\x03\n" +
+	"\vInfoRequest\"\xd3\x03\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x18\n" +
@@ -1186,7 +1336,10 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x05ready\x18\x06 \x01(\bR\x05ready\x12\x1b\n" +
 	"\tnot_ready\x18\a \x03(\tR\bnotReady\x12?\n" +
 	"\toperation\x18\b \x01(\v2!.cutover.agent.v1.OperationStatusR\toperation\x12B\n" +
-	"\x06labels\x18\t \x03(\v2*.cutover.agent.v1.InfoResponse.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\t \x03(\v2*.cutover.agent.v1.InfoResponse.LabelsEntryR\x06labels\x12#\n" +
+	"\rprobe_address\x18\n" +
+	" \x01(\tR\fprobeAddress\x12(\n" +
+	"\x10probe_off_reason\x18\v \x01(\tR\x0eprobeOffReason\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0e\n" +
@@ -1202,11 +1355,16 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x10target_port_free\x18\x02 \x01(\bR\x0etargetPortFree\x12(\n" +
 	"\x10target_port_user\x18\x03 \x01(\tR\x0etargetPortUser\x12\x1a\n" +
 	"\bproblems\x18\x04 \x03(\tR\bproblems\x12\x18\n" +
-	"\aactions\x18\x05 \x03(\tR\aactions\"i\n" +
+	"\aactions\x18\x05 \x03(\tR\aactions\"\xa7\x01\n" +
 	"\x0ePrepareRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1b\n" +
 	"\tfrom_port\x18\x02 \x01(\rR\bfromPort\x12\x17\n" +
-	"\ato_port\x18\x03 \x01(\rR\x06toPort\"L\n" +
+	"\ato_port\x18\x03 \x01(\rR\x06toPort\x12<\n" +
+	"\vprobe_peers\x18\x04 \x03(\v2\x1b.cutover.agent.v1.ProbePeerR\n" +
+	"probePeers\"9\n" +
+	"\tProbePeer\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"L\n" +
 	"\x0fPrepareResponse\x129\n" +
 	"\x06status\x18\x01 \x01(\v2!.cutover.agent.v1.OperationStatusR\x06status\"{\n" +
 	"\rCommitRequest\x12!\n" +
@@ -1243,18 +1401,26 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x11updated_unix_nano\x18\n" +
 	" \x01(\x03R\x0fupdatedUnixNano\")\n" +
 	"\x11ProbeStatsRequest\x12\x14\n" +
-	"\x05reset\x18\x01 \x01(\bR\x05reset\"\x89\x01\n" +
+	"\x05reset\x18\x01 \x01(\bR\x05reset\"\x8d\x02\n" +
 	"\x12ProbeStatsResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12'\n" +
 	"\x0finterval_micros\x18\x02 \x01(\x03R\x0eintervalMicros\x126\n" +
-	"\x05peers\x18\x03 \x03(\v2 .cutover.agent.v1.PeerProbeStatsR\x05peers\"\xb0\x01\n" +
+	"\x05peers\x18\x03 \x03(\v2 .cutover.agent.v1.PeerProbeStatsR\x05peers\x12\x18\n" +
+	"\aaddress\x18\x04 \x01(\tR\aaddress\x12\"\n" +
+	"\rnow_unix_nano\x18\x05 \x01(\x03R\vnowUnixNano\x12%\n" +
+	"\x0etimeout_micros\x18\x06 \x01(\x03R\rtimeoutMicros\x12\x1d\n" +
+	"\n" +
+	"off_reason\x18\a \x01(\tR\toffReason\"\xda\x02\n" +
 	"\x0ePeerProbeStats\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04sent\x18\x03 \x01(\x04R\x04sent\x12\x1a\n" +
 	"\breceived\x18\x04 \x01(\x04R\breceived\x12\x12\n" +
 	"\x04lost\x18\x05 \x01(\x04R\x04lost\x12,\n" +
-	"\x12longest_gap_micros\x18\x06 \x01(\x03R\x10longestGapMicros*\xba\x01\n" +
+	"\x12longest_gap_micros\x18\x06 \x01(\x03R\x10longestGapMicros\x125\n" +
+	"\x17probing_since_unix_nano\x18\a \x01(\x03R\x14probingSinceUnixNano\x121\n" +
+	"\x15last_answer_unix_nano\x18\b \x01(\x03R\x12lastAnswerUnixNano\x12>\n" +
+	"\x1clast_answered_sent_unix_nano\x18\t \x01(\x03R\x18lastAnsweredSentUnixNano*\xba\x01\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1292,7 +1458,7 @@ func file_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_agent_v1_agent_proto_goTypes = []any{
 	(Phase)(0),                 // 0: cutover.agent.v1.Phase
 	(*InfoRequest)(nil),        // 1: cutover.agent.v1.InfoRequest
@@ -1302,51 +1468,53 @@ var file_agent_v1_agent_proto_goTypes = []any{
 	(*PreflightRequest)(nil),   // 5: cutover.agent.v1.PreflightRequest
 	(*PreflightResponse)(nil),  // 6: cutover.agent.v1.PreflightResponse
 	(*PrepareRequest)(nil),     // 7: cutover.agent.v1.PrepareRequest
-	(*PrepareResponse)(nil),    // 8: cutover.agent.v1.PrepareResponse
-	(*CommitRequest)(nil),      // 9: cutover.agent.v1.CommitRequest
-	(*CommitResponse)(nil),     // 10: cutover.agent.v1.CommitResponse
-	(*ConfirmRequest)(nil),     // 11: cutover.agent.v1.ConfirmRequest
-	(*RollbackRequest)(nil),    // 12: cutover.agent.v1.RollbackRequest
-	(*FinalizeRequest)(nil),    // 13: cutover.agent.v1.FinalizeRequest
-	(*StatusRequest)(nil),      // 14: cutover.agent.v1.StatusRequest
-	(*OperationStatus)(nil),    // 15: cutover.agent.v1.OperationStatus
-	(*ProbeStatsRequest)(nil),  // 16: cutover.agent.v1.ProbeStatsRequest
-	(*ProbeStatsResponse)(nil), // 17: cutover.agent.v1.ProbeStatsResponse
-	(*PeerProbeStats)(nil),     // 18: cutover.agent.v1.PeerProbeStats
-	nil,                        // 19: cutover.agent.v1.InfoResponse.LabelsEntry
+	(*ProbePeer)(nil),          // 8: cutover.agent.v1.ProbePeer
+	(*PrepareResponse)(nil),    // 9: cutover.agent.v1.PrepareResponse
+	(*CommitRequest)(nil),      // 10: cutover.agent.v1.CommitRequest
+	(*CommitResponse)(nil),     // 11: cutover.agent.v1.CommitResponse
+	(*ConfirmRequest)(nil),     // 12: cutover.agent.v1.ConfirmRequest
+	(*RollbackRequest)(nil),    // 13: cutover.agent.v1.RollbackRequest
+	(*FinalizeRequest)(nil),    // 14: cutover.agent.v1.FinalizeRequest
+	(*StatusRequest)(nil),      // 15: cutover.agent.v1.StatusRequest
+	(*OperationStatus)(nil),    // 16: cutover.agent.v1.OperationStatus
+	(*ProbeStatsRequest)(nil),  // 17: cutover.agent.v1.ProbeStatsRequest
+	(*ProbeStatsResponse)(nil), // 18: cutover.agent.v1.ProbeStatsResponse
+	(*PeerProbeStats)(nil),     // 19: cutover.agent.v1.PeerProbeStats
+	nil,                        // 20: cutover.agent.v1.InfoResponse.LabelsEntry
 }
 var file_agent_v1_agent_proto_depIdxs = []int32{
-	15, // 0: cutover.agent.v1.InfoResponse.operation:type_name -> cutover.agent.v1.OperationStatus
-	19, // 1: cutover.agent.v1.InfoResponse.labels:type_name -> cutover.agent.v1.InfoResponse.LabelsEntry
-	15, // 2: cutover.agent.v1.PrepareResponse.status:type_name -> cutover.agent.v1.OperationStatus
-	15, // 3: cutover.agent.v1.CommitResponse.status:type_name -> cutover.agent.v1.OperationStatus
-	0,  // 4: cutover.agent.v1.OperationStatus.phase:type_name -> cutover.agent.v1.Phase
-	18, // 5: cutover.agent.v1.ProbeStatsResponse.peers:type_name -> cutover.agent.v1.PeerProbeStats
-	1,  // 6: cutover.agent.v1.AgentService.Info:input_type -> cutover.agent.v1.InfoRequest
-	3,  // 7: cutover.agent.v1.AgentService.Clock:input_type -> cutover.agent.v1.ClockRequest
-	5,  // 8: cutover.agent.v1.AgentService.Preflight:input_type -> cutover.agent.v1.PreflightRequest
-	7,  // 9: cutover.agent.v1.AgentService.Prepare:input_type -> cutover.agent.v1.PrepareRequest
-	9,  // 10: cutover.agent.v1.AgentService.Commit:input_type -> cutover.agent.v1.CommitRequest
-	11, // 11: cutover.agent.v1.AgentService.Confirm:input_type -> cutover.agent.v1.ConfirmRequest
-	12, // 12: cutover.agent.v1.AgentService.Rollback:input_type -> cutover.agent.v1.RollbackRequest
-	13, // 13: cutover.agent.v1.AgentService.Finalize:input_type -> cutover.agent.v1.FinalizeRequest
-	14, // 14: cutover.agent.v1.AgentService.Status:input_type -> cutover.agent.v1.StatusRequest
-	16, // 15: cutover.agent.v1.AgentService.ProbeStats:input_type -> cutover.agent.v1.ProbeStatsRequest
-	2,  // 16: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
-	4,  // 17: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
-	6,  // 18: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
-	8,  // 19: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
-	10, // 20: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
-	15, // 21: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
-	15, // 22: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
-	15, // 23: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
-	15, // 24: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
-	17, // 25: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
-	16, // [16:26] is the sub-list for method output_type
-	6,  // [6:16] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	16, // 0: cutover.agent.v1.InfoResponse.operation:type_name -> cutover.agent.v1.OperationStatus
+	20, // 1: cutover.agent.v1.InfoResponse.labels:type_name -> cutover.agent.v1.InfoResponse.LabelsEntry
+	8,  // 2: cutover.agent.v1.PrepareRequest.probe_peers:type_name -> cutover.agent.v1.ProbePeer
+	16, // 3: cutover.agent.v1.PrepareResponse.status:type_name -> cutover.agent.v1.OperationStatus
+	16, // 4: cutover.agent.v1.CommitResponse.status:type_name -> cutover.agent.v1.OperationStatus
+	0,  // 5: cutover.agent.v1.OperationStatus.phase:type_name -> cutover.agent.v1.Phase
+	19, // 6: cutover.agent.v1.ProbeStatsResponse.peers:type_name -> cutover.agent.v1.PeerProbeStats
+	1,  // 7: cutover.agent.v1.AgentService.Info:input_type -> cutover.agent.v1.InfoRequest
+	3,  // 8: cutover.agent.v1.AgentService.Clock:input_type -> cutover.agent.v1.ClockRequest
+	5,  // 9: cutover.agent.v1.AgentService.Preflight:input_type -> cutover.agent.v1.PreflightRequest
+	7,  // 10: cutover.agent.v1.AgentService.Prepare:input_type -> cutover.agent.v1.PrepareRequest
+	10, // 11: cutover.agent.v1.AgentService.Commit:input_type -> cutover.agent.v1.CommitRequest
+	12, // 12: cutover.agent.v1.AgentService.Confirm:input_type -> cutover.agent.v1.ConfirmRequest
+	13, // 13: cutover.agent.v1.AgentService.Rollback:input_type -> cutover.agent.v1.RollbackRequest
+	14, // 14: cutover.agent.v1.AgentService.Finalize:input_type -> cutover.agent.v1.FinalizeRequest
+	15, // 15: cutover.agent.v1.AgentService.Status:input_type -> cutover.agent.v1.StatusRequest
+	17, // 16: cutover.agent.v1.AgentService.ProbeStats:input_type -> cutover.agent.v1.ProbeStatsRequest
+	2,  // 17: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
+	4,  // 18: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
+	6,  // 19: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
+	9,  // 20: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
+	11, // 21: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
+	16, // 22: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
+	16, // 23: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
+	16, // 24: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
+	16, // 25: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
+	18, // 26: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
+	17, // [17:27] is the sub-list for method output_type
+	7,  // [7:17] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_agent_v1_agent_proto_init() }
@@ -1360,7 +1528,7 @@ func file_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_v1_agent_proto_rawDesc), len(file_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
