@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/pkg/ifaddr"
 	"github.com/cutover-dev/cutover/pkg/netns"
-	"github.com/cutover-dev/cutover/pkg/testenv"
 )
 
 // The agent's discovery through the real driver, per backend, in a fresh

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/pkg/ifaddr"
 	"github.com/cutover-dev/cutover/pkg/netns"
-	"github.com/cutover-dev/cutover/pkg/testenv"
 )
 
 func ip(t *testing.T, ns string, args ...string) {
