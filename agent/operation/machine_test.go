@@ -638,8 +638,8 @@ func TestFileStoreRoundTripAndCorruption(t *testing.T) {
 	if err != nil || !out.Deadline.Equal(in.Deadline) || data.String() != `{"x":1}` || out.Phase != PhaseCommitted {
 		t.Fatalf("round trip: %+v %v", out, err)
 	}
-	if _, err := os.Stat(s.Path() + ".tmp"); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("temporary file left behind: %v", err)
+	if ents, err := os.ReadDir(s.Dir); err != nil || len(ents) != 1 {
+		t.Fatalf("state dir holds %v (%v), want only %s: a temporary file left behind?", ents, err, StateFile)
 	}
 	os.WriteFile(s.Path(), []byte("{not json"), 0o600)
 	if _, err := New(context.Background(), Options{Backend: dataplane.NewFake("ovs", "vxlan0", from), Store: s, Logger: quiet}); err == nil ||

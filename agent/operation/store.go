@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/cutover-dev/cutover/pkg/atomicfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,15 +66,12 @@ func (s FileStore) Save(r Record) error {
 	if err != nil {
 		return &StoreError{Op: "encode", Path: s.Path(), Err: err}
 	}
-	tmp := s.Path() + ".tmp"
-	if err := writeSync(tmp, append(b, '\n')); err != nil {
-		return &StoreError{Op: "write", Path: tmp, Err: err}
-	}
-	if err := os.Rename(tmp, s.Path()); err != nil {
-		return &StoreError{Op: "rename", Path: s.Path(), Err: err}
-	}
-	if err := syncDir(s.Dir); err != nil {
-		return &StoreError{Op: "fsync", Path: s.Dir, Err: err}
+	if err := atomicfile.WriteFile(s.Path(), append(b, '\n'), 0o600); err != nil {
+		var ae *atomicfile.Error
+		if errors.As(err, &ae) {
+			return &StoreError{Op: ae.Op, Path: ae.Path, Err: ae.Err}
+		}
+		return &StoreError{Op: "write", Path: s.Path(), Err: err}
 	}
 	return nil
 }
@@ -111,38 +109,10 @@ func (s FileStore) Check() error {
 // checkPattern names Check's probe files (the * is made unique per call).
 const checkPattern = ".write-check-*"
 
-func writeSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	if err := d.Sync(); err != nil {
-		_ = d.Close()
-		return err
-	}
-	return d.Close()
-}
-
 // StoreError is a failure to persist or read the operation record. Its
 // message names the path and the errno, so an operator can act on it.
 type StoreError struct {
-	Op   string // read, parse, encode, write, rename, fsync, remove
+	Op   string // read, parse, encode, write, "fsync dir", remove
 	Path string
 	Err  error
 }

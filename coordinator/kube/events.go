@@ -132,7 +132,7 @@ func (r *Recorder) Close() {
 // transition, so the journal is the one place that sees them all, also
 // for operations resumed by a new leader.
 type Milestones struct {
-	Store
+	coordinator.JournalStore
 	rec *Recorder
 
 	mu   sync.Mutex
@@ -140,14 +140,14 @@ type Milestones struct {
 }
 
 // WithMilestones returns s recording milestone Events through rec.
-func WithMilestones(s Store, rec *Recorder) *Milestones {
-	return &Milestones{Store: s, rec: rec, last: map[string]coordinator.Record{}}
+func WithMilestones(s coordinator.JournalStore, rec *Recorder) *Milestones {
+	return &Milestones{JournalStore: s, rec: rec, last: map[string]coordinator.Record{}}
 }
 
-// Load implements Store; loaded records are the baseline, so a resumed
+// Load implements coordinator.JournalStore; loaded records are the baseline, so a resumed
 // operation does not announce its start again.
 func (m *Milestones) Load() ([]coordinator.Record, error) {
-	recs, err := m.Store.Load()
+	recs, err := m.JournalStore.Load()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range recs {
@@ -156,9 +156,9 @@ func (m *Milestones) Load() ([]coordinator.Record, error) {
 	return recs, err
 }
 
-// Save implements Store: the Event follows a successful save only.
+// Save implements coordinator.JournalStore: the Event follows a successful save only.
 func (m *Milestones) Save(r coordinator.Record) error {
-	if err := m.Store.Save(r); err != nil {
+	if err := m.JournalStore.Save(r); err != nil {
 		return err
 	}
 	m.mu.Lock()

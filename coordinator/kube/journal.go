@@ -21,17 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Store is what the coordinator needs of a journal: the file journal
-// (coordinator.Journal) and the cluster one (Journal) both satisfy it.
-type Store interface {
-	Save(coordinator.Record) error
-	Load() ([]coordinator.Record, error)
-}
-
-var (
-	_ Store = (*coordinator.Journal)(nil)
-	_ Store = (*Journal)(nil)
-)
+// The cluster journal is a coordinator.JournalStore, like the file one:
+// one interface for both, defined where the coordinator uses it.
+var _ coordinator.JournalStore = (*Journal)(nil)
 
 // Labels and annotations on the journal's ConfigMaps.
 const (

@@ -79,9 +79,9 @@ func (c Config) Validate() error {
 // seams call back into. Everything in it stops with the leadership's
 // context.
 type Session struct {
-	Inventory coordinator.Inventory // discovered at leadership start
-	Journal   Store                 // ConfigMap journal, with milestone Events
-	Source    SourceOfTruth         // nil without --cni
+	Inventory coordinator.Inventory    // discovered at leadership start
+	Journal   coordinator.JournalStore // ConfigMap journal, with milestone Events
+	Source    SourceOfTruth            // nil without --cni
 
 	discovery *Discovery
 	recorder  *Recorder

@@ -1,46 +1,21 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os/exec"
 	"strings"
+
+	"github.com/cutover-dev/cutover/pkg/execseam"
 )
 
-// ExecError is a failed command: its argv, what it was fed, its output.
-type ExecError struct {
-	Argv   []string
-	Stdin  string // the batch script, when there was one
-	Output string
-	Err    error
-}
-
-func (e *ExecError) Error() string {
-	s := fmt.Sprintf("%s: %v: %s", strings.Join(e.Argv, " "), e.Err, strings.TrimSpace(e.Output))
-	if e.Stdin != "" {
-		s += "\n--- batch ---\n" + strings.TrimSpace(e.Stdin)
-	}
-	return s
-}
-
-func (e *ExecError) Unwrap() error { return e.Err }
-
-// run is the one exec seam of the lab's own configuration: ip and bridge
+// run is the one exec path of the lab's own configuration: ip and bridge
 // batches. Batches keep a 64-node kernel-VXLAN lab (≈12k FDB, neighbor and
-// route entries) to one exec per node instead of one per entry.
+// route entries) to one exec per node instead of one per entry. A failure is
+// an *execseam.Error naming the batch.
 func run(ctx context.Context, stdin string, argv ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return out.String(), &ExecError{Argv: cmd.Args, Stdin: stdin, Output: out.String(), Err: err}
-	}
-	return out.String(), nil
+	out, err := execseam.Run(exec.CommandContext(ctx, argv[0], argv[1:]...), stdin)
+	return string(out), err
 }
 
 // ipBatch runs `ip` commands (one per line, without the leading "ip")

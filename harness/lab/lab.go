@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/harness/ovsproc"
+	"github.com/cutover-dev/cutover/pkg/execseam"
 	"github.com/cutover-dev/cutover/pkg/netns"
 )
 
@@ -409,11 +410,8 @@ func (l *Lab) Exec(ctx context.Context, node string, argv ...string) (string, er
 	if err != nil {
 		return "", err
 	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), &ExecError{Argv: cmd.Args, Output: string(out), Err: err}
-	}
-	return string(out), nil
+	out, err := execseam.Run(cmd, "")
+	return string(out), err
 }
 
 // Port reads node's VXLAN port back from the dataplane itself: OVS vxlan0

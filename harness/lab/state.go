@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/cutover-dev/cutover/pkg/atomicfile"
 )
 
 // StateFile is the name of the lab's record inside its dir.
@@ -24,19 +26,15 @@ type state struct {
 	PKIDir         string `json:"pki_dir,omitempty"`
 }
 
-// save writes lab.json atomically (temp file + rename), so a crash never
-// leaves a torn record. Callers hold l.mu.
+// save writes lab.json atomically, so a crash never leaves a torn record.
+// Callers hold l.mu.
 func (l *Lab) save() error {
 	data, err := json.MarshalIndent(&l.st, "", "  ")
 	if err != nil {
 		return err
 	}
 	p := filepath.Join(l.st.Config.Dir, StateFile)
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
-		return fmt.Errorf("lab: write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
+	if err := atomicfile.WriteFile(p, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("lab: %w", err)
 	}
 	return nil

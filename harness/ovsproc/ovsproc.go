@@ -14,7 +14,6 @@
 package ovsproc
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +25,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cutover-dev/cutover/pkg/execseam"
 )
 
 // Schema is the Open_vSwitch database schema shipped by openvswitch-common.
@@ -269,26 +270,9 @@ func (i *Instance) Appctl(ctx context.Context, args ...string) (string, error) {
 	return run(i.hostCommand(ctx, "ovs-appctl", append([]string{"-t", filepath.Join(i.Dir, "ovs-vswitchd.ctl")}, args...)...))
 }
 
-// ExecError is a failed ovs-* tool run: its argv, combined output and cause.
-type ExecError struct {
-	Argv   []string
-	Output string
-	Err    error
-}
-
-func (e *ExecError) Error() string {
-	return fmt.Sprintf("%s: %v: %s", strings.Join(e.Argv, " "), e.Err, strings.TrimSpace(e.Output))
-}
-
-func (e *ExecError) Unwrap() error { return e.Err }
-
 func run(cmd *exec.Cmd) (string, error) {
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return out.String(), &ExecError{Argv: cmd.Args, Output: out.String(), Err: err}
-	}
-	return out.String(), nil
+	out, err := execseam.Run(cmd, "")
+	return string(out), err
 }
 
 // VswitchdPID is the PID of the running ovs-vswitchd, 0 when none runs.

@@ -1,48 +1,16 @@
 package sdnsim
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 
+	"github.com/cutover-dev/cutover/pkg/execseam"
 	"github.com/cutover-dev/cutover/pkg/openflow"
 	"github.com/cutover-dev/cutover/pkg/ovsdb"
 )
-
-// ExecFunc is the exec seam: run argv with env added, return stdout; on
-// failure an *ExecError.
-type ExecFunc func(ctx context.Context, argv []string, env []string) ([]byte, error)
-
-// ExecError is a failed command: argv, output, cause.
-type ExecError struct {
-	Argv   []string
-	Output string
-	Err    error
-}
-
-func (e *ExecError) Error() string {
-	return fmt.Sprintf("%s: %v: %s", strings.Join(e.Argv, " "), e.Err, strings.TrimSpace(e.Output))
-}
-
-func (e *ExecError) Unwrap() error { return e.Err }
-
-// Exec runs argv for real.
-func Exec(ctx context.Context, argv []string, env []string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return out.Bytes(), &ExecError{Argv: argv, Output: out.String() + errb.String(), Err: err}
-	}
-	return out.Bytes(), nil
-}
 
 // OVSNode is a lab node as openshift-sdn sees it: its Open vSwitch (reached
 // over unix sockets from any namespace, as the SDN container reaches the
@@ -53,10 +21,10 @@ type OVSNode struct {
 	// FlowsFile holds the pods' flows (ovs-ofctl syntax, one a line),
 	// re-attached at every rebuild.
 	FlowsFile string
-	Addr      netip.Prefix // br0's address (the node's pod gateway)
-	MTU       int          // br0's MTU, 0: leave
-	HWAddr    string       // br0's other_config:hwaddr, "": OVS picks one
-	Exec      ExecFunc     // nil: Exec
+	Addr      netip.Prefix  // br0's address (the node's pod gateway)
+	MTU       int           // br0's MTU, 0: leave
+	HWAddr    string        // br0's other_config:hwaddr, "": OVS picks one
+	Exec      execseam.Func // nil: execseam.Exec
 
 	mu   sync.Mutex
 	db   *ovsdb.Client
@@ -71,7 +39,7 @@ const (
 func (n *OVSNode) run(ctx context.Context, argv ...string) (string, error) {
 	ex := n.Exec
 	if ex == nil {
-		ex = Exec
+		ex = execseam.Exec
 	}
 	env := []string{"OVS_RUNDIR=" + n.OVSDir, "OVS_DBDIR=" + n.OVSDir, "OVS_LOGDIR=" + n.OVSDir, "OVS_SYSCONFDIR=" + n.OVSDir}
 	out, err := ex(ctx, argv, env)
@@ -87,7 +55,7 @@ func (n *OVSNode) inNetns(argv ...string) []string {
 }
 
 func (n *OVSNode) of() *openflow.Client {
-	return &openflow.Client{RunDir: n.OVSDir, Exec: openflow.ExecFunc(n.Exec)}
+	return &openflow.Client{RunDir: n.OVSDir, Exec: n.Exec}
 }
 
 // Reconnect implements Node.

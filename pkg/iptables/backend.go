@@ -1,13 +1,13 @@
 package iptables
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/cutover-dev/cutover/pkg/execseam"
 )
 
 // Backends. A node uses one of them; rules written with the other live in a
@@ -17,22 +17,6 @@ const (
 	BackendLegacy = "legacy"
 	BackendAuto   = "auto"
 )
-
-// Runner is the exec seam for backend detection: run argv, return stdout.
-// Detection only reads (the *-save commands and --version).
-type Runner func(ctx context.Context, argv []string) ([]byte, error)
-
-// ExecRunner runs argv on the calling OS thread, and so inside whatever
-// network namespace that thread is in (see netns.Do).
-func ExecRunner(ctx context.Context, argv []string) ([]byte, error) {
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.Bytes(), fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.Bytes(), nil
-}
 
 // Detection is what Detect saw, so the choice can be logged and explained.
 type Detection struct {
@@ -49,13 +33,16 @@ type Detection struct {
 // either (or a tie), the backend `iptables` points to by default wins, as
 // `iptables --version` says "(nf_tables)" or "(legacy)". A missing *-save
 // binary counts as zero rules; only IPv4 is counted (the overlay is IPv4).
-func Detect(ctx context.Context, run Runner) (Detection, error) {
+// Detection only reads (the *-save commands and --version), through run,
+// the exec seam; nil runs the real commands. They run on the calling OS
+// thread, and so inside whatever network namespace it is in (netns.Do).
+func Detect(ctx context.Context, run execseam.Func) (Detection, error) {
 	if run == nil {
-		run = ExecRunner
+		run = execseam.Exec
 	}
 	var d Detection
-	legacy, lerr := run(ctx, []string{"iptables-legacy-save"})
-	nft, nerr := run(ctx, []string{"iptables-nft-save"})
+	legacy, lerr := run(ctx, []string{"iptables-legacy-save"}, nil)
+	nft, nerr := run(ctx, []string{"iptables-nft-save"}, nil)
 	if lerr != nil && nerr != nil {
 		return d, fmt.Errorf("iptables: detect backend: neither save command works: %w", errors.Join(lerr, nerr))
 	}
@@ -74,7 +61,7 @@ func Detect(ctx context.Context, run Runner) (Detection, error) {
 		d.Backend, d.Reason = BackendNFT, fmt.Sprintf("nft holds more rules (%d > %d)", d.NFTRules, d.LegacyRules)
 		return d, nil
 	}
-	out, err := run(ctx, []string{"iptables", "--version"})
+	out, err := run(ctx, []string{"iptables", "--version"}, nil)
 	if err != nil {
 		return d, fmt.Errorf("iptables: detect backend: both backends hold %d rules and the default is unknown: %w", d.NFTRules, err)
 	}

@@ -33,7 +33,7 @@ type canned map[string]struct {
 	err error
 }
 
-func (c canned) run(_ context.Context, argv []string) ([]byte, error) {
+func (c canned) run(_ context.Context, argv []string, _ []string) ([]byte, error) {
 	r, ok := c[strings.Join(argv, " ")]
 	if !ok {
 		return nil, errors.New("not installed: " + argv[0])

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	goipt "github.com/coreos/go-iptables/iptables"
+	"github.com/cutover-dev/cutover/pkg/execseam"
 )
 
 // Interface is everything the agent does to the firewall. The reconciler sees
@@ -46,7 +47,7 @@ type Config struct {
 	// stuck holder cannot hang the agent; 0 means 10s.
 	LockWait time.Duration
 	// Run is the exec seam for detection; nil runs the real commands.
-	Run Runner
+	Run execseam.Func
 }
 
 // Client drives one backend's iptables binary through go-iptables. Commands

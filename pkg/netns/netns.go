@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/cutover-dev/cutover/pkg/execseam"
 	"github.com/vishvananda/netns"
 )
 
@@ -29,12 +30,12 @@ func Create(name string) error {
 	if Exists(name) {
 		return fmt.Errorf("netns %q: already exists", name)
 	}
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		return fmt.Errorf("ip netns add %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	if _, err := execseam.Run(exec.Command("ip", "netns", "add", name), ""); err != nil {
+		return err
 	}
-	if out, err := Command(name, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+	if _, err := execseam.Run(Command(name, "ip", "link", "set", "lo", "up"), ""); err != nil {
 		_ = Delete(name)
-		return fmt.Errorf("netns %s: lo up: %w: %s", name, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("netns %s: lo up: %w", name, err)
 	}
 	return nil
 }
@@ -47,8 +48,8 @@ func Delete(name string) error {
 	if !Exists(name) {
 		return nil
 	}
-	if out, err := exec.Command("ip", "netns", "delete", name).CombinedOutput(); err != nil {
-		return fmt.Errorf("ip netns delete %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	if _, err := execseam.Run(exec.Command("ip", "netns", "delete", name), ""); err != nil {
+		return err
 	}
 	return nil
 }

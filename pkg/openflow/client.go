@@ -1,16 +1,15 @@
 package openflow
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cutover-dev/cutover/pkg/execseam"
 )
 
 // Interface is what the agent does to a bridge's flow table. Client is the
@@ -30,27 +29,11 @@ type Interface interface {
 	DumpFlows(ctx context.Context, bridge string) ([]Flow, error)
 }
 
-// ExecFunc is the exec seam: run argv with env added to the environment and
-// return stdout; on failure return what the command printed and an error.
-type ExecFunc func(ctx context.Context, argv []string, env []string) ([]byte, error)
-
-// Exec runs argv for real. Production and the privileged tests use it.
-func Exec(ctx context.Context, argv []string, env []string) ([]byte, error) {
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return append(stdout.Bytes(), stderr.Bytes()...), err
-	}
-	return stdout.Bytes(), nil
-}
-
 // Client drives ovs-ofctl. Every method builds an argv and goes through
 // Exec, so the code a unit test covers with a fake seam is the code that
 // runs in production.
 type Client struct {
-	Exec ExecFunc // nil: Exec
+	Exec execseam.Func // nil: execseam.Exec
 	// RunDir is OVS_RUNDIR, where ovs-vswitchd's <bridge>.mgmt socket lives;
 	// empty: ovs-ofctl's default (/var/run/openvswitch).
 	RunDir string
@@ -63,19 +46,6 @@ type Client struct {
 }
 
 var _ Interface = (*Client)(nil)
-
-// Error is a failed ovs-ofctl run: the argv, what it printed, the cause.
-type Error struct {
-	Argv   []string
-	Output string
-	Err    error
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("openflow: %s: %v: %s", strings.Join(e.Argv, " "), e.Err, strings.TrimSpace(e.Output))
-}
-
-func (e *Error) Unwrap() error { return e.Err }
 
 // ErrBridgeNotFound marks a bridge ovs-vswitchd does not have (no
 // <bridge>.mgmt socket, or "is not a bridge"). Test with IsNotFound.
@@ -109,16 +79,20 @@ func (c *Client) run(ctx context.Context, args ...string) ([]byte, error) {
 	}
 	run := c.Exec
 	if run == nil {
-		run = Exec
+		run = execseam.Exec
 	}
 	out, err := run(ctx, argv, env)
 	if err != nil {
 		o := string(out)
+		var ee *execseam.Error
+		if !errors.As(err, &ee) {
+			ee = &execseam.Error{Argv: argv, Output: o, Err: err} // a seam that is not execseam.Exec
+		}
 		if strings.Contains(o, "is not a bridge") || strings.Contains(o, ".mgmt: No such file") ||
 			strings.Contains(o, ".mgmt: Connection refused") {
-			err = fmt.Errorf("%w: %w", ErrBridgeNotFound, err)
+			ee = &execseam.Error{Argv: ee.Argv, Output: ee.Output, Err: fmt.Errorf("%w: %w", ErrBridgeNotFound, ee.Err)}
 		}
-		return out, &Error{Argv: argv, Output: o, Err: err}
+		return out, fmt.Errorf("openflow: %w", ee)
 	}
 	return out, nil
 }

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cutover-dev/cutover/pkg/execseam"
 )
 
 type call struct {
@@ -14,7 +16,7 @@ type call struct {
 }
 
 // seam records calls and answers with out/err.
-func seam(calls *[]call, out string, err error) ExecFunc {
+func seam(calls *[]call, out string, err error) execseam.Func {
 	return func(_ context.Context, argv, env []string) ([]byte, error) {
 		*calls = append(*calls, call{argv, env})
 		return []byte(out), err
@@ -96,7 +98,7 @@ func TestClientErrors(t *testing.T) {
 	exitErr := &exec.ExitError{}
 	c := &Client{Exec: seam(&calls, "ovs-ofctl: br9 is not a bridge or a socket\n", exitErr)}
 	_, err := c.DumpFlows(ctx, "br9")
-	var e *Error
+	var e *execseam.Error
 	if !errors.As(err, &e) || !IsNotFound(err) || !errors.Is(err, exitErr) {
 		t.Fatalf("err = %#v; want *Error, IsNotFound, wrapping the exit error", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/cutover-dev/cutover/pkg/execseam"
 )
 
 // Fake is an in-memory Interface. It validates like Client, stores flows
@@ -36,11 +38,11 @@ func (f *Fake) begin(op, bridge string) error {
 	}
 	if f.Hook != nil {
 		if err := f.Hook(op, bridge); err != nil {
-			return &Error{Argv: []string{"fake", op, bridge}, Err: err}
+			return &execseam.Error{Argv: []string{"fake", op, bridge}, Err: err}
 		}
 	}
 	if _, ok := f.bridges[bridge]; !ok {
-		return &Error{Argv: []string{"fake", op, bridge}, Output: bridge + " is not a bridge", Err: fmt.Errorf("%w: %s", ErrBridgeNotFound, bridge)}
+		return &execseam.Error{Argv: []string{"fake", op, bridge}, Output: bridge + " is not a bridge", Err: fmt.Errorf("%w: %s", ErrBridgeNotFound, bridge)}
 	}
 	return nil
 }
