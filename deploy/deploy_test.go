@@ -85,7 +85,7 @@ func TestAgentDaemonSet(t *testing.T) {
 }
 
 // checkAgent holds the agent DaemonSet to the requirements of issue 7 and
-// the brief (privileged, host network, every taint, OVS run dir, xtables
+// docs/design.md (R6; privileged, host network, every taint, OVS run dir, xtables
 // lock, state dir, probes, resources).
 func checkAgent(ds *appsv1.DaemonSet) error {
 	var errs []error

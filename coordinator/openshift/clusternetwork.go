@@ -12,7 +12,7 @@
 //     port just before commit, then restart the SDN pods one at a time after
 //     confirm, so each starts, finds OVS already on the new port, and does
 //     not rebuild;
-//   - StrategyFieldReport (seeds/000): roll the SDN DaemonSet to a
+//   - StrategyFieldReport (the field report, docs/design.md): roll the SDN DaemonSet to a
 //     user-supplied image without the health check before commit, then
 //     after confirm change the ClusterNetwork and roll the saved image and
 //     its image.openshift.io/triggers annotation back.

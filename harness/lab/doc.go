@@ -15,7 +15,7 @@
 //
 // The management network is plain kernel networking, never the overlay and
 // never OVS: the control path must not depend on the network being changed
-// (BRIEF requirement 6). Agents listen on the node's mgmt0 address; the
+// (R6, docs/design.md). Agents listen on the node's mgmt0 address; the
 // coordinator runs in the hub namespace.
 //
 // Backend "ovs" (OpenShift SDN's shape): each node runs its own ovsdb-server

@@ -25,7 +25,7 @@ func PortRule(port int) string {
 // underlay (eth0) as UDP is dropped unless FirewallChain accepts it, and
 // the chain accepts the initial VXLAN port (the CNI's own rule). On the
 // kernel-vxlan backend this is what makes opening the new port before the
-// flip matter (BRIEF I2): a node that flips to a port its peers have not
+// flip matter (I2, docs/design.md): a node that flips to a port its peers have not
 // opened loses every packet to them. On the OVS backend the userspace
 // datapath takes the underlay from eth0 before netfilter sees it, so the
 // rules only model the firewall's state for the tests to read.

@@ -9,7 +9,7 @@
 //
 // It must never flush a table or touch any other entry: conntrack holds every
 // connection of the node, and a flush would cut the node's own control traffic
-// (requirement 6 of the brief).
+// (R6, docs/design.md).
 package conntrack
 
 import (

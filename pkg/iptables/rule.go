@@ -40,7 +40,7 @@ type Rule struct {
 	Proto string // "udp" or "tcp"
 	DPort uint16 // 1-65535
 	// StateNew adds `-m state --state NEW`, written as the field report
-	// (seeds/000) writes it so a rule added by hand is recognised as ours.
+	// (docs/design.md) writes it so a rule added by hand is recognised as ours.
 	StateNew bool
 	Target   string // ACCEPT, NOTRACK, DROP, or a chain name
 	Comment  string // optional; -m comment --comment
