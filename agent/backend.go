@@ -84,6 +84,7 @@ func newFirewall(cfg Config) (*dataplane.Firewall, error) {
 	return &dataplane.Firewall{
 		IPT:         ipt,
 		CreateChain: cfg.CreateChain,
+		JumpFrom:    "INPUT", // local delivery: the tunnel's UDP packets are for the node itself
 		Templates: []iptables.Rule{{
 			Table: cfg.FirewallTable, Chain: cfg.FirewallChain, Proto: "udp",
 			StateNew: cfg.StateNewMatch, Target: "ACCEPT",

@@ -166,7 +166,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.FirewallChain, "firewall-chain", c.FirewallChain, "iptables chain where the new port is opened")
 	fs.StringVar(&c.FirewallTable, "firewall-table", c.FirewallTable, "iptables table of --firewall-chain")
 	fs.BoolVar(&c.ConntrackCleanup, "conntrack-cleanup", c.ConntrackCleanup, "kernel-vxlan: delete conntrack entries of the old port after the flip")
-	fs.BoolVar(&c.CreateChain, "create-chain", c.CreateChain, "create --firewall-chain when it does not exist")
+	fs.BoolVar(&c.CreateChain, "create-chain", c.CreateChain, "create --firewall-chain when it does not exist, with a jump to it at the top of INPUT (filter table)")
 	fs.BoolVar(&c.StateNewMatch, "state-new-match", c.StateNewMatch, "match only NEW connections (-m state --state NEW) in the opening")
 	fs.StringVar(&c.IptablesBackend, "iptables-backend", c.IptablesBackend, "iptables flavour: auto | nft | legacy")
 	fs.StringVar(&c.TLSCA, "tls-ca", c.TLSCA, "CA certificate (PEM) the coordinator's certificate must chain to")

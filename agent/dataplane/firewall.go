@@ -16,6 +16,13 @@ type Firewall struct {
 	// CreateChain creates a template's chain when it is missing instead of
 	// failing preflight.
 	CreateChain bool
+	// JumpFrom, with CreateChain, is the built-in chain (INPUT) that must
+	// jump to a template's chain: a chain nothing jumps to opens nothing,
+	// and a chain Cutover created is one nothing else jumps to. The jump is
+	// inserted at the top, before any catch-all REJECT. Created chains and
+	// their jumps stay after Close: empty, they match nothing, and another
+	// operation reuses them.
+	JumpFrom string
 }
 
 // Rules returns the templates instantiated for port.
@@ -52,6 +59,11 @@ func (f *Firewall) Open(port uint16) error {
 			if err := f.IPT.EnsureChain(r.Table, r.Chain); err != nil {
 				return fmt.Errorf("firewall: create chain %s/%s: %w", r.Table, r.Chain, err)
 			}
+			if f.JumpFrom != "" && r.Table == "filter" && r.Chain != f.JumpFrom {
+				if err := f.IPT.EnsureJump(r.Table, f.JumpFrom, r.Chain); err != nil {
+					return fmt.Errorf("firewall: jump from %s to %s/%s: %w", f.JumpFrom, r.Table, r.Chain, err)
+				}
+			}
 		}
 		if err := f.IPT.EnsureRule(r); err != nil {
 			return fmt.Errorf("firewall: open %s: %w", r, err)
@@ -87,7 +99,7 @@ func (f *Firewall) Problems() []string {
 		}
 		if _, err := f.IPT.ListRules(t.Table, t.Chain); err != nil {
 			if iptables.IsNotFound(err) {
-				out = append(out, fmt.Sprintf("firewall chain %s/%s does not exist (create it, or run the agent with --firewall-create-chain)", t.Table, t.Chain))
+				out = append(out, fmt.Sprintf("firewall chain %s/%s does not exist (create it and a jump to it from INPUT, or run the agent with --create-chain)", t.Table, t.Chain))
 				continue
 			}
 			out = append(out, fmt.Sprintf("firewall chain %s/%s: %v", t.Table, t.Chain, err))

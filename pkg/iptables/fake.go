@@ -91,7 +91,7 @@ func (f *Fake) EnsureChain(table, chain string) error {
 	return nil
 }
 
-// EnsureRule appends r if absent; the chain must exist.
+// EnsureRule inserts r at the top of its chain if absent (as the real one); the chain must exist.
 func (f *Fake) EnsureRule(r Rule) error {
 	if err := r.Validate(); err != nil {
 		return err
@@ -102,12 +102,12 @@ func (f *Fake) EnsureRule(r Rule) error {
 		return err
 	}
 	if !f.chainExists(r.Table, r.Chain) {
-		return notFound("ensure rule", r.Table, r.Chain, "-A", r.String())
+		return notFound("ensure rule", r.Table, r.Chain, "-I", r.String())
 	}
 	t := f.table(r.Table)
 	line := r.String()
 	if !slices.Contains(t.rules[r.Chain], line) {
-		t.rules[r.Chain] = append(t.rules[r.Chain], line)
+		t.rules[r.Chain] = append([]string{line}, t.rules[r.Chain]...) // -I chain 1, as the real one
 	}
 	return nil
 }

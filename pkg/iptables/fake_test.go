@@ -33,10 +33,11 @@ func TestFakeIdempotent(t *testing.T) {
 :OUTPUT ACCEPT
 :OS_FIREWALL_ALLOW -
 -A INPUT -j OS_FIREWALL_ALLOW
--A OS_FIREWALL_ALLOW -p udp -m state --state NEW -m udp --dport 4889 -j ACCEPT
 -A OS_FIREWALL_ALLOW -p udp -m state --state NEW -m udp --dport 4789 -j ACCEPT
+-A OS_FIREWALL_ALLOW -p udp -m state --state NEW -m udp --dport 4889 -j ACCEPT
 COMMIT
 `
+	// EnsureRule inserts at the top: the rule ensured last comes first.
 	if got := f.Dump(); got != want {
 		t.Fatalf("Dump:\n%s\nwant:\n%s", got, want)
 	}

@@ -22,7 +22,9 @@ import (
 type Interface interface {
 	// EnsureChain creates the chain if absent.
 	EnsureChain(table, chain string) error
-	// EnsureRule appends r if no identical rule is in its chain. The chain
+	// EnsureRule inserts r at the top of its chain if no identical rule is
+	// in it, so that it takes effect before any catch-all REJECT or DROP
+	// already there (RHEL's and firewalld's INPUT end in one). The chain
 	// must exist (IsNotFound otherwise).
 	EnsureRule(r Rule) error
 	// DeleteRule deletes r; a rule (or chain) that is absent is not an error.
@@ -136,7 +138,8 @@ func (c *Client) EnsureChain(table, chain string) error {
 	return nil
 }
 
-// EnsureRule appends r if absent.
+// EnsureRule inserts r at position 1 if absent: appended, an ACCEPT after
+// a chain's catch-all REJECT would never be reached.
 func (c *Client) EnsureRule(r Rule) error {
 	if err := r.Validate(); err != nil {
 		return err
@@ -145,8 +148,8 @@ func (c *Client) EnsureRule(r Rule) error {
 	if err != nil || ok {
 		return err
 	}
-	if err := c.ipt.Append(r.Table, r.Chain, r.Spec()...); err != nil {
-		return c.fail("ensure rule", c.argv(r.Table, "-A", r.Chain, r.Spec()...), err)
+	if err := c.ipt.Insert(r.Table, r.Chain, 1, r.Spec()...); err != nil {
+		return c.fail("ensure rule", c.argv(r.Table, "-I", r.Chain, append([]string{"1"}, r.Spec()...)...), err)
 	}
 	return nil
 }

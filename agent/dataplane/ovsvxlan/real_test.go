@@ -129,7 +129,7 @@ func TestRealOVSAndIptables(t *testing.T) {
 		}
 		return b.Prepare(ctx, snap)
 	})
-	if p, r := port(), rules(); p != "4789" || r != "4789 4889" {
+	if p, r := port(), rules(); p != "4789" || r != "4889 4789" {
 		t.Fatalf("after prepare: port %s rules %q; want 4789 and both rules", p, r)
 	}
 	in(func() error {
@@ -193,7 +193,7 @@ func TestRealFinalizeRefusesOffNewPort(t *testing.T) {
 		}
 		return nil
 	})
-	if p, rs := r.port(), r.rules(); p != "4789" || rs != "4789 4889" {
+	if p, rs := r.port(), r.rules(); p != "4789" || rs != "4889 4789" {
 		t.Fatalf("after a refused finalize: port %s rules %q; want 4789 and both rules", p, rs)
 	}
 	r.in(func() error { _, err := r.b.Commit(ctx, snap); return err })
@@ -214,7 +214,7 @@ func TestRealFinalizeRefusesOffNewPort(t *testing.T) {
 		}
 		return nil
 	})
-	if rs := r.rules(); rs != "4789 4889" {
+	if rs := r.rules(); rs != "4889 4789" {
 		t.Fatalf("after a refused finalize: rules %q; want both", rs)
 	}
 }
