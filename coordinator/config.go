@@ -38,11 +38,11 @@ type Config struct {
 	// itself refuses to apply past the budget), "wait" leaves the others
 	// flipped until it answers and flags the result (docs/faults.md, "Late
 	// commits"). LateBudget 0: no lateness check at all.
-	LateBudget    time.Duration
-	LateAllowance time.Duration
-	LatePolicy    string
-	ClockSamples     int           // Clock calls per agent; the lowest-RTT one is kept
-	RollbackAttempts int           // tries of an abort/rollback per agent before Failed, at least
+	LateBudget       time.Duration
+	LateAllowance    time.Duration
+	LatePolicy       string
+	ClockSamples     int // Clock calls per agent; the lowest-RTT one is kept
+	RollbackAttempts int // tries of an abort/rollback per agent before Failed, at least
 	// RollbackBackoff is the pause before retrying an abort or rollback to
 	// an agent that was not reached; it doubles at each retry up to 8
 	// times itself. Retries go on for the operation's dead-man duration
