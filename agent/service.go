@@ -246,11 +246,15 @@ func (s *Service) Commit(ctx context.Context, req *agentv1.CommitRequest) (*agen
 			return nil, status.Errorf(codes.InvalidArgument, "deadman_millis %d: longer than the agent's --max-deadman %s", d, s.cfg.MaxDeadman)
 		}
 	}
+	budget := time.Duration(req.GetLateBudgetMillis()) * time.Millisecond
+	if b := req.GetLateBudgetMillis(); b < 0 || b > s.cfg.MaxDeadman.Milliseconds() {
+		return nil, status.Errorf(codes.InvalidArgument, "late_budget_millis %d: must be between 0 (apply however late) and the agent's --max-deadman %s", b, s.cfg.MaxDeadman)
+	}
 	m, _, err := s.core()
 	if err != nil {
 		return nil, err
 	}
-	rec, err := m.Commit(ctx, req.GetOperationId(), at, deadman)
+	rec, err := m.CommitWithin(ctx, req.GetOperationId(), at, deadman, budget)
 	if err != nil {
 		return nil, grpcErr(err)
 	}

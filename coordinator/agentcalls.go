@@ -45,6 +45,11 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		op.commitAt = commitAt
 		op.mu.Unlock()
 	}
+	var late *lateWatch
+	if s.Step == barrier.Commit {
+		late = c.watchLate(op, s, commitAt, post)
+		defer late.stop()
+	}
 	backstop := time.AfterFunc(timeout+time.Second, func() { post(barrier.Deadline{Step: s.Step, Attempt: s.Attempt}) })
 	defer backstop.Stop()
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
@@ -60,10 +65,16 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			ev = callResult(n, s, err, ph == agentv1.Phase_PHASE_PREPARED, fmt.Sprintf("agent answered %s: %s", ph, r.GetStatus().GetError()))
 		case barrier.Commit:
 			at := commitAt.Add(op.offsets[n].offset)
-			r, err := cl.Commit(ctx, &agentv1.CommitRequest{OperationId: id, AtUnixNano: at.UnixNano(), DeadmanMillis: op.deadman.Milliseconds()})
+			r, err := cl.Commit(ctx, &agentv1.CommitRequest{OperationId: id, AtUnixNano: at.UnixNano(), DeadmanMillis: op.deadman.Milliseconds(),
+				LateBudgetMillis: c.lateBudgetMillis()})
 			ph := r.GetStatus().GetPhase()
 			op.noteSelfUndo(n, r.GetStatus())
 			ok := err == nil && phaseIn(ph, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED) && r.ReadbackPort == op.to
+			var appliedAt int64
+			if err == nil && r.AppliedUnixNano != 0 {
+				appliedAt = r.AppliedUnixNano - op.offsets[n].offset.Nanoseconds()
+			}
+			late.answer(n, appliedAt, r)
 			if err == nil {
 				applied := r.AppliedUnixNano - op.offsets[n].offset.Nanoseconds()
 				op.setResult(n, func(nr *coordinatorv1.NodeResult) {

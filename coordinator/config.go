@@ -31,8 +31,18 @@ type Config struct {
 	CommitLeadMin    time.Duration // floor of the commit lead time
 	CommitLeadRTTx   int           // lead covers this many times the worst agent RTT
 	CommitLeadPerAgt time.Duration // plus this much per targeted agent (fan-out cost)
-	ClockSamples     int           // Clock calls per agent; the lowest-RTT one is kept
-	RollbackAttempts int           // tries of an abort/rollback per agent before Failed, at least
+	// LateBudget is how late after the commit instant an agent may still
+	// apply; LateAllowance is how long after instant+budget its answer may
+	// take (apply, read-back, the reply). A node with no commit answer by
+	// then is late: LatePolicy "rollback" rolls everyone back (the agent
+	// itself refuses to apply past the budget), "wait" leaves the others
+	// flipped until it answers and flags the result (docs/faults.md, "Late
+	// commits"). LateBudget 0: no lateness check at all.
+	LateBudget       time.Duration
+	LateAllowance    time.Duration
+	LatePolicy       string
+	ClockSamples     int // Clock calls per agent; the lowest-RTT one is kept
+	RollbackAttempts int // tries of an abort/rollback per agent before Failed, at least
 	// RollbackBackoff is the pause before retrying an abort or rollback to
 	// an agent that was not reached; it doubles at each retry up to 8
 	// times itself. Retries go on for the operation's dead-man duration
@@ -59,6 +69,9 @@ func Default() Config {
 		CommitLeadMin:    30 * time.Millisecond,
 		CommitLeadRTTx:   4,
 		CommitLeadPerAgt: 100 * time.Microsecond,
+		LateBudget:       200 * time.Millisecond,
+		LateAllowance:    100 * time.Millisecond,
+		LatePolicy:       LateRollback,
 		ClockSamples:     8,
 		RollbackAttempts: 3,
 		RollbackBackoff:  250 * time.Millisecond,
@@ -95,6 +108,9 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CommitLeadMin, "commit-lead-min", c.CommitLeadMin, "minimum time between sending Commit and the commit instant")
 	fs.IntVar(&c.CommitLeadRTTx, "commit-lead-rtt-factor", c.CommitLeadRTTx, "the commit lead covers this many times the worst agent round trip")
 	fs.DurationVar(&c.CommitLeadPerAgt, "commit-lead-per-agent", c.CommitLeadPerAgt, "commit lead added per targeted agent (fan-out cost)")
+	fs.DurationVar(&c.LateBudget, "commit-late-budget", c.LateBudget, "how late after the commit instant an agent may still apply; a later one is late (see --commit-late-policy; 0: no lateness check)")
+	fs.DurationVar(&c.LateAllowance, "commit-late-allowance", c.LateAllowance, "how long after the instant plus --commit-late-budget a commit answer (apply, read-back, reply) may take before the node counts as late")
+	fs.StringVar(&c.LatePolicy, "commit-late-policy", c.LatePolicy, `what a late node does to the operation: "rollback" (everyone is rolled back; the late agent applies nothing) or "wait" (the others stay flipped until it applies; the result is flagged)`)
 	fs.IntVar(&c.ClockSamples, "clock-samples", c.ClockSamples, "Clock samples per agent for the offset (lowest RTT wins)")
 	fs.IntVar(&c.RollbackAttempts, "rollback-attempts", c.RollbackAttempts, "tries of an abort or rollback per agent, at least, before the operation is declared failed")
 	fs.DurationVar(&c.ProbeSettle, "probe-settle", c.ProbeSettle, "before the report's final probe read, wait this long for probes in flight to settle (at least the agents' --probe-timeout; 0: read at once)")
@@ -134,6 +150,12 @@ func (c Config) Validate() error {
 	}
 	if c.CommitLeadMin <= 0 {
 		errs = append(errs, fmt.Errorf("--commit-lead-min %s: must be positive", c.CommitLeadMin))
+	}
+	if c.LateBudget < 0 || c.LateAllowance < 0 || c.LateBudget+c.LateAllowance >= c.StepTimeout {
+		errs = append(errs, fmt.Errorf("--commit-late-budget %s, --commit-late-allowance %s: must not be negative and must add up to less than --step-timeout %s", c.LateBudget, c.LateAllowance, c.StepTimeout))
+	}
+	if c.LatePolicy != LateRollback && c.LatePolicy != LateWait {
+		errs = append(errs, fmt.Errorf("--commit-late-policy %q: must be %q or %q", c.LatePolicy, LateRollback, LateWait))
 	}
 	if c.CommitLeadRTTx < 1 {
 		errs = append(errs, fmt.Errorf("--commit-lead-rtt-factor %d: must be at least 1", c.CommitLeadRTTx))

@@ -17,6 +17,7 @@ type Metrics struct {
 	operations    *prometheus.CounterVec
 	tlsRejected   *prometheus.CounterVec // coordctl clients refused by the API server
 	agentTLSRej   *prometheus.CounterVec // agents whose server certificate we refused
+	lateCommits   prometheus.Counter
 }
 
 // NewMetrics registers the metrics in a fresh registry.
@@ -53,6 +54,11 @@ func NewMetrics() *Metrics {
 		Name: "cutover_coordinator_agent_tls_rejections_total",
 		Help: "Connections to agents refused because of the agent's certificate, by reason.",
 	}, []string{"reason"})
+	m.lateCommits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cutover_coordinator_late_commits_total",
+		Help: "Nodes that had not applied a commit by the commit instant plus the lateness budget (--commit-late-budget).",
+	})
+	m.Registry.MustRegister(m.lateCommits)
 	m.Registry.MustRegister(m.phase, m.phaseDuration, m.commitSpread, m.agentsReady, m.operations, m.tlsRejected, m.agentTLSRej)
 	for _, o := range []string{"succeeded", "aborted", "rolled-back", "failed"} {
 		m.operations.WithLabelValues(o)

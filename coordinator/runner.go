@@ -184,6 +184,7 @@ func (c *Coordinator) declare(op *operation, d barrier.Declare) {
 	op.report.State = outcomeState(d.Outcome)
 	op.report.EndedUnixNano = now.UnixNano()
 	op.report.Error = d.Reason
+	lateWarningsLocked(op, d.Outcome)
 	if d.Outcome == barrier.Failed {
 		op.report.Error = failedErrorLocked(op, d, now)
 	}

@@ -238,6 +238,16 @@ func (m *Machine) Prepare(ctx context.Context, id string, from, to uint16) (Reco
 // accepted, the commit runs to the end even if the caller goes away: every
 // node must flip at the same instant.
 func (m *Machine) Commit(ctx context.Context, id string, at time.Time, deadman time.Duration) (Record, error) {
+	return m.CommitWithin(ctx, id, at, deadman, 0)
+}
+
+// CommitWithin is Commit with a lateness budget: an agent that reaches the
+// instant more than budget after it (it was frozen, starved, or the
+// request came late) applies nothing, aborts the prepared change and
+// answers CodeAborted. The coordinator has rolled the others back by then
+// (docs/faults.md, "Late commits"): applying now would split the overlay
+// again. Zero budget: apply however late.
+func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, deadman, budget time.Duration) (Record, error) {
 	if deadman <= 0 {
 		return Record{}, errf(CodeInvalidArgument, nil, "deadman %s: must be positive", deadman)
 	}
@@ -276,6 +286,15 @@ func (m *Machine) Commit(ctx context.Context, id string, at time.Time, deadman t
 		late = m.clock.SleepUntil(at)
 	} else if !at.IsZero() {
 		late = now.Sub(at)
+	}
+	if budget > 0 && late > budget {
+		why := fmt.Sprintf("commit late by %s (lateness budget %s): not applied", late.Round(time.Millisecond), budget)
+		m.log.Warn("late for the commit instant: aborting, nothing applied", "operation", id, "late", late, "budget", budget)
+		out := m.abortLocked(ctx, rec, ByLate, why)
+		if out.Phase == PhaseFailed {
+			return out, errf(CodeInternal, nil, "operation %s: %s", id, out.Error)
+		}
+		return out, errf(CodeAborted, nil, "operation %s: %s (still on port %d)", id, why, rec.FromPort)
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.callTimeout)
 	defer cancel()

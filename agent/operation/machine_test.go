@@ -651,3 +651,74 @@ func TestFileStoreRoundTripAndCorruption(t *testing.T) {
 		t.Fatalf("record without snapshot: %v", err)
 	}
 }
+
+// frozenClock is a FakeClock whose SleepUntil oversleeps by freeze: the
+// agent was stopped (SIGSTOP) while it waited for the commit instant.
+type frozenClock struct {
+	*FakeClock
+	freeze time.Duration
+}
+
+func (c frozenClock) SleepUntil(at time.Time) time.Duration {
+	c.FakeClock.SleepUntil(at)
+	c.Advance(c.freeze)
+	return c.Now().Sub(at)
+}
+
+// Issue 12: an agent that reaches the commit instant later than its
+// lateness budget applies nothing and aborts (the coordinator rolled the
+// others back); within the budget, or with no budget, it applies.
+func TestCommitLateBudget(t *testing.T) {
+	ctx := context.Background()
+	const budget = 200 * time.Millisecond
+	for _, tc := range []struct {
+		name          string
+		arrive        time.Duration // the request comes this long after t0; the instant is t0+1s
+		freeze        time.Duration // stopped while it waited for the instant
+		budget        time.Duration
+		wantApplied   bool
+		wantLatenessD time.Duration
+	}{
+		{name: "on time", arrive: 0, budget: budget, wantApplied: true},
+		{name: "within budget", arrive: 1100 * time.Millisecond, budget: budget, wantApplied: true, wantLatenessD: 100 * time.Millisecond},
+		{name: "request past budget", arrive: 7 * time.Second, budget: budget},
+		{name: "frozen while waiting", freeze: 6 * time.Second, budget: budget},
+		{name: "no budget applies however late", freeze: 6 * time.Second, wantApplied: true, wantLatenessD: 6 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.m.Close()
+			fc := frozenClock{FakeClock: e.clock, freeze: tc.freeze}
+			m, err := New(ctx, Options{Backend: e.be, Store: e.store, Clock: fc, PrepareTimeout: 5 * time.Minute, Observer: e.obs, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(m.Close)
+			if _, err := m.Prepare(ctx, opA, from, to); err != nil {
+				t.Fatal(err)
+			}
+			e.clock.Advance(tc.arrive)
+			at := t0.Add(time.Second)
+			r, err := m.CommitWithin(ctx, opA, at, deadman, tc.budget)
+			if tc.wantApplied {
+				wantCode(t, err, 0)
+				if r.Phase != PhaseCommitted || r.Lateness != tc.wantLatenessD {
+					t.Fatalf("commit: phase %s lateness %s, want COMMITTED %s", r.Phase, r.Lateness, tc.wantLatenessD)
+				}
+				e.wantDump(dumpCommitted)
+				return
+			}
+			wantCode(t, err, CodeAborted, "late by", "not applied", "still on port 4789")
+			if r.Phase != PhaseAborted || r.RevertedBy != ByLate {
+				t.Fatalf("late commit: %+v, want ABORTED by %s", r, ByLate)
+			}
+			if got, want := e.be.Calls(), []string{"Prepare 4789->4889", "Abort 4789->4889"}; !slices.Equal(got, want) {
+				t.Fatalf("calls = %q, want %q: nothing applied", got, want)
+			}
+			// The coordinator's rollback that follows is harmless.
+			if r, err := m.Rollback(ctx, opA, "late"); err != nil || r.Phase != PhaseAborted {
+				t.Fatalf("rollback after a late refusal: %+v %v", r, err)
+			}
+		})
+	}
+}

@@ -49,6 +49,7 @@ const (
 	ByPrepareTimeout = "prepare-timeout"
 	ByRestart        = "restart"       // a prepare interrupted by an agent restart
 	ByApplyFailure   = "apply-failure" // the commit failed and was put back at once
+	ByLate           = "late"          // the commit came past its lateness budget: not applied
 )
 
 // Record is the persisted state of the current or last operation. Times are

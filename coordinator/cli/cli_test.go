@@ -411,7 +411,7 @@ func TestUnreachable(t *testing.T) {
 
 func TestHelpAndVersion(t *testing.T) {
 	code, stdout, _ := run(t, "help", "exit-codes")
-	for _, c := range []string{"0  success", "2  bad input", "3  coordinator unreachable", "4  plan/preflight", "5  the operation ended FAILED", "6  the stream ended"} {
+	for _, c := range []string{"0  success", "2  bad input", "3  coordinator unreachable", "4  plan/preflight", "5  the operation ended FAILED", "6  the stream ended", "7  the operation SUCCEEDED with warnings"} {
 		if code != 0 || !strings.Contains(stdout, c) {
 			t.Errorf("help exit-codes lacks %q (exit %d)", c, code)
 		}

@@ -39,7 +39,8 @@ coordinator's); coordctl waits up to 10x --timeout for the whole operation,
 after which it stops waiting but the operation continues (coordctl status).
 --dry-run runs preflight only and changes nothing.
 
-Exit codes: 0 SUCCEEDED; 1 ABORTED or ROLLED_BACK (every node is on one port,
+Exit codes: 0 SUCCEEDED; 7 SUCCEEDED with warnings (a late node: see the
+report's "warnings:"); 1 ABORTED or ROLLED_BACK (every node is on one port,
 the old one); 5 FAILED (operator needed); 4 preflight problems (also a dry
 run that found problems); 6 stream ended without a final report; 2 bad
 input; 3 coordinator unreachable. See coordctl help exit-codes.`,
@@ -162,6 +163,9 @@ func reportExit(rep *coordinatorv1.Report, o outcome) error {
 	case coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED:
 		if o == outcomeRollback {
 			return Exitf(ExitFailed, "operation %s is SUCCEEDED: nothing was rolled back%s", id, detail)
+		}
+		if w := rep.GetWarnings(); len(w) > 0 {
+			return Exitf(ExitWarnings, "operation %s SUCCEEDED with %d warning(s): %s", id, len(w), strings.Join(w, "; "))
 		}
 		return nil
 	case coordinatorv1.OperationState_OPERATION_STATE_ABORTED, coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK:

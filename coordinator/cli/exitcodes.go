@@ -13,7 +13,11 @@ const exitCodesHelp = `Exit codes:
      precondition, dry run with problems); nothing was changed
   5  the operation ended FAILED: nodes may disagree, an operator is needed
   6  the stream ended before a final report (coordinator gone, wait limit,
-     Ctrl-C): the operation may still be running, see coordctl status`
+     Ctrl-C): the operation may still be running, see coordctl status
+  7  the operation SUCCEEDED with warnings (the report's "warnings:"; e.g. a
+     node applied the commit later than --commit-late-budget under
+     --commit-late-policy=wait, so the overlay was split meanwhile): every
+     node is on the new port, but it was not a clean success`
 
 // newExitCodesTopic is `coordctl help exit-codes`: a command without Run is
 // an additional help topic in cobra.

@@ -130,6 +130,20 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 	if r.GetCommitSpreadNanos() != 0 || r.GetState() != coordinatorv1.OperationState_OPERATION_STATE_UNSPECIFIED {
 		_, _ = fmt.Fprintf(w, "\ncommit spread: %s ms\n", fmtMillis(r.GetCommitSpreadNanos()))
 	}
+	for _, l := range r.GetLateNodes() {
+		what := "did not apply"
+		if l.GetApplied() {
+			what = "applied"
+		}
+		_, _ = fmt.Fprintf(w, "late: %s %s, %s ms after the commit instant (budget %s ms, policy %s)\n", l.GetNode(), what,
+			fmtMillis(l.GetLatenessNanos()), fmtMillis(r.GetLateBudgetNanos()), orDash(r.GetLatePolicy()))
+	}
+	if len(r.GetWarnings()) > 0 {
+		_, _ = fmt.Fprintln(w, "\nwarnings:")
+		for _, x := range r.GetWarnings() {
+			_, _ = fmt.Fprintf(w, "  %s\n", x)
+		}
+	}
 	if len(r.GetNodes()) > 0 {
 		_, _ = fmt.Fprintln(w)
 		t := newTable(w)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -33,6 +34,38 @@ func TestReportExitForReverseCutover(t *testing.T) {
 		}
 		if got != tc.want {
 			t.Errorf("%v kind %s: exit %d (%v), want %d", tc.state, tc.kind, got, err, tc.want)
+		}
+	}
+}
+
+// Issue 12: a SUCCEEDED report with warnings (a late node applied under
+// --commit-late-policy=wait) is not a clean success: exit 7, and the
+// report shows the late nodes and the warnings.
+func TestReportExitWithWarnings(t *testing.T) {
+	S := coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED
+	rep := &coordinatorv1.Report{OperationId: "op1", State: S, Kind: "cutover", FromPort: 4789, ToPort: 4889,
+		LateBudgetNanos: 200e6, LatePolicy: "wait",
+		LateNodes: []*coordinatorv1.LateNode{{Node: "n3", LatenessNanos: 5_943_681_000, Applied: true}},
+		Warnings:  []string{"node n3 applied the commit 5.944s after the instant (lateness budget 200ms): the overlay was split meanwhile"}}
+	err := reportExit(rep, outcomeCutover)
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Code != ExitWarnings || ExitWarnings != 7 || !strings.Contains(err.Error(), "SUCCEEDED with 1 warning(s): node n3") {
+		t.Fatalf("reportExit = %v, want exit 7 naming the warning", err)
+	}
+	rep.Warnings = nil
+	if err := reportExit(rep, outcomeCutover); err != nil {
+		t.Fatalf("no warnings: %v, want a clean success", err)
+	}
+	rep.Warnings = []string{"w"}
+	if err := reportExit(rep, outcomeRollback); !errors.As(err, &ee) || ee.Code != ExitFailed {
+		t.Fatalf("rollback of a succeeded operation with warnings: %v, want exit 1", err)
+	}
+	var b strings.Builder
+	renderReport(&b, &coordinatorv1.Report{State: S, LateBudgetNanos: 200e6, LatePolicy: "rollback",
+		LateNodes: []*coordinatorv1.LateNode{{Node: "n3", LatenessNanos: 300e6}}, Warnings: []string{"split for 6s"}})
+	for _, w := range []string{"late: n3 did not apply, 300.000 ms after the commit instant (budget 200.000 ms, policy rollback)", "warnings:\n  split for 6s"} {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("report lacks %q:\n%s", w, b.String())
 		}
 	}
 }

@@ -29,6 +29,7 @@ const (
 	ExitProblems    = 4 // plan/preflight found problems; nothing was changed
 	ExitOpFailed    = 5 // the operation ended FAILED: an operator is needed
 	ExitInterrupted = 6 // the stream ended before a final report: the operation may still be running (coordctl status)
+	ExitWarnings    = 7 // the operation SUCCEEDED with warnings (a late node applied, the overlay was split meanwhile): every node is on the new port, look at the report
 )
 
 // DefaultCoordinator is the --coordinator default: the coordinator's own

@@ -26,6 +26,17 @@
 //   - Any commit, verify or confirm failure or timeout → rollback: Rollback
 //     to every agent that was sent Prepare, which includes every agent that
 //     may have committed (a commit that timed out may have applied).
+//   - A node late for the commit instant (Late: it had not answered Commit
+//     by the instant plus the lateness budget plus the apply allowance) is
+//     resolved at once, status late, like a commit timeout: once the
+//     others answered, everyone is rolled back, the late node too. The
+//     rollback to it may overtake its Commit still in flight; the agent
+//     serialises the two, and one that wakes past the budget applies
+//     nothing (and one that did apply is reverted by the rollback). This
+//     bounds the split to about the budget instead of however long the
+//     node was away (docs/faults.md, "Late commits"). The runner feeds Late
+//     only under the rollback policy; under the wait policy it only
+//     reports the node.
 //   - Finalize failures do not change the outcome (the change is confirmed
 //     everywhere; only the old port's firewall rules remain) but are
 //     recorded per node.
@@ -249,6 +260,14 @@ type Deadline struct {
 	Attempt int
 }
 
+// Late is a node that had not answered Commit by the commit instant plus
+// the lateness budget plus the apply allowance: roll back rather than wait
+// for it (the overlay is split while it is away).
+type Late struct {
+	Node    string
+	Attempt int // the Commit attempt
+}
+
 // StepFailed is an operation-wide failure of a step (the probe mesh said
 // the overlay is broken, say), not attributable to one agent.
 type StepFailed struct {
@@ -279,6 +298,7 @@ type ProbesRead struct{}
 
 func (Reply) isEvent()             {}
 func (Timeout) isEvent()           {}
+func (Late) isEvent()              {}
 func (Deadline) isEvent()          {}
 func (StepFailed) isEvent()        {}
 func (RollbackRequested) isEvent() {}
@@ -406,6 +426,7 @@ const (
 	StatusOK      Status = "ok"
 	StatusFailed  Status = "failed"
 	StatusTimeout Status = "timeout"
+	StatusLate    Status = "late" // Commit not answered by the instant plus the budget
 )
 
 // NodeStep is what one agent did in one step.
@@ -545,6 +566,8 @@ func (o *Op) Step(ev Event) []Action {
 		return o.resolve(e.Node, e.Step, e.Attempt, st, e.Err)
 	case Timeout:
 		return o.resolve(e.Node, e.Step, e.Attempt, StatusTimeout, "no answer within the step deadline")
+	case Late:
+		return o.resolve(e.Node, Commit, e.Attempt, StatusLate, "not applied by the commit instant plus the lateness budget")
 	case Deadline:
 		if e.Step != o.step || e.Attempt != o.attempt {
 			return nil

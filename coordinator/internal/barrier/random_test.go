@@ -236,6 +236,11 @@ func runRandom(t *testing.T, seed uint64) Outcome {
 					if r.IntN(10) == 0 {
 						queue = append(queue, ev) // duplicate
 					}
+					if a.Step == Commit && r.IntN(8) == 0 {
+						// The late timer: before or after the answer (a
+						// late node may still have applied, above).
+						queue = append(queue, Late{Node: nd, Attempt: a.Attempt})
+					}
 				}
 				if r.IntN(20) == 0 {
 					queue = append(queue, Deadline{Step: a.Step, Attempt: a.Attempt})
@@ -275,6 +280,13 @@ func runRandom(t *testing.T, seed uint64) Outcome {
 	last := declared[len(declared)-1]
 	if last.Outcome != op.Outcome() {
 		fail("declared %v but outcome %v", last.Outcome, op.Outcome())
+	}
+	for _, nd := range nodes {
+		for _, h := range op.History(nd) {
+			if h.Status == StatusLate && op.Outcome() != RolledBack && op.Outcome() != Failed {
+				fail("%s was late for the commit but the outcome is %v, not a rollback", nd, op.Outcome())
+			}
+		}
 	}
 	unreached := map[string]bool{}
 	for _, u := range op.Unreached() {

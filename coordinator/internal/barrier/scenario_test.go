@@ -27,6 +27,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actua
 //	fail NODE STEP[#A] MESSAGE   Reply not OK
 //	timeout NODE STEP[#A]        Timeout
 //	deadline STEP[#A]            Deadline
+//	late NODE [#A]               Late (commit attempt A, default 1)
 //	stepfail STEP REASON         StepFailed
 //	rollback [REASON]            RollbackRequested
 //	hook NAME POINT [ERROR]      HookDone (ok without ERROR)
@@ -159,6 +160,12 @@ func runScenario(t *testing.T, path string) {
 				ev = Timeout{Node: f[1], Step: s, Attempt: a}
 			}
 			emit(op.Step(ev))
+		case "late":
+			a := 1
+			if len(f) > 2 {
+				_, a = parseStep(t, "commit"+f[2])
+			}
+			emit(op.Step(Late{Node: f[1], Attempt: a}))
 		case "deadline":
 			s, a := parseStep(t, f[1])
 			emit(op.Step(Deadline{Step: s, Attempt: a}))

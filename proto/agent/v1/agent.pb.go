@@ -648,8 +648,15 @@ type CommitRequest struct {
 	// How long after applying the agent waits for Confirm before it reverts by
 	// itself.
 	DeadmanMillis int64 `protobuf:"varint,3,opt,name=deadman_millis,json=deadmanMillis,proto3" json:"deadman_millis,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// How late after at_unix_nano the agent may still apply. An agent that
+	// reaches the instant later than this (frozen, starved, the request
+	// delayed) applies nothing, aborts the prepared change and answers
+	// ABORTED with the lateness in the error: the coordinator rolls the
+	// others back rather than leave the overlay split for as long as the
+	// agent was away. Zero: apply however late.
+	LateBudgetMillis int64 `protobuf:"varint,4,opt,name=late_budget_millis,json=lateBudgetMillis,proto3" json:"late_budget_millis,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CommitRequest) Reset() {
@@ -699,6 +706,13 @@ func (x *CommitRequest) GetAtUnixNano() int64 {
 func (x *CommitRequest) GetDeadmanMillis() int64 {
 	if x != nil {
 		return x.DeadmanMillis
+	}
+	return 0
+}
+
+func (x *CommitRequest) GetLateBudgetMillis() int64 {
+	if x != nil {
+		return x.LateBudgetMillis
 	}
 	return 0
 }
@@ -1366,12 +1380,13 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"L\n" +
 	"\x0fPrepareResponse\x129\n" +
-	"\x06status\x18\x01 \x01(\v2!.cutover.agent.v1.OperationStatusR\x06status\"{\n" +
+	"\x06status\x18\x01 \x01(\v2!.cutover.agent.v1.OperationStatusR\x06status\"\xa9\x01\n" +
 	"\rCommitRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
 	"atUnixNano\x12%\n" +
-	"\x0edeadman_millis\x18\x03 \x01(\x03R\rdeadmanMillis\"\xbd\x01\n" +
+	"\x0edeadman_millis\x18\x03 \x01(\x03R\rdeadmanMillis\x12,\n" +
+	"\x12late_budget_millis\x18\x04 \x01(\x03R\x10lateBudgetMillis\"\xbd\x01\n" +
 	"\x0eCommitResponse\x129\n" +
 	"\x06status\x18\x01 \x01(\v2!.cutover.agent.v1.OperationStatusR\x06status\x12*\n" +
 	"\x11applied_unix_nano\x18\x02 \x01(\x03R\x0fappliedUnixNano\x12\x1f\n" +

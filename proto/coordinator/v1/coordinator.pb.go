@@ -870,8 +870,19 @@ type Report struct {
 	// prior port is reopened everywhere first and flipped at one instant).
 	Kind               string `protobuf:"bytes,15,opt,name=kind,proto3" json:"kind,omitempty"`
 	RevertsOperationId string `protobuf:"bytes,16,opt,name=reverts_operation_id,json=revertsOperationId,proto3" json:"reverts_operation_id,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Things a clean success must not hide (late nodes that applied within
+	// the policy, say). A SUCCEEDED report with warnings is not a clean
+	// success: coordctl exits 7.
+	Warnings []string `protobuf:"bytes,40,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// Nodes that had not applied the commit by the instant plus the lateness
+	// budget, and how late they were.
+	LateNodes       []*LateNode `protobuf:"bytes,60,rep,name=late_nodes,json=lateNodes,proto3" json:"late_nodes,omitempty"`
+	LateBudgetNanos int64       `protobuf:"varint,61,opt,name=late_budget_nanos,json=lateBudgetNanos,proto3" json:"late_budget_nanos,omitempty"`
+	// "rollback" (a late node rolls everyone back) or "wait" (the others
+	// stay flipped until it applies).
+	LatePolicy    string `protobuf:"bytes,62,opt,name=late_policy,json=latePolicy,proto3" json:"late_policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Report) Reset() {
@@ -1016,6 +1027,100 @@ func (x *Report) GetRevertsOperationId() string {
 	return ""
 }
 
+func (x *Report) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+func (x *Report) GetLateNodes() []*LateNode {
+	if x != nil {
+		return x.LateNodes
+	}
+	return nil
+}
+
+func (x *Report) GetLateBudgetNanos() int64 {
+	if x != nil {
+		return x.LateBudgetNanos
+	}
+	return 0
+}
+
+func (x *Report) GetLatePolicy() string {
+	if x != nil {
+		return x.LatePolicy
+	}
+	return ""
+}
+
+// LateNode is a node that had not applied the commit by the instant plus
+// the lateness budget.
+type LateNode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// Applied minus the instant (coordinator clock) when it applied; else how
+	// long after the instant it still had not answered when the coordinator
+	// stopped waiting (a lower bound).
+	LatenessNanos int64 `protobuf:"varint,2,opt,name=lateness_nanos,json=latenessNanos,proto3" json:"lateness_nanos,omitempty"`
+	// It applied the change (late); false: it refused, or never answered.
+	Applied       bool `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LateNode) Reset() {
+	*x = LateNode{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LateNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LateNode) ProtoMessage() {}
+
+func (x *LateNode) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LateNode.ProtoReflect.Descriptor instead.
+func (*LateNode) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LateNode) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *LateNode) GetLatenessNanos() int64 {
+	if x != nil {
+		return x.LatenessNanos
+	}
+	return 0
+}
+
+func (x *LateNode) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
@@ -1025,7 +1130,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1142,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1155,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{11}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StatusRequest) GetOperationId() string {
@@ -1069,7 +1174,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1186,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1199,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RollbackRequest) GetOperationId() string {
@@ -1177,7 +1282,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
 	"\x04sent\x18\x03 \x01(\x04R\x04sent\x12\x12\n" +
 	"\x04lost\x18\x04 \x01(\x04R\x04lost\x12,\n" +
-	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\"\xb0\x05\n" +
+	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\"\xda\x06\n" +
 	"\x06Report\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12<\n" +
 	"\x05state\x18\x02 \x01(\x0e2&.cutover.coordinator.v1.OperationStateR\x05state\x12\x1b\n" +
@@ -1199,7 +1304,17 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"probesLost\x12,\n" +
 	"\x12longest_gap_micros\x18\x0e \x01(\x03R\x10longestGapMicros\x12\x12\n" +
 	"\x04kind\x18\x0f \x01(\tR\x04kind\x120\n" +
-	"\x14reverts_operation_id\x18\x10 \x01(\tR\x12revertsOperationId\"2\n" +
+	"\x14reverts_operation_id\x18\x10 \x01(\tR\x12revertsOperationId\x12\x1a\n" +
+	"\bwarnings\x18( \x03(\tR\bwarnings\x12?\n" +
+	"\n" +
+	"late_nodes\x18< \x03(\v2 .cutover.coordinator.v1.LateNodeR\tlateNodes\x12*\n" +
+	"\x11late_budget_nanos\x18= \x01(\x03R\x0flateBudgetNanos\x12\x1f\n" +
+	"\vlate_policy\x18> \x01(\tR\n" +
+	"latePolicy\"_\n" +
+	"\bLateNode\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12%\n" +
+	"\x0elateness_nanos\x18\x02 \x01(\x03R\rlatenessNanos\x12\x18\n" +
+	"\aapplied\x18\x03 \x01(\bR\aapplied\"2\n" +
 	"\rStatusRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\"4\n" +
 	"\x0fRollbackRequest\x12!\n" +
@@ -1232,7 +1347,7 @@ func file_coordinator_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_coordinator_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(OperationState)(0),        // 0: cutover.coordinator.v1.OperationState
 	(*ListAgentsRequest)(nil),  // 1: cutover.coordinator.v1.ListAgentsRequest
@@ -1246,12 +1361,13 @@ var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(*NodeResult)(nil),         // 9: cutover.coordinator.v1.NodeResult
 	(*PairDisruption)(nil),     // 10: cutover.coordinator.v1.PairDisruption
 	(*Report)(nil),             // 11: cutover.coordinator.v1.Report
-	(*StatusRequest)(nil),      // 12: cutover.coordinator.v1.StatusRequest
-	(*RollbackRequest)(nil),    // 13: cutover.coordinator.v1.RollbackRequest
-	nil,                        // 14: cutover.coordinator.v1.Agent.LabelsEntry
+	(*LateNode)(nil),           // 12: cutover.coordinator.v1.LateNode
+	(*StatusRequest)(nil),      // 13: cutover.coordinator.v1.StatusRequest
+	(*RollbackRequest)(nil),    // 14: cutover.coordinator.v1.RollbackRequest
+	nil,                        // 15: cutover.coordinator.v1.Agent.LabelsEntry
 }
 var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
-	14, // 0: cutover.coordinator.v1.Agent.labels:type_name -> cutover.coordinator.v1.Agent.LabelsEntry
+	15, // 0: cutover.coordinator.v1.Agent.labels:type_name -> cutover.coordinator.v1.Agent.LabelsEntry
 	2,  // 1: cutover.coordinator.v1.ListAgentsResponse.agents:type_name -> cutover.coordinator.v1.Agent
 	5,  // 2: cutover.coordinator.v1.PlanResponse.nodes:type_name -> cutover.coordinator.v1.NodePlan
 	11, // 3: cutover.coordinator.v1.OperationEvent.report:type_name -> cutover.coordinator.v1.Report
@@ -1259,21 +1375,22 @@ var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
 	8,  // 5: cutover.coordinator.v1.Report.phases:type_name -> cutover.coordinator.v1.PhaseDuration
 	9,  // 6: cutover.coordinator.v1.Report.nodes:type_name -> cutover.coordinator.v1.NodeResult
 	10, // 7: cutover.coordinator.v1.Report.disruption:type_name -> cutover.coordinator.v1.PairDisruption
-	1,  // 8: cutover.coordinator.v1.CoordinatorService.ListAgents:input_type -> cutover.coordinator.v1.ListAgentsRequest
-	4,  // 9: cutover.coordinator.v1.CoordinatorService.Plan:input_type -> cutover.coordinator.v1.CutoverRequest
-	4,  // 10: cutover.coordinator.v1.CoordinatorService.Cutover:input_type -> cutover.coordinator.v1.CutoverRequest
-	12, // 11: cutover.coordinator.v1.CoordinatorService.Status:input_type -> cutover.coordinator.v1.StatusRequest
-	13, // 12: cutover.coordinator.v1.CoordinatorService.Rollback:input_type -> cutover.coordinator.v1.RollbackRequest
-	3,  // 13: cutover.coordinator.v1.CoordinatorService.ListAgents:output_type -> cutover.coordinator.v1.ListAgentsResponse
-	6,  // 14: cutover.coordinator.v1.CoordinatorService.Plan:output_type -> cutover.coordinator.v1.PlanResponse
-	7,  // 15: cutover.coordinator.v1.CoordinatorService.Cutover:output_type -> cutover.coordinator.v1.OperationEvent
-	11, // 16: cutover.coordinator.v1.CoordinatorService.Status:output_type -> cutover.coordinator.v1.Report
-	7,  // 17: cutover.coordinator.v1.CoordinatorService.Rollback:output_type -> cutover.coordinator.v1.OperationEvent
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	12, // 8: cutover.coordinator.v1.Report.late_nodes:type_name -> cutover.coordinator.v1.LateNode
+	1,  // 9: cutover.coordinator.v1.CoordinatorService.ListAgents:input_type -> cutover.coordinator.v1.ListAgentsRequest
+	4,  // 10: cutover.coordinator.v1.CoordinatorService.Plan:input_type -> cutover.coordinator.v1.CutoverRequest
+	4,  // 11: cutover.coordinator.v1.CoordinatorService.Cutover:input_type -> cutover.coordinator.v1.CutoverRequest
+	13, // 12: cutover.coordinator.v1.CoordinatorService.Status:input_type -> cutover.coordinator.v1.StatusRequest
+	14, // 13: cutover.coordinator.v1.CoordinatorService.Rollback:input_type -> cutover.coordinator.v1.RollbackRequest
+	3,  // 14: cutover.coordinator.v1.CoordinatorService.ListAgents:output_type -> cutover.coordinator.v1.ListAgentsResponse
+	6,  // 15: cutover.coordinator.v1.CoordinatorService.Plan:output_type -> cutover.coordinator.v1.PlanResponse
+	7,  // 16: cutover.coordinator.v1.CoordinatorService.Cutover:output_type -> cutover.coordinator.v1.OperationEvent
+	11, // 17: cutover.coordinator.v1.CoordinatorService.Status:output_type -> cutover.coordinator.v1.Report
+	7,  // 18: cutover.coordinator.v1.CoordinatorService.Rollback:output_type -> cutover.coordinator.v1.OperationEvent
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }
@@ -1287,7 +1404,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_v1_coordinator_proto_rawDesc), len(file_coordinator_v1_coordinator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

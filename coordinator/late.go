@@ -1,0 +1,156 @@
+package coordinator
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+)
+
+// The late-commit policies (Config.LatePolicy; docs/faults.md, "Late
+// commits").
+const (
+	// LateRollback: a node with no commit answer by the instant plus the
+	// budget plus the allowance rolls everyone back, and the agent itself
+	// refuses to apply past the budget. The split lasts about the budget.
+	LateRollback = "rollback"
+	// LateWait: the others stay flipped until the late node applies (or
+	// its Commit call times out); the result is flagged. The split lasts
+	// as long as the node was away.
+	LateWait = "wait"
+)
+
+// lateBudgetMillis is the budget the agents get in CommitRequest: under
+// the wait policy they apply however late.
+func (c *Coordinator) lateBudgetMillis() int64 {
+	if c.cfg.LatePolicy != LateRollback {
+		return 0
+	}
+	return c.cfg.LateBudget.Milliseconds()
+}
+
+// lateWatch watches one Commit send for nodes that do not answer by the
+// instant plus the budget plus the allowance. It decides nothing: under
+// the rollback policy it feeds the core a Late event (the core rolls
+// back), under both it tells the operation's followers and the report.
+type lateWatch struct {
+	c        *Coordinator
+	op       *operation
+	s        barrier.Send
+	at       time.Time // the commit instant, coordinator clock
+	mu       sync.Mutex
+	answered map[string]bool
+	late     map[string]bool
+	done     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// watchLate starts the watch; stop it (it waits for its goroutine) once
+// every Commit call returned.
+func (c *Coordinator) watchLate(op *operation, s barrier.Send, at time.Time, post func(barrier.Event)) *lateWatch {
+	w := &lateWatch{c: c, op: op, s: s, at: at, answered: map[string]bool{}, late: map[string]bool{}, done: make(chan struct{})}
+	op.mu.Lock()
+	op.report.LateBudgetNanos, op.report.LatePolicy = c.cfg.LateBudget.Nanoseconds(), c.cfg.LatePolicy
+	op.mu.Unlock()
+	if c.cfg.LateBudget <= 0 {
+		return w
+	}
+	w.wg.Go(func() {
+		t := time.NewTimer(time.Until(at.Add(c.cfg.LateBudget + c.cfg.LateAllowance)))
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-w.done:
+			return
+		}
+		w.mu.Lock()
+		var late []string
+		for _, n := range s.Nodes {
+			if !w.answered[n] {
+				w.late[n] = true
+				late = append(late, n)
+			}
+		}
+		w.mu.Unlock()
+		for _, n := range late {
+			since := time.Since(at)
+			then := "waiting for it (--commit-late-policy=wait): the overlay is split meanwhile"
+			if c.cfg.LatePolicy == LateRollback {
+				then = "rolling everyone back"
+			}
+			op.emit(string(barrier.Commit), n, fmt.Sprintf("late: not applied %s after the commit instant (budget %s): %s",
+				since.Round(time.Millisecond), c.cfg.LateBudget, then), true, nil)
+			op.noteLate(n, since.Nanoseconds(), false)
+			c.metrics.lateCommits.Inc()
+			if c.cfg.LatePolicy == LateRollback {
+				post(barrier.Late{Node: n, Attempt: s.Attempt})
+			}
+		}
+	})
+	return w
+}
+
+// answer records node n's Commit answer: applied at the coordinator-clock
+// Unix nano applied (0: it did not apply). A node that applied past the
+// budget is late even if its answer beat the timer.
+func (w *lateWatch) answer(n string, applied int64, r *agentv1.CommitResponse) {
+	w.mu.Lock()
+	w.answered[n] = true
+	wasLate := w.late[n]
+	w.mu.Unlock()
+	if w.c.cfg.LateBudget <= 0 {
+		return
+	}
+	lateness := time.Duration(applied - w.at.UnixNano())
+	ok := applied != 0 && r.GetReadbackPort() == w.op.to
+	switch {
+	case wasLate && ok:
+		w.op.noteLate(n, lateness.Nanoseconds(), true)
+		w.op.emit(string(barrier.Commit), n, fmt.Sprintf("late node applied %s after the commit instant", lateness.Round(time.Millisecond)), true, nil)
+	case wasLate:
+		w.op.emit(string(barrier.Commit), n, fmt.Sprintf("late node answered %s after the commit instant without applying: %s",
+			time.Since(w.at).Round(time.Millisecond), r.GetStatus().GetError()), true, nil)
+	case ok && lateness > w.c.cfg.LateBudget:
+		w.op.noteLate(n, lateness.Nanoseconds(), true)
+		w.c.metrics.lateCommits.Inc()
+		w.op.emit(string(barrier.Commit), n, fmt.Sprintf("late: applied %s after the commit instant (budget %s)", lateness.Round(time.Millisecond), w.c.cfg.LateBudget), true, nil)
+	}
+}
+
+func (w *lateWatch) stop() {
+	close(w.done)
+	w.wg.Wait()
+}
+
+// noteLate records (or updates) a late node in the report.
+func (op *operation) noteLate(n string, lateness int64, applied bool) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	for _, l := range op.report.LateNodes {
+		if l.Node == n {
+			l.LatenessNanos, l.Applied = lateness, applied
+			return
+		}
+	}
+	op.report.LateNodes = append(op.report.LateNodes, &coordinatorv1.LateNode{Node: n, LatenessNanos: lateness, Applied: applied})
+	sort.Slice(op.report.LateNodes, func(i, j int) bool { return op.report.LateNodes[i].Node < op.report.LateNodes[j].Node })
+}
+
+// lateWarningsLocked adds the report's warnings for a SUCCEEDED operation
+// whose late nodes applied anyway (the wait policy): the overlay was split
+// while they were away, so this is not a clean success. op.mu is held.
+func lateWarningsLocked(op *operation, out barrier.Outcome) {
+	if out != barrier.Succeeded {
+		return
+	}
+	for _, l := range op.report.LateNodes {
+		if l.Applied {
+			op.report.Warnings = append(op.report.Warnings, fmt.Sprintf("node %s applied the commit %s after the instant (lateness budget %s): the overlay was split meanwhile",
+				l.Node, time.Duration(l.LatenessNanos).Round(time.Millisecond), time.Duration(op.report.LateBudgetNanos)))
+		}
+	}
+}
