@@ -31,8 +31,12 @@ func (n nsIPT) do(fn func() error) error { return netns.Do(n.ns, fn) }
 func (n nsIPT) EnsureChain(table, chain string) error {
 	return n.do(func() error { return n.c.EnsureChain(table, chain) })
 }
-func (n nsIPT) EnsureRule(r iptables.Rule) error { return n.do(func() error { return n.c.EnsureRule(r) }) }
-func (n nsIPT) DeleteRule(r iptables.Rule) error { return n.do(func() error { return n.c.DeleteRule(r) }) }
+func (n nsIPT) EnsureRule(r iptables.Rule) error {
+	return n.do(func() error { return n.c.EnsureRule(r) })
+}
+func (n nsIPT) DeleteRule(r iptables.Rule) error {
+	return n.do(func() error { return n.c.DeleteRule(r) })
+}
 func (n nsIPT) HasRule(r iptables.Rule) (ok bool, err error) {
 	err = n.do(func() error { ok, err = n.c.HasRule(r); return err })
 	return ok, err
