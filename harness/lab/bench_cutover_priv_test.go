@@ -264,11 +264,18 @@ func maxT(a, b time.Time) time.Time {
 	return b
 }
 
-var tableRE = regexp.MustCompile(`(?s)<!-- lab-cutover:begin -->.*<!-- lab-cutover:end -->`)
-
-// writeCutoverResults writes the JSON and replaces the table between the
-// markers in docs/benchmarks.md.
+// writeCutoverResults writes results/<name>.json and replaces the table
+// between the <!-- <name>:begin/end --> markers in docs/benchmarks.md, name
+// being COT_LAB_BENCH_NAME (lab_cutover by default): each make target that
+// runs this benchmark with other settings names its own file and table, so
+// every table in the doc comes from a target that rewrites it.
 func writeCutoverResults(b *testing.B, figs []cutoverFigure) {
+	name := envOr("COT_LAB_BENCH_NAME", "lab_cutover")
+	if !regexp.MustCompile(`^[a-z0-9_]+$`).MatchString(name) {
+		b.Fatalf("COT_LAB_BENCH_NAME %q: want [a-z0-9_]+ (a file name and a doc marker)", name)
+	}
+	marker := strings.ReplaceAll(name, "_", "-")
+	tableRE := regexp.MustCompile(`(?s)<!-- ` + marker + `:begin -->.*<!-- ` + marker + `:end -->`)
 	dir := os.Getenv("CUTOVER_RESULTS")
 	if dir == "" {
 		dir = "../../results"
@@ -277,11 +284,11 @@ func writeCutoverResults(b *testing.B, figs []cutoverFigure) {
 		b.Fatal(err)
 	}
 	data, _ := json.MarshalIndent(figs, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "lab_cutover.json"), append(data, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, name+".json"), append(data, '\n'), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	var t strings.Builder
-	t.WriteString("<!-- lab-cutover:begin -->\n")
+	t.WriteString("<!-- " + marker + ":begin -->\n")
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Fprintf(&t, "Run %s, %d CPUs, load average at the end %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
 	t.WriteString("| backend | N | method | probes | lost | max lost/pair | mean lost/pair | longest gap (ms) | spread (ms) | wall (ms) | idle lost/s |\n")
@@ -290,11 +297,11 @@ func writeCutoverResults(b *testing.B, figs []cutoverFigure) {
 		fmt.Fprintf(&t, "| %s | %d | %s | %.0fms × %d peers | %d / %d | %d | %.2f | %.1f | %.2f | %.0f | %d |\n",
 			f.Backend, f.Nodes, f.Method, f.IntervalMS, f.ProbePeers, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost)
 	}
-	t.WriteString("<!-- lab-cutover:end -->")
+	t.WriteString("<!-- " + marker + ":end -->")
 	p := "../../docs/benchmarks.md"
 	doc, err := os.ReadFile(p)
 	if err != nil || !tableRE.Match(doc) {
-		b.Logf("docs/benchmarks.md has no lab-cutover markers; table:\n%s", t.String())
+		b.Logf("docs/benchmarks.md has no %s markers; table:\n%s", marker, t.String())
 		return
 	}
 	doc = tableRE.ReplaceAll(doc, []byte(strings.ReplaceAll(t.String(), "$", "$$")))
