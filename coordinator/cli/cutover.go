@@ -163,6 +163,9 @@ func reportExit(rep *coordinatorv1.Report, o outcome) error {
 		if o == outcomeRollback {
 			return Exitf(ExitFailed, "operation %s is SUCCEEDED: nothing was rolled back%s", id, detail)
 		}
+		if w := rep.GetWarnings(); len(w) > 0 && o == outcomeCutover {
+			return warningsExit(id, w)
+		}
 		return nil
 	case coordinatorv1.OperationState_OPERATION_STATE_ABORTED, coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK:
 		switch o {

@@ -13,7 +13,9 @@ const exitCodesHelp = `Exit codes:
      precondition, dry run with problems); nothing was changed
   5  the operation ended FAILED: nodes may disagree, an operator is needed
   6  the stream ended before a final report (coordinator gone, wait limit,
-     Ctrl-C): the operation may still be running, see coordctl status`
+     Ctrl-C): the operation may still be running, see coordctl status
+  7  the cutover SUCCEEDED with warnings (the report's warnings): not verified
+     everywhere (nodes without probing, pairs dark before the change)`
 
 // newExitCodesTopic is `coordctl help exit-codes`: a command without Run is
 // an additional help topic in cobra.

@@ -413,4 +413,3 @@ func (a *Agent) Status(ctx context.Context, r *agentv1.StatusRequest) (*agentv1.
 	}
 	return a.statusLocked(), nil
 }
-
