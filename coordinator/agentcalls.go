@@ -59,7 +59,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		var ev barrier.Event
 		switch s.Step {
 		case barrier.Prepare:
-			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.from, ToPort: op.to})
+			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.from, ToPort: op.to, ProbePeers: op.probePeers[n]})
 			ph := r.GetStatus().GetPhase()
 			op.noteSelfUndo(n, r.GetStatus())
 			ev = callResult(n, s, err, ph == agentv1.Phase_PHASE_PREPARED, fmt.Sprintf("agent answered %s: %s", ph, r.GetStatus().GetError()))

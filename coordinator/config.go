@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,6 +55,16 @@ type Config struct {
 	// for probes still in flight to be answered or time out: at least the
 	// agents' --probe-timeout.
 	ProbeSettle time.Duration
+	// ProbePeersK is how many peers each node probes in the mesh the
+	// coordinator hands out with Prepare (0, or more than there are
+	// others: every other node). NoProbeVerify turns the built-in mesh
+	// verifier off (--probe-verify=false): every result is then flagged,
+	// never a clean success (I7). VerifyBudget bounds how long verify
+	// waits for every sampled pair to answer a probe sent after the flip
+	// (within the step timeout, which the dead-man covers).
+	ProbePeersK   int
+	NoProbeVerify bool
+	VerifyBudget  time.Duration
 }
 
 // Default returns the defaults.
@@ -76,6 +87,8 @@ func Default() Config {
 		RollbackAttempts: 3,
 		RollbackBackoff:  250 * time.Millisecond,
 		ProbeSettle:      300 * time.Millisecond,
+		ProbePeersK:      3,
+		VerifyBudget:     2 * time.Second,
 	}
 }
 
@@ -114,6 +127,9 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ClockSamples, "clock-samples", c.ClockSamples, "Clock samples per agent for the offset (lowest RTT wins)")
 	fs.IntVar(&c.RollbackAttempts, "rollback-attempts", c.RollbackAttempts, "tries of an abort or rollback per agent, at least, before the operation is declared failed")
 	fs.DurationVar(&c.ProbeSettle, "probe-settle", c.ProbeSettle, "before the report's final probe read, wait this long for probes in flight to settle (at least the agents' --probe-timeout; 0: read at once)")
+	fs.IntVar(&c.ProbePeersK, "probe-peers-k", c.ProbePeersK, "peers each node probes in the mesh sent with Prepare and checked by verify: every node sends to and is probed by this many others (0: all)")
+	fs.Var(invertedBool{&c.NoProbeVerify}, "probe-verify", "verify after the change that every sampled pair answers probes over the overlay (false: results are flagged as unverified, never a clean success)")
+	fs.DurationVar(&c.VerifyBudget, "verify-budget", c.VerifyBudget, "how long verify waits for every sampled probe pair to answer after the flip (capped by the step timeout)")
 	fs.DurationVar(&c.RollbackBackoff, "rollback-backoff", c.RollbackBackoff, "pause before retrying an abort or rollback to an unreached agent, doubling up to 8x; retries span the dead-man duration (0: retry at once, only --rollback-attempts times)")
 }
 
@@ -172,6 +188,12 @@ func (c Config) Validate() error {
 	if c.ProbeSettle < 0 || c.ProbeSettle > time.Minute {
 		errs = append(errs, fmt.Errorf("--probe-settle %v: must be between 0 and 1m", c.ProbeSettle))
 	}
+	if c.ProbePeersK < 0 || c.ProbePeersK > 64 {
+		errs = append(errs, fmt.Errorf("--probe-peers-k %d: want 0 (every other node) to 64 (an agent's most peers)", c.ProbePeersK))
+	}
+	if c.VerifyBudget < 0 || c.VerifyBudget > time.Minute {
+		errs = append(errs, fmt.Errorf("--verify-budget %s: want 0 (the default, 2s) to 1m", c.VerifyBudget))
+	}
 	if c.RollbackBackoff < 0 || c.RollbackBackoff > time.Minute {
 		errs = append(errs, fmt.Errorf("--rollback-backoff %s: want 0 (retry at once) to 1m", c.RollbackBackoff))
 	}
@@ -203,3 +225,25 @@ func (c Config) listenAddrs() ([]listenAddr, error) {
 	}
 	return out, nil
 }
+
+// invertedBool binds a "--x" flag (default true) to a NoX field, so that
+// the zero Config keeps the safe behaviour.
+type invertedBool struct{ no *bool }
+
+func (b invertedBool) String() string {
+	if b.no == nil {
+		return "true"
+	}
+	return fmt.Sprint(!*b.no)
+}
+
+func (b invertedBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*b.no = !v
+	return nil
+}
+
+func (b invertedBool) IsBoolFlag() bool { return true }

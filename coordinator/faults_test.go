@@ -185,7 +185,7 @@ func TestProbeStatsReadOnRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.State != rolledBack || rep.ProbesSent != 50 || rep.ProbesLost != 3 || len(rep.Disruption) != 1 {
+	if rep.State != rolledBack || rep.ProbesSent != 50 || rep.ProbesLost != 3 || len(rep.Disruption) != 6 {
 		t.Errorf("state %s, probes sent %d lost %d pairs %d: want rolled back with n1's figures", rep.State, rep.ProbesSent, rep.ProbesLost, len(rep.Disruption))
 	}
 }

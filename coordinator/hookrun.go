@@ -116,6 +116,11 @@ func (c *Coordinator) preflightHooks(ctx context.Context, info OpInfo) []string 
 // the dry run and Plan all judge by it.
 func (c *Coordinator) fullPreflight(ctx context.Context, r request, kind string) *preflight {
 	pf := c.runPreflight(ctx, r)
+	pf.probes = c.planProbes(ctx, r, pf.checks)
+	if len(pf.probes.problems) > 0 {
+		pf.problems = append(pf.problems, pf.probes.problems...)
+		pf.resp.Problems = pf.problems
+	}
 	if len(c.hooks) == 0 {
 		return pf
 	}

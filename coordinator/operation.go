@@ -44,6 +44,12 @@ type operation struct {
 	selfUndo map[string]time.Time
 	selfKind map[string]agentv1.Phase // the phase selfUndo was learnt in
 	commitAt time.Time                // the last commit instant sent (coordinator clock)
+	// The probe mesh chosen in preflight (probeplan.go): peers sent with
+	// Prepare, pairs verify checks. probePlanned is false for a resumed
+	// run: verify then checks the peers the agents report.
+	probePeers   map[string][]*agentv1.ProbePeer
+	probePairs   []probePair
+	probePlanned bool
 }
 
 func newOperation(id, kind string, from, to uint32, nodes []string, step, deadman time.Duration, seq int64) *operation {

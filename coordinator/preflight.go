@@ -37,6 +37,7 @@ type request struct {
 	allowNodePort bool
 	allowTunnel   bool
 	tunnel        string // refused as another tunnel's port: which one
+	allowUnprobed bool   // targets without a probe address are left out, the result flagged
 }
 
 // maxStepMillis bounds a request's per-step deadline (timeout_millis).
@@ -50,7 +51,7 @@ func invalid(field string, value any, reason string) error {
 // validate checks a request against the inventory alone (no agent is
 // asked): every error is InvalidArgument.
 func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, error) {
-	r := request{to: req.Port, allowNodePort: req.AllowNodeportRange, allowTunnel: req.AllowTunnelPort, step: c.cfg.StepTimeout}
+	r := request{to: req.Port, allowNodePort: req.AllowNodeportRange, allowTunnel: req.AllowTunnelPort, step: c.cfg.StepTimeout, allowUnprobed: req.AllowUnprobed}
 	switch {
 	case req.Port == 0:
 		return r, invalid("port", 0, "not set: want the target port, 1–65535")
@@ -217,6 +218,7 @@ type preflight struct {
 	checks   map[string]*nodeCheck
 	problems []string // empty: the cutover may go
 	resp     *coordinatorv1.PlanResponse
+	probes   *probePlan // the probe mesh sample (probeplan.go)
 }
 
 // runPreflight asks every targeted agent (Info, Preflight, Clock) and

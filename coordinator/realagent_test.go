@@ -45,6 +45,8 @@ func realAgentsWith(t *testing.T, n int, backend func(node string) dataplane.Bac
 		cfg.Insecure = true
 		cfg.StateDir = t.TempDir()
 		cfg.MetricsAddr = "127.0.0.1:0"
+		// A real probe mesh over loopback: verify checks it.
+		cfg.ProbeListen = loopbackProbeAddr(t, node)
 		hl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -147,4 +149,21 @@ func TestRealAgents(t *testing.T) {
 	if got := planePorts(planes, n); got != "n1=4889 n2=4889 n3=4889 n4=4889" {
 		t.Errorf("dataplanes after abort: %s", got)
 	}
+}
+
+// loopbackProbeAddr is a free UDP address on a loopback IP of node's own
+// (127.0.0.10+i for node ni), for the real agent's probe mesh.
+func loopbackProbeAddr(t *testing.T, node string) string {
+	t.Helper()
+	var i int
+	if _, err := fmt.Sscanf(node, "n%d", &i); err != nil {
+		t.Fatalf("node %q: want n<i>", node)
+	}
+	pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.%d:0", 10+i))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := pc.LocalAddr().String()
+	_ = pc.Close()
+	return addr
 }

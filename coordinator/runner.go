@@ -99,13 +99,20 @@ func (c *Coordinator) perform(op *operation, acts []barrier.Action, post func(ba
 	}
 }
 
-// runVerifier runs the operation-wide verifier.
+// runVerifier runs the built-in probe mesh verifier, then the
+// operation-wide one when given.
 func (c *Coordinator) runVerifier(op *operation, a barrier.RunVerifier) barrier.Event {
+	ctx, cancel := context.WithTimeout(c.ctx, a.Timeout)
+	defer cancel()
+	if !c.cfg.NoProbeVerify {
+		if err := c.meshVerify(ctx, op); err != nil {
+			op.emit("verify", "", "verification failed: "+err.Error(), true, nil)
+			return barrier.Verified{Err: err.Error()}
+		}
+	}
 	if c.verifier == nil {
 		return barrier.Verified{}
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, a.Timeout)
-	defer cancel()
 	if err := c.verifier.Verify(ctx, VerifyInput{OperationID: op.rec.ID, FromPort: op.from, ToPort: op.to, Nodes: a.Nodes}); err != nil {
 		op.emit("verify", "", "verification failed: "+err.Error(), true, nil)
 		return barrier.Verified{Err: err.Error()}

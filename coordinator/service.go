@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -120,6 +121,13 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	op.fanout = pf.fanout
 	op.rec.FromPort, op.report.FromPort = pf.from, pf.from
 	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: "preflight", Nanos: time.Since(started).Nanoseconds()})
+	if pp := pf.probes; pp != nil {
+		op.probePeers, op.probePairs, op.probePlanned = pp.peers, pp.pairs, true
+		op.report.Warnings = append(op.report.Warnings, pp.warnings...)
+		for _, w := range append(slices.Clone(pp.notes), pp.warnings...) {
+			op.emit("preflight", "", w, false, nil)
+		}
+	}
 	for n, nc := range pf.checks {
 		op.offsets[n] = nc.clock
 		op.results[n].ClockOffsetNanos = nc.clock.offset.Nanoseconds()
@@ -225,6 +233,9 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 			// The prior port is known good for this overlay even when it
 			// is a tunnel port (4789) or in the NodePort range.
 			AllowTunnelPort: true, AllowNodeportRange: true,
+			// Putting a change back must not be refused for a node
+			// without probing: the result is flagged instead.
+			AllowUnprobed: true,
 		}, stream, op.rec.ID)
 	}
 	if c.current != nil && c.current != op {

@@ -17,7 +17,9 @@ import (
 func (c *Coordinator) coreConfig(nodes []string, step, deadman time.Duration, marks []HookMark) barrier.Config {
 	cfg := barrier.Config{Nodes: nodes, StepTimeout: step, RollbackAttempts: c.cfg.RollbackAttempts,
 		RetryBackoff: c.cfg.RollbackBackoff, RetryBackoffMax: 8 * c.cfg.RollbackBackoff, RetryFor: deadman + time.Second,
-		Verifier: c.verifier != nil,
+		// The built-in probe mesh verifier (probeverify.go), and the
+		// operation-wide one when given.
+		Verifier: c.verifier != nil || !c.cfg.NoProbeVerify,
 		// Agents without peers report no counters: harmless.
 		Probes: true}
 	for _, h := range c.hooks {

@@ -165,7 +165,7 @@ func reportExit(rep *coordinatorv1.Report, o outcome) error {
 			return Exitf(ExitFailed, "operation %s is SUCCEEDED: nothing was rolled back%s", id, detail)
 		}
 		if w := rep.GetWarnings(); len(w) > 0 {
-			return Exitf(ExitWarnings, "operation %s SUCCEEDED with %d warning(s): %s", id, len(w), strings.Join(w, "; "))
+			return warningsExit(id, w)
 		}
 		return nil
 	case coordinatorv1.OperationState_OPERATION_STATE_ABORTED, coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK:

@@ -14,10 +14,11 @@ const exitCodesHelp = `Exit codes:
   5  the operation ended FAILED: nodes may disagree, an operator is needed
   6  the stream ended before a final report (coordinator gone, wait limit,
      Ctrl-C): the operation may still be running, see coordctl status
-  7  the operation SUCCEEDED with warnings (the report's "warnings:"; e.g. a
+  7  the operation SUCCEEDED with warnings (the report's "warnings:"): every
+     node is on the new port, but it was not a clean success: not verified
+     everywhere (nodes without probing, pairs dark before the change), or a
      node applied the commit later than --commit-late-budget under
-     --commit-late-policy=wait, so the overlay was split meanwhile): every
-     node is on the new port, but it was not a clean success`
+     --commit-late-policy=wait, so the overlay was split meanwhile`
 
 // newExitCodesTopic is `coordctl help exit-codes`: a command without Run is
 // an additional help topic in cobra.

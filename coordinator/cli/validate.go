@@ -19,6 +19,7 @@ type targetFlags struct {
 	selector           string
 	allowNodePortRange bool
 	allowTunnelPort    bool
+	allowUnprobed      bool
 }
 
 func (t *targetFlags) add(cmd *cobra.Command) {
@@ -28,6 +29,7 @@ func (t *targetFlags) add(cmd *cobra.Command) {
 	f.StringVar(&t.selector, "selector", "", "only nodes with these labels, k=v[,k=v]")
 	f.BoolVar(&t.allowNodePortRange, "allow-nodeport-range", false, "allow a port inside the Kubernetes NodePort range")
 	f.BoolVar(&t.allowTunnelPort, "allow-tunnel-port", false, "allow another tunnel's well-known port (Geneve 6081, flannel 8472)")
+	f.BoolVar(&t.allowUnprobed, "allow-unprobed", false, "accept nodes without a probe address: left out of the probe mesh, the result is flagged (exit 7), never a clean success")
 }
 
 // request validates the flags and builds the request. Every error names
@@ -41,6 +43,7 @@ func (t *targetFlags) request() (*coordinatorv1.CutoverRequest, error) {
 		Port:               port,
 		AllowNodeportRange: t.allowNodePortRange,
 		AllowTunnelPort:    t.allowTunnelPort,
+		AllowUnprobed:      t.allowUnprobed,
 	}
 	if t.nodes != "" && t.selector != "" {
 		return nil, usageError("--nodes %q and --selector %q together: choose nodes by name or by label, not both", t.nodes, t.selector)

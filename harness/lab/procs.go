@@ -85,6 +85,13 @@ func coordinatorArgs(cfg Config, inventory, pkiDir string) []string {
 		"-metrics-listen", netip.AddrPortFrom(HubMgmt, CoordinatorMetricsPort).String(),
 		"-state-dir", filepath.Join(cfg.Dir, "coordinator"),
 	}
+	// The coordinator hands the agents the lab's probe sample with Prepare
+	// and verifies it; a lab without probes has nothing to verify with.
+	if cfg.NoProbes {
+		a = append(a, "-probe-verify=false")
+	} else {
+		a = append(a, "-probe-peers-k", fmt.Sprint(cfg.ProbePeers))
+	}
 	if cfg.Insecure {
 		a = append(a, "-insecure")
 	} else {

@@ -55,11 +55,22 @@ type Agent struct {
 	fightArmed bool
 	peers      []*agentv1.PeerProbeStats
 	probeReads int
+	// The probe mesh (probe.go): the address Info reports (empty: off,
+	// for probeOff), the peers the last Prepare handed over and since when
+	// (agent clock), and the peers that go dark at the commit or never
+	// answered.
+	probeAddr  string
+	probeOff   string
+	probePeers []*agentv1.ProbePeer
+	probeSince map[string]int64
+	dark       map[string]bool
+	never      map[string]bool
 }
 
 // New returns a ready agent for node on port.
 func New(node string, port uint32) *Agent {
-	return &Agent{node: node, port: port, ready: true, busyPorts: map[uint32]string{}, faults: map[string]Fault{}}
+	return &Agent{node: node, port: port, ready: true, busyPorts: map[uint32]string{}, faults: map[string]Fault{},
+		probeAddr: defaultProbeAddr(node), probeSince: map[string]int64{}, dark: map[string]bool{}, never: map[string]bool{}}
 }
 
 // SetFault makes method (e.g. "Prepare") misbehave; a zero Fault clears it.
@@ -201,7 +212,8 @@ func (a *Agent) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.Info
 		a.port, a.fightArmed = a.op.FromPort, false
 	}
 	return &agentv1.InfoResponse{Node: a.node, Version: "fake", Backend: "fake", Device: "vxlan0", CurrentPort: a.port,
-		Ready: a.ready, NotReady: a.notReady, Operation: a.statusLocked(), Labels: a.labels}, nil
+		Ready: a.ready, NotReady: a.notReady, Operation: a.statusLocked(), Labels: a.labels,
+		ProbeAddress: a.probeAddr, ProbeOffReason: a.probeOffLocked()}, nil
 }
 
 // faultRO is fault without recording the call (read-only methods).
@@ -259,6 +271,7 @@ func (a *Agent) Prepare(ctx context.Context, r *agentv1.PrepareRequest) (*agentv
 			return nil, status.Errorf(codes.FailedPrecondition, "current port is %d, not from_port %d", a.port, r.FromPort)
 		}
 		a.op = &agentv1.OperationStatus{OperationId: r.OperationId, Phase: agentv1.Phase_PHASE_PREPARED, FromPort: r.FromPort, ToPort: r.ToPort}
+		a.setProbePeersLocked(r.ProbePeers)
 	}
 	st := a.statusLocked()
 	a.mu.Unlock()
@@ -399,16 +412,4 @@ func (a *Agent) Status(ctx context.Context, r *agentv1.StatusRequest) (*agentv1.
 		return nil, status.Errorf(codes.NotFound, "operation %s unknown here", r.OperationId)
 	}
 	return a.statusLocked(), nil
-}
-
-// ProbeStats implements AgentService.
-func (a *Agent) ProbeStats(_ context.Context, r *agentv1.ProbeStatsRequest) (*agentv1.ProbeStatsResponse, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if r.Reset_ {
-		a.probeRst++
-	} else {
-		a.probeReads++
-	}
-	return &agentv1.ProbeStatsResponse{Node: a.node, IntervalMicros: 10000, Peers: a.peers}, nil
 }

@@ -303,8 +303,13 @@ type CutoverRequest struct {
 	AllowNodeportRange bool                   `protobuf:"varint,6,opt,name=allow_nodeport_range,json=allowNodeportRange,proto3" json:"allow_nodeport_range,omitempty"`
 	AllowTunnelPort    bool                   `protobuf:"varint,7,opt,name=allow_tunnel_port,json=allowTunnelPort,proto3" json:"allow_tunnel_port,omitempty"`
 	OperationId        string                 `protobuf:"bytes,8,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"` // optional; generated when empty
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Accept an operation whose overlay cannot be verified everywhere: nodes
+	// without a probe address (Info.probe_address empty) are left out of the
+	// probe mesh instead of refusing preflight, and the result is flagged
+	// (Report.warnings), never a clean success (I7).
+	AllowUnprobed bool `protobuf:"varint,40,opt,name=allow_unprobed,json=allowUnprobed,proto3" json:"allow_unprobed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CutoverRequest) Reset() {
@@ -391,6 +396,13 @@ func (x *CutoverRequest) GetOperationId() string {
 		return x.OperationId
 	}
 	return ""
+}
+
+func (x *CutoverRequest) GetAllowUnprobed() bool {
+	if x != nil {
+		return x.AllowUnprobed
+	}
+	return false
 }
 
 type NodePlan struct {
@@ -870,9 +882,9 @@ type Report struct {
 	// prior port is reopened everywhere first and flipped at one instant).
 	Kind               string `protobuf:"bytes,15,opt,name=kind,proto3" json:"kind,omitempty"`
 	RevertsOperationId string `protobuf:"bytes,16,opt,name=reverts_operation_id,json=revertsOperationId,proto3" json:"reverts_operation_id,omitempty"`
-	// Things a clean success must not hide (late nodes that applied within
-	// the policy, say). A SUCCEEDED report with warnings is not a clean
-	// success: coordctl exits 7.
+	// Why a SUCCEEDED operation is not a clean success (I7): late nodes that
+	// applied within the policy, nodes left out of the probe mesh, pairs dark
+	// before the change, mesh verification off. coordctl exits 7, not 0.
 	Warnings []string `protobuf:"bytes,40,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	// Nodes that had not applied the commit by the instant plus the lateness
 	// budget, and how late they were.
@@ -1233,7 +1245,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
 	"\x12ListAgentsResponse\x125\n" +
-	"\x06agents\x18\x01 \x03(\v2\x1d.cutover.coordinator.v1.AgentR\x06agents\"\x97\x02\n" +
+	"\x06agents\x18\x01 \x03(\v2\x1d.cutover.coordinator.v1.AgentR\x06agents\"\xbe\x02\n" +
 	"\x0eCutoverRequest\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x14\n" +
@@ -1242,7 +1254,8 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x0etimeout_millis\x18\x05 \x01(\x03R\rtimeoutMillis\x120\n" +
 	"\x14allow_nodeport_range\x18\x06 \x01(\bR\x12allowNodeportRange\x12*\n" +
 	"\x11allow_tunnel_port\x18\a \x01(\bR\x0fallowTunnelPort\x12!\n" +
-	"\foperation_id\x18\b \x01(\tR\voperationId\"\xa1\x01\n" +
+	"\foperation_id\x18\b \x01(\tR\voperationId\x12%\n" +
+	"\x0eallow_unprobed\x18( \x01(\bR\rallowUnprobed\"\xa1\x01\n" +
 	"\bNodePlan\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12!\n" +
 	"\fcurrent_port\x18\x02 \x01(\rR\vcurrentPort\x12(\n" +

@@ -1,0 +1,128 @@
+package coordinator
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Every target gets its sample with Prepare, addresses from the agents'
+// Info, the whole inventory sampled (a subset's peers include nodes
+// outside it); every pair answering after the flip: SUCCEEDED, clean.
+func TestProbeMeshAllAnswer(t *testing.T) {
+	l := newLab(t, 5, nil)
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1", Nodes: []string{"n1", "n2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != succeeded || len(rep.Warnings) > 0 {
+		t.Fatalf("state %s (%s) warnings %q\n%s", rep.State, rep.Error, rep.Warnings, strings.Join(msgs, "\n"))
+	}
+	// 5 nodes, k=3: n1 probes distances 1, 2, 3 → n2 n3 n4.
+	if got := strings.Join(l.fakes["n1"].ProbePeers(), ","); !strings.HasPrefix(got, "n2=198.19.") || strings.Count(got, "=") != 3 || !strings.Contains(got, "n4=") {
+		t.Errorf("n1's probe peers: %s", got)
+	}
+	if got := l.fakes["n5"].ProbePeers(); len(got) != 0 {
+		t.Errorf("n5 is not a target but got peers %v", got)
+	}
+	if !strings.Contains(strings.Join(msgs, "\n"), "probe mesh: 6 sampled pair(s) answered") {
+		t.Errorf("no mesh verdict among the events:\n%s", strings.Join(msgs, "\n"))
+	}
+}
+
+// One node's tunnel carries nothing after the flip: its pairs go dark,
+// verify fails and the cutover is ROLLED_BACK naming them.
+func TestProbeMeshDarkPairRollsBack(t *testing.T) {
+	l := newLab(t, 4, nil)
+	l.fakes["n2"].SetProbeDark("n3")
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != rolledBack {
+		t.Fatalf("state %s (%s), want ROLLED_BACK\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	if !strings.Contains(rep.Error, "n2→n3 no answer since the commit") || strings.Contains(rep.Error, "n1→") {
+		t.Errorf("error %q: want the dark pair n2→n3 named, and only it", rep.Error)
+	}
+	wantDump(t, l.dump(), `
+		n1 port=4789 op=op1 phase=REVERTED
+		n2 port=4789 op=op1 phase=REVERTED
+		n3 port=4789 op=op1 phase=REVERTED
+		n4 port=4789 op=op1 phase=REVERTED`)
+}
+
+// A pair that never answered, probed well before the change, is flagged
+// as dark before it, not blamed on the cutover: SUCCEEDED with a warning.
+func TestProbeMeshBaselineFlagged(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.fakes["n1"].SetProbeNever("n3")
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != succeeded || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "n1→n3 never answered, already before the change") {
+		t.Fatalf("state %s (%s) warnings %q, want SUCCEEDED flagged with n1→n3\n%s", rep.State, rep.Error, rep.Warnings, strings.Join(msgs, "\n"))
+	}
+}
+
+// A target without a probe address is a preflight problem naming it and
+// why, and nothing changes; with allow_unprobed it is left out and the
+// result flagged. A node outside the targets is left out either way.
+func TestProbeMeshUnprobed(t *testing.T) {
+	l := newLab(t, 4, nil)
+	l.fakes["n3"].SetProbeAddress("", "no overlay address: interface tun0 does not exist")
+	_, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "n3: no probe address (probing off: no overlay address: interface tun0 does not exist)") {
+		t.Fatalf("err %v: want a preflight refusal naming n3 and its reason", err)
+	}
+	for n, f := range l.fakes {
+		if f.Called("Prepare") {
+			t.Errorf("%s got Prepare after a refused preflight", n)
+		}
+	}
+	p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+	if err != nil || len(p.Problems) != 1 {
+		t.Errorf("plan: %v %q", err, p.GetProblems())
+	}
+	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op2", AllowUnprobed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != succeeded || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "n3 (probing off: no overlay address") {
+		t.Fatalf("allow_unprobed: state %s warnings %q, want SUCCEEDED flagged naming n3", rep.State, rep.Warnings)
+	}
+	// A subset without n3: n3 is only a peer, left out; clean.
+	rep, _, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4789, AllowTunnelPort: true, OperationId: "op3", Nodes: []string{"n1", "n2", "n4"}})
+	if err != nil || rep.State != succeeded || len(rep.Warnings) != 0 {
+		t.Fatalf("subset without n3: %v %v", rep, err)
+	}
+	for _, p := range l.fakes["n1"].ProbePeers() {
+		if strings.HasPrefix(p, "n3=") {
+			t.Errorf("n1 probes n3, which has no probe address")
+		}
+	}
+}
+
+// --probe-verify=false: nothing checks the overlay, every result is
+// flagged; the operation-wide verifier still runs.
+func TestProbeVerifyOff(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.crash()
+	l.cfg = func(c *Config) { c.NoProbeVerify = true }
+	ran := false
+	l.verifier = VerifierFunc(func(context.Context, VerifyInput) error { ran = true; return nil })
+	l.start()
+	l.fakes["n2"].SetProbeDark("n3")
+	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != succeeded || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "verification is off") || !ran {
+		t.Fatalf("state %s warnings %q verifier ran %t", rep.State, rep.Warnings, ran)
+	}
+}

@@ -1,0 +1,125 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+)
+
+// probePlan is the probe mesh of one operation, chosen in preflight: the
+// peers each target is sent with Prepare and the pairs verify checks.
+type probePlan struct {
+	peers    map[string][]*agentv1.ProbePeer // by target
+	pairs    []probePair                     // sampled pairs whose sender is a target
+	warnings []string                        // why the result cannot be a clean success
+	notes    []string                        // for the operation's events only
+	problems []string                        // preflight refuses the cutover
+}
+
+// planProbes collects every agent's probe address, the whole inventory's
+// (a target's overlay reaches nodes outside the targets too), and samples
+// the mesh: every probed node sends to and is probed by --probe-peers-k
+// others. A target without a probe address is a preflight problem naming
+// its probe_off_reason, unless the request accepts an unverified result
+// (allow_unprobed: it is left out and the result flagged). A node outside
+// the targets that has none, or does not answer, is left out of the mesh
+// with a note: the operation does not touch it. It changes nothing (I3).
+func (c *Coordinator) planProbes(ctx context.Context, r request, checks map[string]*nodeCheck) *probePlan {
+	pp := &probePlan{peers: map[string][]*agentv1.ProbePeer{}}
+	if c.cfg.NoProbeVerify {
+		pp.warnings = append(pp.warnings, "probe mesh verification is off (--probe-verify=false): the overlay was not verified after the change")
+		return pp
+	}
+	infos := map[string]*agentv1.InfoResponse{}
+	why := map[string]string{}
+	var others []string
+	for _, n := range c.nodeNames() {
+		if nc, ok := checks[n]; ok {
+			if nc.err == nil {
+				infos[n] = nc.info
+			} else {
+				why[n] = "unreachable"
+			}
+			continue
+		}
+		others = append(others, n)
+	}
+	var mu sync.Mutex
+	cctx, cancel := context.WithTimeout(ctx, min(r.step, 2*time.Second))
+	defer cancel()
+	fanOut(others, func(n string) {
+		info, err := c.agents[n].client.Info(cctx, &agentv1.InfoRequest{})
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			why[n] = "unreachable"
+			return
+		}
+		infos[n] = info
+	})
+	addrs := map[string]string{}
+	var unprobed []string
+	for _, n := range c.nodeNames() {
+		info := infos[n]
+		if info != nil && info.GetProbeAddress() != "" {
+			addrs[n] = info.GetProbeAddress()
+			continue
+		}
+		if info != nil {
+			why[n] = "probing off: " + orUnknown(info.GetProbeOffReason())
+		}
+		if !slices.Contains(r.nodes, n) {
+			pp.notes = append(pp.notes, fmt.Sprintf("%s (not a target) left out of the probe mesh: %s", n, why[n]))
+			continue
+		}
+		if info == nil {
+			continue // unreachable: already a preflight problem
+		}
+		if !r.allowUnprobed {
+			pp.problems = append(pp.problems, fmt.Sprintf("%s: no probe address (%s): the overlay through it cannot be verified after the change (I7); fix the agent's probe mesh (its --probe-listen, its overlay address), or set allow_unprobed (coordctl --allow-unprobed) to accept a flagged result", n, why[n]))
+			continue
+		}
+		unprobed = append(unprobed, fmt.Sprintf("%s (%s)", n, why[n]))
+	}
+	if len(unprobed) > 0 {
+		pp.warnings = append(pp.warnings, "not verified by the probe mesh (allow_unprobed): "+strings.Join(unprobed, ", "))
+	}
+	var probed []string
+	for n := range addrs {
+		probed = append(probed, n)
+	}
+	sample := probeSample(probed, c.cfg.ProbePeersK)
+	var senders []string
+	for _, n := range r.nodes {
+		if _, ok := addrs[n]; !ok {
+			continue
+		}
+		senders = append(senders, n)
+		for _, p := range sample[n] {
+			pp.peers[n] = append(pp.peers[n], &agentv1.ProbePeer{Name: p, Address: addrs[p]})
+		}
+	}
+	pp.pairs = samplePairs(sample, senders)
+	return pp
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "no reason given"
+	}
+	return s
+}
+
+// addWarning flags the operation's result (Report.warnings), once.
+func (op *operation) addWarning(w string) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if !slices.Contains(op.report.Warnings, w) {
+		op.report.Warnings = append(op.report.Warnings, w)
+	}
+}

@@ -1,0 +1,250 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	"google.golang.org/grpc/status"
+)
+
+// The built-in mesh verifier (I7): after every read-back passed, each
+// sampled pair A→B must show, on A's ProbeStats, a probe answered that A
+// sent after both A and B had flipped. Probes are round trips, so one
+// answered probe proves the overlay both ways between the two nodes on the
+// new port; A's own clock stamps it, so the one conversion needed is of
+// the flip instants into A's clock (the offsets measured in preflight).
+
+// verifySlack is added to the offsets' own error bound (half the RTT of
+// each measurement) before a probe counts as sent after the flip.
+const verifySlack = time.Millisecond
+
+// nodeFlip is what the pass rule knows about one node.
+type nodeFlip struct {
+	// Flipped is when the node's change took effect, coordinator clock
+	// (Unix ns): its applied instant plus how long the dataplane took to
+	// confirm it. 0: the node did not flip (outside the targets).
+	Flipped int64
+	// Offset is the node's clock minus the coordinator's; RTT the round
+	// trip of the Clock sample it came from (0: unknown, e.g. resumed).
+	Offset, RTT time.Duration
+}
+
+// pairVerdict is the judgement of one sampled pair.
+type pairVerdict int
+
+const (
+	pairPass     pairVerdict = iota // answered a probe sent after both flipped
+	pairDark                        // answered nothing sent after the flip: the cutover's fault
+	pairBaseline                    // never answered, though probed well before the change: dark already
+	pairMissing                     // the sender does not probe the peer (or did not answer ProbeStats)
+)
+
+// passAfter is T_A, the instant (A's clock) after which a probe A sent
+// and got answered proves the pair works on the new port: the later of
+// the two flips, in A's clock, plus the offsets' error (half of each
+// measurement's RTT, both conversions) and verifySlack.
+func passAfter(a, b nodeFlip) int64 {
+	flip := max(a.Flipped, b.Flipped)
+	margin := (a.RTT+b.RTT)/2 + verifySlack
+	if a.RTT == 0 || b.RTT == 0 {
+		// An offset from a journal (resumed run) has no RTT kept: assume
+		// a slow measurement.
+		margin += 5 * time.Millisecond
+	}
+	return flip + (a.Offset + margin).Nanoseconds()
+}
+
+// judgePair applies the pass rule to A's figures st for peer B. timeout is
+// A's probe timeout: a pair counts as dark before the change (baseline)
+// only when A had probed it for at least that long before the flip and
+// never got an answer; a pair added too late to tell is blamed.
+func judgePair(st *agentv1.PeerProbeStats, a, b nodeFlip, timeout time.Duration) pairVerdict {
+	if st == nil {
+		return pairMissing
+	}
+	t := passAfter(a, b)
+	if st.GetLastAnsweredSentUnixNano() > t {
+		return pairPass
+	}
+	flipA := max(a.Flipped, b.Flipped) + a.Offset.Nanoseconds()
+	if st.GetLastAnswerUnixNano() == 0 && st.GetProbingSinceUnixNano() != 0 &&
+		st.GetProbingSinceUnixNano()+timeout.Nanoseconds() <= flipA {
+		return pairBaseline
+	}
+	return pairDark
+}
+
+// meshResult is a verification's outcome by pair.
+type meshResult struct {
+	dark, missing, baseline []probePair
+	why                     map[probePair]string
+}
+
+func (m meshResult) failed() bool { return len(m.dark) > 0 || len(m.missing) > 0 }
+
+// err names the failing pairs, the way the report shows them.
+func (m meshResult) err() error {
+	if !m.failed() {
+		return nil
+	}
+	var parts []string
+	for _, p := range m.dark {
+		parts = append(parts, p.String()+" "+m.why[p])
+	}
+	for _, p := range m.missing {
+		parts = append(parts, p.String()+" "+m.why[p])
+	}
+	return fmt.Errorf("probe mesh: %d of the sampled pairs carry no traffic on the new port: %s", len(m.dark)+len(m.missing), strings.Join(parts, "; "))
+}
+
+// meshVerify polls the senders' ProbeStats every few probe intervals
+// until every sampled pair passed or the budget (at most until ctx ends)
+// is spent. Pairs dark before the change are flagged in the report's
+// warnings and do not fail the operation.
+func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
+	op.mu.Lock()
+	pairs := slices.Clone(op.probePairs)
+	flips := map[string]nodeFlip{}
+	for n, r := range op.results {
+		flips[n] = nodeFlip{Offset: time.Duration(r.ClockOffsetNanos)}
+		if r.AppliedUnixNano != 0 {
+			f := flips[n]
+			f.Flipped = r.AppliedUnixNano + r.ApplyNanos
+			flips[n] = f
+		}
+	}
+	for n, s := range op.offsets {
+		f := flips[n]
+		f.Offset, f.RTT = s.offset, s.rtt
+		flips[n] = f
+	}
+	planned := op.probePlanned
+	op.mu.Unlock()
+	if !planned {
+		// A resumed run: the sample of the run that prepared is not
+		// journaled, but the agents probe it since their Prepare.
+		stats, _, _, _ := c.readMesh(ctx, op.nodes)
+		for _, n := range slices.Sorted(maps.Keys(stats)) {
+			for _, t := range slices.Sorted(maps.Keys(stats[n])) {
+				pairs = append(pairs, probePair{n, t})
+			}
+		}
+	}
+	if len(pairs) == 0 {
+		return nil
+	}
+	var senders []string
+	for _, p := range pairs {
+		if !slices.Contains(senders, p.From) {
+			senders = append(senders, p.From)
+		}
+	}
+	budget := c.cfg.VerifyBudget
+	if budget <= 0 {
+		budget = Default().VerifyBudget
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		budget = min(budget, time.Until(dl)-50*time.Millisecond)
+	}
+	end := time.Now().Add(budget)
+	var res meshResult
+	for {
+		stats, intervals, timeouts, errs := c.readMesh(ctx, senders)
+		res = meshResult{why: map[probePair]string{}}
+		for _, p := range pairs {
+			if e, bad := errs[p.From]; bad {
+				res.missing = append(res.missing, p)
+				res.why[p] = "not read: " + e
+				continue
+			}
+			st := stats[p.From][p.To]
+			switch judgePair(st, flips[p.From], flips[p.To], timeouts[p.From]) {
+			case pairDark:
+				res.dark = append(res.dark, p)
+				res.why[p] = darkWhy(st, flips[p.From], flips[p.To])
+			case pairMissing:
+				res.missing = append(res.missing, p)
+				res.why[p] = "not probed by " + p.From
+			case pairBaseline:
+				res.baseline = append(res.baseline, p)
+			}
+		}
+		if !res.failed() {
+			break
+		}
+		poll := 50 * time.Millisecond
+		if iv := slices.Max(append(slices.Collect(maps.Values(intervals)), 0)); iv > 0 {
+			poll = min(max(3*iv, 10*time.Millisecond), 500*time.Millisecond)
+		}
+		if time.Now().Add(poll).After(end) {
+			break
+		}
+		select {
+		case <-time.After(poll):
+		case <-ctx.Done():
+			return errors.Join(res.err(), ctx.Err())
+		}
+	}
+	if len(res.baseline) > 0 {
+		var ps []string
+		for _, p := range res.baseline {
+			ps = append(ps, p.String())
+		}
+		w := fmt.Sprintf("probe mesh: %s never answered, already before the change: not blamed on the cutover, but these pairs are not verified", strings.Join(ps, ", "))
+		op.addWarning(w)
+		op.emit("verify", "", w, false, nil)
+	}
+	if err := res.err(); err != nil {
+		return err
+	}
+	op.emit("verify", "", fmt.Sprintf("probe mesh: %d sampled pair(s) answered probes sent after the flip", len(pairs)-len(res.baseline)), false, nil)
+	return nil
+}
+
+// darkWhy says how long ago, relative to the flip, the pair last worked.
+func darkWhy(st *agentv1.PeerProbeStats, a, b nodeFlip) string {
+	if st.GetLastAnsweredSentUnixNano() == 0 {
+		return "never answered"
+	}
+	before := time.Duration(passAfter(a, b) - st.GetLastAnsweredSentUnixNano())
+	return fmt.Sprintf("no answer since the commit (last answered probe sent %s before the flip)", before.Round(time.Microsecond))
+}
+
+// readMesh reads the senders' probe figures (no reset), by sender and
+// peer, with each sender's probe interval and timeout; errs names the
+// senders that could not be read.
+func (c *Coordinator) readMesh(ctx context.Context, senders []string) (stats map[string]map[string]*agentv1.PeerProbeStats, intervals, timeouts map[string]time.Duration, errs map[string]string) {
+	stats = map[string]map[string]*agentv1.PeerProbeStats{}
+	intervals, timeouts, errs = map[string]time.Duration{}, map[string]time.Duration{}, map[string]string{}
+	var mu sync.Mutex
+	fanOut(senders, func(n string) {
+		cctx, cancel := context.WithTimeout(ctx, probeStatsBound)
+		defer cancel()
+		r, err := c.agents[n].client.ProbeStats(cctx, &agentv1.ProbeStatsRequest{})
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs[n] = status.Convert(err).Message()
+			return
+		}
+		if r.GetAddress() == "" && r.GetOffReason() != "" {
+			errs[n] = "probing is off on " + n + ": " + r.GetOffReason()
+			return
+		}
+		byPeer := map[string]*agentv1.PeerProbeStats{}
+		for _, p := range r.GetPeers() {
+			byPeer[p.GetPeer()] = p
+		}
+		stats[n] = byPeer
+		intervals[n] = time.Duration(r.GetIntervalMicros()) * time.Microsecond
+		timeouts[n] = time.Duration(r.GetTimeoutMicros()) * time.Microsecond
+	})
+	return stats, intervals, timeouts, errs
+}
