@@ -177,9 +177,28 @@ func testE2E(t *testing.T, backend string, oldPort int) {
 	e.wantOn(oldPort)
 	e.warmProbes()
 
+	// I2 from outside the product on OVS: every node's opening of 4889
+	// (nft monitor) precedes the first flip (OVSDB monitor) anywhere.
+	var obs *lab.I2Observer
+	if backend == lab.BackendOVS {
+		var err error
+		if obs, err = e.l.ObserveI2(ctx, 4889); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(obs.Stop)
+	}
 	rep := e.report(ctx, 0, "cutover", "--port", "4889")
 	if rep.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
 		t.Fatalf("cutover: %s: %s", rep.GetState(), rep.GetError())
+	}
+	if obs != nil {
+		time.Sleep(200 * time.Millisecond)
+		obs.Stop()
+		if err := obs.Check(); err != nil {
+			t.Errorf("the independent I2 observer: %v", err)
+		} else {
+			t.Logf("I2 held: %s", obs.Summary())
+		}
 	}
 	e.wantDisruption(rep)
 	e.wantOn(4889)
