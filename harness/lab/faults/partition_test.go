@@ -237,14 +237,13 @@ func (e *env) assertUnchanged(before snapshot, running ...string) {
 // (held at its prepare barrier by a frozen n3). Expected: both REFUSED,
 // naming the running operation; the running one then finishes normally.
 func TestSecondOperationRefused(t *testing.T) {
-	// Long steps: the first operation must stay in flight (held at its
-	// prepare barrier) for everything below, even on a loaded machine.
-	// The hold below lasts a few seconds, more on a loaded machine: with a
-	// 30 s step and a 60 s prepare timeout the first operation cannot time
-	// out meanwhile, so it succeeds every time (one outcome, not "aborted
-	// or succeeded depending on load").
+	// Long steps: the first operation stays held at its prepare barrier
+	// for everything below (a few seconds, more on a loaded machine). With
+	// a 20 s step (dead-man 45 s) and a 60 s prepare timeout it cannot time
+	// out meanwhile, so it succeeds every time: one outcome, not "aborted
+	// or succeeded depending on load".
 	e := newEnv(t, "two", func(c *lab.Config) {
-		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "-step-timeout", "30s", "-deadman", "15s")
+		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "-step-timeout", "20s", "-deadman", "45s")
 		c.ExtraAgentArgs = append(c.ExtraAgentArgs, "--prepare-timeout", "60s")
 	})
 	wait := e.coordctlBG("cutover", "--port", "4889")
