@@ -122,8 +122,8 @@ func TestAgentKilledBetweenPrepareAndCommit(t *testing.T) {
 	port, took := e.consistent(t0, 0)
 	e.assertClean(port)
 	out := e.assertAgree(port)
-	if out != "succeeded" {
-		t.Errorf("outcome %s, want succeeded: a restarted agent resumes PREPARED from its state file", out)
+	if out != "succeeded" || r.code != 0 {
+		t.Errorf("outcome %s exit %d, want succeeded exit 0: a restarted agent resumes PREPARED from its state file", out, r.code)
 	}
 	e.fact("agent kill -9 (n1), restarted", "between prepare and commit", "converge on 4889", out+", exit "+itoa(r.code), took)
 }
