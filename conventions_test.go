@@ -224,3 +224,82 @@ func TestHarnessImportsCheckFails(t *testing.T) {
 		t.Fatalf("harnessImports = %v, want [%s]", bad, want)
 	}
 }
+
+// faultInjectTag is the build tag that compiles the agent's test-only I2
+// mutation (agent/faultinject.go). Only the lab's test harness sets it.
+const faultInjectTag = "cutover_faultinject"
+
+// agentFaultInjectFiles returns the agent package's Go files, built with
+// tags, that carry the fault-injection switch.
+func agentFaultInjectFiles(t *testing.T, tags string) []string {
+	t.Helper()
+	args := []string{"list", "-f", "{{join .GoFiles \"\\n\"}}"}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	out, err := exec.Command("go", append(args, "./agent")...).Output()
+	if err != nil {
+		t.Fatalf("go list ./agent: %v", err)
+	}
+	var files []string
+	for _, f := range strings.Fields(string(out)) {
+		if f == "faultinject.go" {
+			files = append(files, f)
+		}
+	}
+	return files
+}
+
+// shipMentions returns the files among the shipped build's recipes
+// (Makefile, Dockerfiles, deploy/) that mention the fault-injection tag.
+func shipMentions(files map[string]string) []string {
+	var bad []string
+	for name, text := range files {
+		if strings.Contains(text, faultInjectTag) {
+			bad = append(bad, name)
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+// The shipped agent cannot carry the I2 mutation: its default build does
+// not compile the switch, and no recipe that builds or deploys it sets the
+// tag. The tagged build does compile it (so the check would see it).
+func TestShippedAgentHasNoFaultInjection(t *testing.T) {
+	if got := agentFaultInjectFiles(t, ""); len(got) != 0 {
+		t.Errorf("the default agent build compiles %v", got)
+	}
+	if got := agentFaultInjectFiles(t, faultInjectTag); len(got) != 1 {
+		t.Fatalf("the %s build compiles %v, want faultinject.go: the check would prove nothing", faultInjectTag, got)
+	}
+	files := map[string]string{}
+	for _, p := range []string{"Makefile", "Dockerfile.agent", "Dockerfile.coordinator"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[p] = string(b)
+	}
+	err := filepath.WalkDir("deploy", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		files[path] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := shipMentions(files); len(bad) > 0 {
+		t.Errorf("shipped build recipes mention %s: %v", faultInjectTag, bad)
+	}
+}
+
+func TestShipMentionsCheckFails(t *testing.T) {
+	bad := shipMentions(map[string]string{"Dockerfile.agent": "go build -tags " + faultInjectTag + " ./agent/cmd/agent", "Makefile": "build:"})
+	if fmt.Sprint(bad) != "[Dockerfile.agent]" {
+		t.Fatalf("shipMentions = %v", bad)
+	}
+}

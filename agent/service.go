@@ -210,6 +210,13 @@ func (s *Service) Prepare(ctx context.Context, req *agentv1.PrepareRequest) (*ag
 	if err != nil {
 		return nil, grpcErr(err)
 	}
+	if flipAtPrepare(s.cfg.NodeName) {
+		// Test-only I2 mutation (build tag cutover_faultinject): flip now,
+		// before the barrier, and answer "prepared" as if nothing happened.
+		if _, err := m.Commit(ctx, req.GetOperationId(), time.Time{}, s.cfg.Deadman); err != nil {
+			return nil, grpcErr(err)
+		}
+	}
 	if err := s.setProbePeers(req.GetOperationId(), peers); err != nil {
 		return nil, err
 	}

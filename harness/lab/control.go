@@ -208,7 +208,31 @@ func (l *Lab) Partition(ctx context.Context, node string) error {
 	return nil
 }
 
-// Heal removes what Partition added; healing a node not partitioned is not
+// DropRequests cuts the coordinator's requests to node's agent, one way:
+// inside the node's namespace the same FaultTable drops TCP from the hub's
+// management address to the agent's gRPC port, while what the agent sends
+// (answers to requests it already received) still reaches the coordinator.
+// A test that must let an agent answer a queued request yet receive
+// nothing new uses it. Heal removes it.
+func (l *Lab) DropRequests(ctx context.Context, node string) error {
+	n, err := l.Node(node)
+	if err != nil {
+		return err
+	}
+	script := fmt.Sprintf(`table inet %[1]s {
+	chain in {
+		type filter hook input priority -10; policy accept;
+		ip saddr %[2]s tcp dport %[3]s drop
+	}
+}
+`, FaultTable, HubMgmt.String(), strconv.Itoa(AgentPort))
+	if _, err := run(ctx, script, "ip", "netns", "exec", n.Netns, "nft", "-f", "-"); err != nil {
+		return fmt.Errorf("lab: drop requests to %s: %w", node, err)
+	}
+	return nil
+}
+
+// Heal removes what Partition or DropRequests added; healing a node not partitioned is not
 // an error.
 func (l *Lab) Heal(ctx context.Context, node string) error {
 	n, err := l.Node(node)

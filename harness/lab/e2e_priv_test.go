@@ -148,6 +148,31 @@ func (e *e2eLab) warmProbes() {
 	}
 }
 
+// observeI2 starts the independent I2 observer for a move to port (OVS
+// only: on kernel-vxlan it returns a no-op) and returns the check to run
+// once the operation succeeded.
+func (e *e2eLab) observeI2(ctx context.Context, backend string, port int) func() {
+	e.t.Helper()
+	if backend != lab.BackendOVS {
+		return func() {}
+	}
+	obs, err := e.l.ObserveI2(ctx, port)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(obs.Stop)
+	return func() {
+		e.t.Helper()
+		time.Sleep(200 * time.Millisecond) // the monitors push; let the last events land
+		obs.Stop()
+		if err := obs.Check(); err != nil {
+			e.t.Errorf("the independent I2 observer, move to %d: %v", port, err)
+		} else {
+			e.t.Logf("I2 held, move to %d: %s", port, obs.Summary())
+		}
+	}
+}
+
 // testE2E is the lab end to end on one backend: 8 nodes, the real agents
 // and coordinator, probes every 10 ms to every peer, and coordctl run from
 // the host as a user runs it (cutover-lab ...).
@@ -177,14 +202,20 @@ func testE2E(t *testing.T, backend string, oldPort int) {
 	e.wantOn(oldPort)
 	e.warmProbes()
 
+	// I2 from outside the product on OVS: every node's opening of the new
+	// port (nft monitor) precedes the first flip (OVSDB monitor) anywhere.
+	check := e.observeI2(ctx, backend, 4889)
 	rep := e.report(ctx, 0, "cutover", "--port", "4889")
 	if rep.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
 		t.Fatalf("cutover: %s: %s", rep.GetState(), rep.GetError())
 	}
+	check()
 	e.wantDisruption(rep)
 	e.wantOn(4889)
 
+	check = e.observeI2(ctx, backend, oldPort)
 	back := e.report(ctx, 0, "rollback", rep.GetOperationId())
+	check()
 	if back.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED || back.GetRevertsOperationId() != rep.GetOperationId() || back.GetToPort() != uint32(oldPort) {
 		t.Fatalf("rollback of %s: got %s (%s) %d→%d reverting %q; want a SUCCEEDED reverse cutover to %d", rep.GetOperationId(), back.GetOperationId(), back.GetState(), back.GetFromPort(), back.GetToPort(), back.GetRevertsOperationId(), oldPort)
 	}

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -417,37 +418,32 @@ func waitUntil(timeout time.Duration, cond func() bool) bool {
 	}
 }
 
-// consistent waits until every reachable node reads back the same port
-// from OVS, that port being want (0: any), and returns it with the time
-// to consistency from since (measured by the sampler when it runs). It
-// fails the test after consistentIn. Call it once the fault has played
-// out (operation ended, agents settled): before, nodes may agree only
-// because nothing has flipped yet.
+// consistent waits until every node reads back the same port from OVS,
+// that port being want (0: any), and returns it with the time to
+// consistency from since (measured by the sampler when it runs). It fails
+// the test after consistentIn, also when a node's port cannot be read: a
+// node the check cannot see is not a consistent node (I1). Call it once
+// the fault has played out (operation ended, agents settled): before,
+// nodes may agree only because nothing has flipped yet.
 func (e *env) consistent(since time.Time, want int) (int, time.Duration) {
 	e.t.Helper()
-	var last map[string]int
+	var port int
+	var why error
 	ok := waitUntil(consistentIn-time.Since(since), func() bool {
-		last = map[string]int{}
-		seen := map[int]bool{}
+		ports, errs := map[string]int{}, map[string]error{}
 		for _, n := range nodes {
-			p, err := e.l.Port(e.ctx, n)
-			if err != nil {
-				continue // unreachable node
+			if p, err := e.l.Port(e.ctx, n); err != nil {
+				errs[n] = err
+			} else {
+				ports[n] = p
 			}
-			last[n] = p
-			seen[p] = true
 		}
-		if len(seen) != 1 {
-			return false
-		}
-		for p := range seen {
-			return want == 0 || p == want
-		}
-		return false
+		port, why = agreedPort(nodes, ports, errs, want)
+		return why == nil
 	})
 	took := time.Since(since)
 	if !ok {
-		e.t.Fatalf("ports not consistent (want %d) within %s: %v", want, consistentIn, last)
+		e.t.Fatalf("ports not consistent within %s: %v", consistentIn, why)
 	}
 	// With the sampler running, the time to consistency is from the fault
 	// to just after the last sample that saw the nodes disagree (0: they
@@ -463,39 +459,112 @@ func (e *env) consistent(since time.Time, want int) (int, time.Duration) {
 	if took > consistentIn {
 		e.t.Errorf("nodes disagreed until %s after the fault, more than %s", took, consistentIn)
 	}
-	for _, p := range last {
-		return p, took
-	}
-	return 0, took
+	return port, took
 }
 
-// assertClean checks there is no orphan firewall rule or flow: after an
-// operation that left the port as it was, iptables rules and br0 flows are
-// the baseline's; after a successful one, the only rules that differ open
-// the new port instead of the old.
-func (e *env) assertClean(port int) {
-	e.t.Helper()
-	now := e.snap()
+// agreedPort is consistent's verdict on one reading: the port every one
+// of nodes reads back, which must be want (0: any). A node whose port
+// could not be read (errs), or that has no reading, is a failure, never
+// skipped.
+func agreedPort(nodes []string, ports map[string]int, errs map[string]error, want int) (int, error) {
+	var bad []string
+	seen := map[int][]string{}
 	for _, n := range nodes {
-		if now.Flows[n] != e.base.Flows[n] {
-			e.t.Errorf("%s: br0 flows changed:\nbefore:\n%s\nafter:\n%s", n, e.base.Flows[n], now.Flows[n])
-		}
-		got, base := rules(now.IPT[n]), rules(e.base.IPT[n])
-		if port == fromPort {
-			if !slices.Equal(got, base) {
-				e.t.Errorf("%s: orphan firewall rules after the port went back to %d:\nbefore: %q\nafter:  %q", n, port, base, got)
-			}
+		if err, ok := errs[n]; ok {
+			bad = append(bad, fmt.Sprintf("%s: port unreadable: %v", n, err))
 			continue
 		}
-		for _, r := range got {
-			if strings.Contains(r, fmt.Sprintf("--dport %d", fromPort)) && !slices.Contains(base, r) {
-				e.t.Errorf("%s: rule for the old port left: %s", n, r)
-			}
+		p, ok := ports[n]
+		if !ok {
+			bad = append(bad, n+": no reading")
+			continue
 		}
-		if !slices.ContainsFunc(got, func(r string) bool { return strings.Contains(r, fmt.Sprintf("--dport %d", port)) }) {
-			e.t.Errorf("%s: no rule opens the port in use %d: %q", n, port, got)
+		seen[p] = append(seen[p], n)
+	}
+	if len(bad) > 0 {
+		return 0, errors.New(strings.Join(bad, "; "))
+	}
+	if len(seen) != 1 {
+		return 0, fmt.Errorf("nodes disagree: %v", seen)
+	}
+	for p := range seen {
+		if want != 0 && p != want {
+			return 0, fmt.Errorf("every node on %d, want %d", p, want)
+		}
+		return p, nil
+	}
+	return 0, errors.New("no nodes")
+}
+
+// assertClean checks there is no orphan firewall rule or flow, reading
+// each node's iptables-save and br0 flows: after an operation that left
+// the port as it was, both are the baseline's exactly (no rule or flow of
+// the new port left: abort and rollback undid prepare); after a successful
+// one they are the baseline with the old port replaced by the new one
+// wherever it appeared (the lab's OS_FIREWALL_ALLOW rule, and whatever a
+// profile owns: the SDN's chains, its drop flow), exactly: an old-port
+// rule or flow still there is a missing Finalize, an extra one an orphan.
+func (e *env) assertClean(port int) {
+	e.t.Helper()
+	for _, p := range cleanProblems(e.base, e.snap(), fromPort, port) {
+		e.t.Error(p)
+	}
+}
+
+var portRE = regexp.MustCompile(`(--dport |tp_dst=|dst_port=)(\d+)\b`)
+
+// movedTo is text with every port match of from replaced by to.
+func movedTo(text string, from, to int) string {
+	return portRE.ReplaceAllStringFunc(text, func(m string) string {
+		sub := portRE.FindStringSubmatch(m)
+		if sub[2] == strconv.Itoa(from) {
+			return sub[1] + strconv.Itoa(to)
+		}
+		return m
+	})
+}
+
+// cleanProblems is assertClean's verdict: what differs between now and
+// base moved from from to port, per node, as rule and flow sets.
+func cleanProblems(base, now snapshot, from, port int) []string {
+	var out []string
+	for _, n := range nodes {
+		wantRules := rules(movedTo(base.IPT[n], from, port))
+		gotRules := rules(now.IPT[n])
+		if extra, missing := setDiff(gotRules, wantRules); len(extra)+len(missing) > 0 {
+			out = append(out, fmt.Sprintf("%s: firewall after the port went %d→%d: extra (orphan, or an old-port rule Finalize did not remove) %q; missing %q",
+				n, from, port, extra, missing))
+		}
+		wantFlows := strings.Split(movedTo(base.Flows[n], from, port), "\n")
+		gotFlows := strings.Split(now.Flows[n], "\n")
+		if extra, missing := setDiff(gotFlows, wantFlows); len(extra)+len(missing) > 0 {
+			out = append(out, fmt.Sprintf("%s: br0 flows after the port went %d→%d: extra %q; missing %q", n, from, port, extra, missing))
 		}
 	}
+	return out
+}
+
+// setDiff returns the lines of got not in want and of want not in got
+// (as multisets: a duplicated rule counts).
+func setDiff(got, want []string) (extra, missing []string) {
+	count := map[string]int{}
+	for _, w := range want {
+		count[w]++
+	}
+	for _, g := range got {
+		if count[g] > 0 {
+			count[g]--
+			continue
+		}
+		extra = append(extra, g)
+	}
+	for _, w := range want {
+		if count[w] > 0 {
+			missing = append(missing, w)
+			count[w]--
+		}
+	}
+	return extra, missing
 }
 
 // agentPhasesFor are the agent record phases consistent with a journal

@@ -49,6 +49,13 @@ func TestPartitionBeforeCommit(t *testing.T) {
 	if rec.RevertedBy != "prepare-timeout" {
 		t.Errorf("n1 aborted by %q, want prepare-timeout", rec.RevertedBy)
 	}
+	// n2 and n3 flipped and were rolled back; n1 cannot be reached for the
+	// rollback during the whole retry window (the dead-man + 1 s), so the
+	// coordinator cannot know it undid the prepare: FAILED, operator
+	// needed, naming n1 — never a clean "rolled back".
+	if out != "failed" || r.code != 5 {
+		t.Errorf("outcome %s exit %d, want failed exit 5 (n1 unreachable for the rollback)", out, r.code)
+	}
 	if !strings.Contains(r.out, "n1") {
 		t.Errorf("report does not name n1:\n%s", r.out)
 	}
@@ -84,8 +91,16 @@ func TestPartitionAfterCommit(t *testing.T) {
 	e.assertClean(port)
 	out := e.assertAgree(port)
 	rec := e.record("n1")
-	if rec.RevertedBy != "deadman" || rec.Applied == "" {
+	if rec.Phase != "REVERTED" || rec.RevertedBy != "deadman" || rec.Applied == "" {
 		t.Errorf("n1 %s by %q (applied %q), want REVERTED by deadman after applying", rec.Phase, rec.RevertedBy, rec.Applied)
+	}
+	// Nothing can confirm or reach n1 for the whole retry window: FAILED
+	// naming n1 and its dead-man, exit 5.
+	if out != "failed" || r.code != 5 {
+		t.Errorf("outcome %s exit %d, want failed exit 5 (n1 unreachable)", out, r.code)
+	}
+	if !strings.Contains(r.out, "n1") {
+		t.Errorf("report does not name n1:\n%s", r.out)
 	}
 	e.fact("n1 partitioned from the coordinator", "after commit (n1 applied), before confirm", "roll back n2,n3; n1's dead-man reverts it",
 		out+", exit "+itoa(r.code)+", n1 "+rec.Phase+" by "+rec.RevertedBy, took)
@@ -113,8 +128,11 @@ func TestSlowAgentAfterPrepareDeadline(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	e.assertClean(port)
 	out := e.assertAgree(port)
-	if out != "aborted" {
-		t.Errorf("outcome %s, want aborted", out)
+	if out != "aborted" || r.code != 1 {
+		t.Errorf("outcome %s exit %d, want aborted exit 1", out, r.code)
+	}
+	if p := e.phase("n1"); p != "" && p != "ABORTED" {
+		t.Errorf("n1's record %s, want none or ABORTED (the late prepare refused or undone)", p)
 	}
 	e.fact("slow agent (n1 frozen "+(2*stepTimeout+500*time.Millisecond).String()+")", "prepare, answers after the deadline", "abort; late prepare refused or undone",
 		out+", exit "+itoa(r.code)+", n1 "+e.phase("n1"), took)
@@ -167,6 +185,18 @@ func TestStateDirUnwritable(t *testing.T) {
 	e.assertClean(port)
 	out := e.assertAgree(port)
 	t.Logf("n1's record on disk while read-only: %s; after a restart: %s", disk, e.phase("n1"))
+	// n1 refused the commit before any change (it cannot record it); the
+	// others were rolled back, and n1's abort answered (in memory), so
+	// the operation is a clean rollback, exit 1.
+	if out != "rolled-back" || r.code != 1 {
+		t.Errorf("outcome %s exit %d, want rolled-back exit 1", out, r.code)
+	}
+	if disk != "PREPARED" {
+		t.Errorf("n1's record on the read-only dir %q, want PREPARED (it could not be written)", disk)
+	}
+	if by := e.record("n1").RevertedBy; by != "prepare-timeout" {
+		t.Errorf("restarted n1 aborted its stale record by %q, want prepare-timeout", by)
+	}
 	e.fact("n1's state dir read-only (bind mount)", "before any operation", "preflight refuses, nothing changes", "refused, exit 4", 0)
 	e.fact("n1's state dir read-only (bind mount)", "after prepare", "n1 refuses commit; roll back; stale record re-aborted on restart",
 		out+", exit "+itoa(r.code)+", n1 on disk "+disk+" then "+e.phase("n1")+" by "+e.record("n1").RevertedBy, took)
@@ -207,10 +237,14 @@ func (e *env) assertUnchanged(before snapshot, running ...string) {
 // (held at its prepare barrier by a frozen n3). Expected: both REFUSED,
 // naming the running operation; the running one then finishes normally.
 func TestSecondOperationRefused(t *testing.T) {
-	// Long steps: the first operation must stay in flight (held at its
-	// prepare barrier) for everything below, even on a loaded machine.
+	// Long steps: the first operation stays held at its prepare barrier
+	// for everything below (a few seconds, more on a loaded machine). With
+	// a 20 s step (dead-man 45 s) and a 60 s prepare timeout it cannot time
+	// out meanwhile, so it succeeds every time: one outcome, not "aborted
+	// or succeeded depending on load".
 	e := newEnv(t, "two", func(c *lab.Config) {
-		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "-step-timeout", "6s", "-deadman", "15s")
+		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "-step-timeout", "20s", "-deadman", "45s")
+		c.ExtraAgentArgs = append(c.ExtraAgentArgs, "--prepare-timeout", "60s")
 	})
 	wait := e.coordctlBG("cutover", "--port", "4889")
 	n3 := e.holdPrepare("n3")
@@ -221,8 +255,8 @@ func TestSecondOperationRefused(t *testing.T) {
 
 	r1 := e.coordctl("cutover", "--port", "4999")
 	t.Logf("second cutover: exit %d\n%s", r1.code, r1.out)
-	if r1.code == 0 || !strings.Contains(r1.out, running) {
-		t.Errorf("second cutover exit %d, want refused naming %s", r1.code, running)
+	if r1.code != 4 || !strings.Contains(r1.out, running) {
+		t.Errorf("second cutover exit %d, want 4 (refused) naming %s", r1.code, running)
 	}
 
 	// A second coordinator of its own (other ports, other journal): the
@@ -235,8 +269,8 @@ func TestSecondOperationRefused(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	r2 := e.coordctl("--coordinator", "198.18.128.1:9446", "cutover", "--port", "4999")
 	t.Logf("cutover through a second coordinator: exit %d\n%s", r2.code, r2.out)
-	if r2.code == 0 || !strings.Contains(r2.out, running) {
-		t.Errorf("second coordinator's cutover exit %d, want refused naming %s", r2.code, running)
+	if r2.code != 4 || !strings.Contains(r2.out, running) {
+		t.Errorf("second coordinator's cutover exit %d, want 4 (refused by preflight) naming %s", r2.code, running)
 	}
 	_ = lab.Signal(second, syscall.SIGKILL)
 	_ = lab.WaitExit(second, 5*time.Second)
@@ -272,13 +306,16 @@ func TestSecondOperationRefused(t *testing.T) {
 	_ = lab.Thaw(n3)
 	r := wait()
 	t.Logf("first cutover: exit %d\n%s", r.code, r.out)
-	port, took := e.consistent(t0, 0)
+	port, took := e.consistent(t0, toPort)
 	e.assertClean(port)
 	out := e.assertAgree(port)
+	if out != "succeeded" || r.code != 0 {
+		t.Errorf("first operation: outcome %s exit %d, want succeeded exit 0 (untouched by the refused ones)", out, r.code)
+	}
 	e.fact("second cutover (same coordinator)", "prepare of the first", "refused naming the running op", "exit "+itoa(r1.code)+": refused, names it", 0)
 	e.fact("second coordinator, own journal", "prepare of the first", "refused by the agents' preflight naming the running op", "exit "+itoa(r2.code)+": refused", 0)
 	e.fact("second coordinator, same journal", "prepare of the first", "refuses to start", sameJournal, 0)
-	e.fact("(the first operation)", "after the above", "finishes (unless the second coordinator on its journal interfered)", out+", exit "+itoa(r.code), took)
+	e.fact("(the first operation)", "after the above", "finishes untouched: succeeded", out+", exit "+itoa(r.code), took)
 }
 
 func tail(s string, n int) string {

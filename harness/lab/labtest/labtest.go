@@ -45,9 +45,45 @@ func Binaries(t testing.TB) string {
 	return dir
 }
 
-// Cleanup removes what Binaries built.
+var (
+	fiOnce sync.Once
+	fiDir  string
+	fiErr  error
+)
+
+// FaultInjectTag is the build tag that compiles the agent's test-only I2
+// mutation (agent/faultinject.go: the agent named by
+// agent.FaultInjectEnv flips at Prepare). The shipped build never sets it
+// (conventions_test.go checks).
+const FaultInjectTag = "cutover_faultinject"
+
+// FaultInjectAgent builds the agent with FaultInjectTag once per test
+// binary and returns its path: only the tests that prove the suite's I2
+// check bites run it.
+func FaultInjectAgent(t testing.TB) string {
+	t.Helper()
+	testenv.RequireBinaries(t, "go")
+	fiOnce.Do(func() {
+		fiDir, fiErr = os.MkdirTemp("", "cot-lab-fi-")
+		if fiErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-tags", FaultInjectTag, "-o", fiDir+"/agent", "github.com/cutover-dev/cutover/agent/cmd/agent")
+		if out, buildErr := cmd.CombinedOutput(); buildErr != nil {
+			fiErr = fmt.Errorf("go build -tags %s: %w\n%s", FaultInjectTag, buildErr, out)
+		}
+	})
+	if fiErr != nil {
+		t.Fatal(fiErr)
+	}
+	return fiDir + "/agent"
+}
+
+// Cleanup removes what Binaries and FaultInjectAgent built.
 func Cleanup() {
-	if dir != "" {
-		_ = os.RemoveAll(dir)
+	for _, d := range []string{dir, fiDir} {
+		if d != "" {
+			_ = os.RemoveAll(d)
+		}
 	}
 }

@@ -1,0 +1,24 @@
+//go:build cutover_faultinject
+
+package agent
+
+import "os"
+
+// FaultInjectEnv names the node whose agent flips at Prepare instead of at
+// the commit instant: a deliberate I2 violation, so that the lab's
+// independent I2 observer can be shown to catch one (STYLE.md "a safety
+// test must bite"). This file is compiled only with the build tag
+// cutover_faultinject, which only the lab's test harness sets
+// (harness/lab/labtest.FaultInjectBinaries); the shipped agent
+// (Makefile, Dockerfile.agent) is built without it, and there the switch
+// is a constant false (faultinject_off.go): no flag, no environment
+// variable, nothing in the DaemonSet can turn it on.
+const FaultInjectEnv = "COT_FAULTINJECT_FLIP_AT_PREPARE"
+
+// FaultInjectBuilt says whether this binary carries the switch.
+const FaultInjectBuilt = true
+
+func flipAtPrepare(node string) bool {
+	v := os.Getenv(FaultInjectEnv)
+	return v != "" && v == node
+}

@@ -1,0 +1,143 @@
+package lab_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cutover-dev/cutover/harness/lab"
+	"github.com/cutover-dev/cutover/harness/lab/labtest"
+	"github.com/cutover-dev/cutover/harness/testenv"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+)
+
+// faultInjectEnv is agent.FaultInjectEnv (not imported: the lab's tests
+// link no agent package).
+const faultInjectEnv = "COT_FAULTINJECT_FLIP_AT_PREPARE"
+
+// i2Cutover runs one cutover to 4889 on a 4-node OVS lab under the
+// independent I2 observer (lab.ObserveI2) and returns its verdict. The
+// agents come from agentBin. To make a flip before the barrier observable
+// every time, n3 is frozen (SIGSTOP) as soon as the operation is journaled
+// and released 500 ms after n1 recorded its Prepare: a correct barrier
+// waits for n3, so nothing flips before n3 opens; an agent that flips at
+// Prepare flips while n3 has not opened.
+func i2Cutover(t *testing.T, agentBin string) (*lab.I2Observer, *coordinatorv1.Report) {
+	t.Helper()
+	bin := labtest.Binaries(t)
+	cfg := newConfig(t, lab.BackendOVS, 4)
+	cfg.StartProcesses = true
+	cfg.AgentBin = agentBin
+	cfg.CoordinatorBin = filepath.Join(bin, "coordinator")
+	cfg.NoProbes = true
+	e := &e2eLab{t: t, l: up(t, cfg), cutoverLab: filepath.Join(bin, "cutover-lab")}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	obs, err := e.l.ObserveI2(ctx, 4889)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(obs.Stop)
+
+	held := make(chan error, 1)
+	go func() { held <- holdDuringPrepare(e.l, "n3", "n1") }()
+	rep := e.report(ctx, 0, "cutover", "--port", "4889")
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if rep.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
+		t.Fatalf("cutover: %s: %s", rep.GetState(), rep.GetError())
+	}
+	// The monitors push; give the last events a moment to arrive.
+	time.Sleep(200 * time.Millisecond)
+	obs.Stop()
+	return obs, rep
+}
+
+// holdDuringPrepare freezes hold's agent when the coordinator journals the
+// operation and thaws it 500 ms after watch's agent recorded its Prepare
+// (PREPARED, or further).
+func holdDuringPrepare(l *lab.Lab, hold, watch string) error {
+	p, err := l.Proc("agent", hold)
+	if err != nil {
+		return err
+	}
+	ops := filepath.Join(l.Dir(), "coordinator", "operations")
+	if !spin(20*time.Second, func() bool {
+		ents, _ := os.ReadDir(ops)
+		for _, de := range ents {
+			if strings.HasSuffix(de.Name(), ".json") && !strings.HasPrefix(de.Name(), ".") {
+				return true
+			}
+		}
+		return false
+	}) {
+		return fmt.Errorf("no journal record within 20 s")
+	}
+	if err := lab.Freeze(p); err != nil {
+		return err
+	}
+	defer func() { _ = lab.Thaw(p) }()
+	n, err := l.Node(watch)
+	if err != nil {
+		return err
+	}
+	if !spin(10*time.Second, func() bool {
+		var r struct{ Phase string }
+		b, err := os.ReadFile(filepath.Join(n.StateDir, "operation.json"))
+		return err == nil && json.Unmarshal(b, &r) == nil && (r.Phase == "PREPARED" || r.Phase == "COMMITTED")
+	}) {
+		return fmt.Errorf("%s never recorded its Prepare", watch)
+	}
+	time.Sleep(500 * time.Millisecond)
+	return nil
+}
+
+func spin(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
+}
+
+// TestE2EI2Observed: with the real agent, the independent observer sees
+// every node open 4889 before the first node flips to it, although one
+// node (n3) is slow to prepare.
+func TestE2EI2Observed(t *testing.T) {
+	testenv.RequirePrivileged(t, append(ovsBins, "nft", "ovsdb-client", "go")...)
+	t.Parallel()
+	obs, _ := i2Cutover(t, filepath.Join(labtest.Binaries(t), "agent"))
+	if err := obs.Check(); err != nil {
+		t.Fatalf("the independent I2 observer: %v", err)
+	}
+	t.Logf("I2 held: %s", obs.Summary())
+}
+
+// TestE2EI2CheckBites is the test of the test (STYLE.md "a safety test
+// must bite"): the same run with an agent built with the test-only tag
+// cutover_faultinject, whose n1 flips at Prepare instead of at the commit
+// instant. The operation still reports SUCCEEDED (the coordinator cannot
+// tell), and the observer must flag it.
+func TestE2EI2CheckBites(t *testing.T) {
+	testenv.RequirePrivileged(t, append(ovsBins, "nft", "ovsdb-client", "go")...)
+	t.Setenv(faultInjectEnv, "n1") // the lab's agents inherit it; only the tagged build reads it
+	obs, _ := i2Cutover(t, labtest.FaultInjectAgent(t))
+	err := obs.Check()
+	if err == nil {
+		t.Fatalf("n1 flipped at Prepare, yet the I2 observer passed the run: %s", obs.Summary())
+	}
+	if !strings.Contains(err.Error(), "I2 violated: n3 opened 4889") {
+		t.Fatalf("the observer failed the run, but not for n3 opening after n1's flip: %v", err)
+	}
+	t.Logf("the mutated run fails the I2 check, as it must:\n%v", err)
+}
