@@ -75,7 +75,7 @@ demo: ## as root: an 8-node lab, a real `coordctl cutover --port 4889` (cutover-
 
 lab-late: build lab ## issue 12: a frozen agent after commit (1s/6s/never) under both late policies: results/late_commit.json, docs/faults.md
 	mkdir -p results
-	CI=true LATE_RESULTS=$(CURDIR)/results/late_commit.json flock /tmp/cutover-priv.lock $(GO) test -count=1 -timeout 30m -run 'TestLateCommit' -v ./harness/lab/faults/
+	CI=true LATE_MATRIX=1 LATE_RESULTS=$(CURDIR)/results/late_commit.json flock /tmp/cutover-priv.lock $(GO) test -count=1 -timeout 30m -run 'TestLateCommit' -v ./harness/lab/faults/
 
 bench-lab: ## lab cutover benchmark (N=8,16,32; field-report loop vs parallel vs Cutover): results/lab_cutover.json, docs/benchmarks.md
 	@mkdir -p results

@@ -140,12 +140,13 @@ func (o *I2Observer) add(ev I2Event) {
 	o.mu.Unlock()
 }
 
-// nftLine: "add rule ip filter OS_FIREWALL_ALLOW meta l4proto udp ct
-// state new udp dport 4889 counter packets 0 bytes 0 accept".
+// nftLine: "insert rule ip filter OS_FIREWALL_ALLOW meta l4proto udp ct
+// state new udp dport 4889 counter packets 0 bytes 0 accept" (the agent
+// inserts at the top of the chain; "add rule" for one appended by hand).
 func (o *I2Observer) nftLine(node, line string) {
 	at := time.Now()
 	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "add" || f[1] != "rule" || f[4] != FirewallChain || !strings.HasSuffix(line, " accept") {
+	if len(f) < 5 || (f[0] != "add" && f[0] != "insert") || f[1] != "rule" || f[4] != FirewallChain || !strings.HasSuffix(line, " accept") {
 		return
 	}
 	if !strings.Contains(line, "udp dport "+strconv.Itoa(o.to)+" ") {
