@@ -51,18 +51,18 @@ type Coordinator struct {
 	cfg Config
 
 	invMu     sync.RWMutex
-	inv       Inventory              // read through inventory()
-	agents    map[string]*agentConn  // read through agent(n); every node ever in inv
-	retired   []*agentConn           // replaced clients, closed by Close
-	refreshMu sync.Mutex             // one refreshInventory at a time
-	invSource InventorySource        // nil: a fixed inventory
+	inv       Inventory             // read through inventory()
+	agents    map[string]*agentConn // read through agent(n); every node ever in inv
+	retired   []*agentConn          // replaced clients, closed by Close
+	refreshMu sync.Mutex            // one refreshInventory at a time
+	invSource InventorySource       // nil: a fixed inventory
 	dial      []grpc.DialOption
-	journal  JournalStore
-	lock     *stateLock // the --state-dir lock (file journal only)
-	metrics  *Metrics
-	verifier Verifier
-	hooks    []Hook
-	log      *slog.Logger
+	journal   JournalStore
+	lock      *stateLock // the --state-dir lock (file journal only)
+	metrics   *Metrics
+	verifier  Verifier
+	hooks     []Hook
+	log       *slog.Logger
 
 	ctx    context.Context // operations run under it, not under an RPC's
 	cancel context.CancelFunc

@@ -108,7 +108,9 @@ func TestSubsetOfOwnOverlay(t *testing.T) {
 	}
 	// Half of blue is still refused, named by its overlay.
 	p, err = l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889, Nodes: []string{"n3"}})
-	if err != nil || !slices.ContainsFunc(p.Problems, func(s string) bool { return strings.HasPrefix(s, "overlay blue: n3 would move to 4889 while n4 stay on 4789") }) {
+	if err != nil || !slices.ContainsFunc(p.Problems, func(s string) bool {
+		return strings.HasPrefix(s, "overlay blue: n3 would move to 4889 while n4 stay on 4789")
+	}) {
 		t.Fatalf("plan n3: %q %v", p.GetProblems(), err)
 	}
 	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Nodes: []string{"n1", "n2"}})
