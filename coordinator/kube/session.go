@@ -6,8 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"sync"
 	"os"
+	"sync"
 
 	"github.com/cutover-dev/cutover/coordinator"
 	"github.com/cutover-dev/cutover/pkg/tunnelport"
