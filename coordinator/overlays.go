@@ -71,7 +71,11 @@ func splitProblems(nodes map[string]overlayNode, target uint32) []string {
 		if len(stay) > 0 {
 			var ports, left []string
 			for _, p := range slices.Sorted(maps.Keys(stay)) {
-				ports = append(ports, fmt.Sprintf("%s stay on %d", abbreviate(stay[p], 10), p))
+				verb := "stay"
+				if len(stay[p]) == 1 {
+					verb = "stays"
+				}
+				ports = append(ports, fmt.Sprintf("%s %s on %d", abbreviate(stay[p], 10), verb, p))
 				left = append(left, stay[p]...)
 			}
 			slices.Sort(left)
