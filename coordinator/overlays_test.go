@@ -14,7 +14,6 @@ import (
 )
 
 func TestSplitProblems(t *testing.T) {
-	type n = overlayNode
 	const d = DefaultOverlay
 	for _, tc := range []struct {
 		name  string
