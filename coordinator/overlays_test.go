@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -152,7 +153,8 @@ func TestInventoryRefresh(t *testing.T) {
 	full := l.inv
 	l.inv = Inventory{Agents: full.Agents[:2]}
 	l.c.Close()
-	src := func(context.Context) (Inventory, error) { return l.inv, nil }
+	var fail error
+	src := func(context.Context) (Inventory, error) { return l.inv, fail }
 	l.extra = []Option{WithInventorySource(src)}
 	l.start()
 	p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
@@ -164,6 +166,11 @@ func TestInventoryRefresh(t *testing.T) {
 	if err != nil || len(p.Nodes) != 3 || len(p.Problems) != 0 {
 		t.Fatalf("plan after n3 joined: %v %v", p, err)
 	}
+	fail = errors.New("apiserver down")
+	if _, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cannot read the inventory, nothing was changed: inventory: apiserver down") {
+		t.Fatalf("plan with the source failing: %v", err)
+	}
+	fail = nil
 	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889})
 	if err != nil || rep.State != succeeded || l.fakes["n3"].Port() != 4889 {
 		t.Fatalf("cutover: %v %v", rep, err)

@@ -19,7 +19,7 @@ import (
 // ListAgents implements CoordinatorService: every agent, asked now.
 func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgentsRequest) (*coordinatorv1.ListAgentsResponse, error) {
 	if err := c.refreshInventory(ctx); err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
+		return nil, inventoryUnread(err)
 	}
 	inv := c.inventory()
 	out := make([]*coordinatorv1.Agent, len(inv.Agents))
@@ -59,13 +59,19 @@ func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgent
 // Plan implements CoordinatorService: preflight only; changes nothing.
 func (c *Coordinator) Plan(ctx context.Context, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PlanResponse, error) {
 	if err := c.refreshInventory(ctx); err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
+		return nil, inventoryUnread(err)
 	}
 	r, err := c.validateTarget(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	return c.fullPreflight(ctx, r, "cutover").resp, nil
+}
+
+// inventoryUnread is a refresh that failed: like a preflight problem,
+// nothing was changed and the operator can act on the cause.
+func inventoryUnread(err error) error {
+	return status.Errorf(codes.FailedPrecondition, "cannot read the inventory, nothing was changed: %v", err)
 }
 
 func refused(pf *preflight) error {
@@ -82,7 +88,7 @@ func (c *Coordinator) Cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent], reverts string) error {
 	ctx := stream.Context()
 	if err := c.refreshInventory(ctx); err != nil {
-		return status.Error(codes.Unavailable, err.Error())
+		return inventoryUnread(err)
 	}
 	r, err := c.validateTarget(ctx, req)
 	if err != nil {
