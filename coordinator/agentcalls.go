@@ -55,7 +55,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
 	fanOut(s.Nodes, func(n string) {
-		cl := c.agents[n].client
+		cl := c.agent(n).client
 		var ev barrier.Event
 		switch s.Step {
 		case barrier.Prepare:

@@ -108,8 +108,8 @@ func (f agentFlag) Set(s string) error { *f.v = append(*f.v, s); return nil }
 func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC listen addresses of the coordinator API (coordctl), comma-separated: host:port or unix:/path")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "listen address of /healthz /readyz /metrics; empty disables")
-	fs.Var(agentFlag{&c.Agents}, "agent", "an agent as node=host:port (repeatable)")
-	fs.StringVar(&c.InventoryFile, "inventory", c.InventoryFile, `JSON inventory file: {"agents":[{"node":"n1","address":"host:port","labels":{}}]}`)
+	fs.Var(agentFlag{&c.Agents}, "agent", "an agent as node=host:port[@overlay] (repeatable); @overlay names a separate overlay the node belongs to (default: the default overlay)")
+	fs.StringVar(&c.InventoryFile, "inventory", c.InventoryFile, `JSON inventory file: {"agents":[{"node":"n1","address":"host:port","labels":{},"overlay":"name"}]}; "overlay" (optional) names a separate overlay`)
 	fs.StringVar(&c.TLS.CA, "tls-ca", c.TLS.CA, "CA certificate that agents and coordctl must chain to")
 	fs.StringVar(&c.TLS.Cert, "tls-cert", c.TLS.Cert, "the coordinator's certificate (role coordinator)")
 	fs.StringVar(&c.TLS.Key, "tls-key", c.TLS.Key, "the coordinator's private key")

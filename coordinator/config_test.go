@@ -42,6 +42,8 @@ func TestInventoryErrors(t *testing.T) {
 		{[]AgentSpec{{Node: "n1", Address: "198.18.0.1:99999"}}, `port must be 1–65535`},
 		{[]AgentSpec{{Node: "bad name", Address: "198.18.0.1:1"}}, `node "bad name"`},
 		{nil, "no agents"},
+		{[]AgentSpec{{Node: "n1", Address: "198.18.0.1:1", Overlay: "Blue!"}}, `overlay "Blue!": agent n1: want an overlay name`},
+		{[]AgentSpec{{Node: "n1", Address: "198.18.0.1:1", Overlay: "blue", Labels: map[string]string{OverlayLabel: "red"}}}, `overlay "blue": agent n1: differs from its label cutover.dev/overlay=red`},
 	} {
 		_, err := NewInventory("test", tc.specs)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !IsInventoryError(err) {
@@ -51,11 +53,19 @@ func TestInventoryErrors(t *testing.T) {
 	if _, err := ParseAgentFlags([]string{"198.18.0.1:9443"}); err == nil || !strings.Contains(err.Error(), "want node=host:port") {
 		t.Errorf("flag without node: %v", err)
 	}
+	specs, err := ParseAgentFlags([]string{"n1=198.18.0.1:9443@blue", "n2=[::1]:9443"})
+	if err != nil || specs[0].Overlay != "blue" || specs[0].Address != "198.18.0.1:9443" || specs[1].Overlay != "" || specs[1].OverlayName() != DefaultOverlay {
+		t.Errorf("--agent with overlays: %+v %v", specs, err)
+	}
+	inv, err := NewInventory("test", []AgentSpec{{Node: "n1", Address: "198.18.0.1:1", Labels: map[string]string{OverlayLabel: "red"}}})
+	if err != nil || inv.Agents[0].Overlay != "red" {
+		t.Errorf("overlay from the label: %+v %v", inv, err)
+	}
 	p := filepath.Join(t.TempDir(), "inv.json")
 	_ = os.WriteFile(p, []byte(`{"agents":[{"node":"n2","address":"198.18.0.2:9443","labels":{"rack":"b"}},{"node":"n1","address":"198.18.0.1:9443"}]}`), 0o600)
 	cfg := Default()
 	cfg.InventoryFile = p
-	inv, err := cfg.LoadInventory()
+	inv, err = cfg.LoadInventory()
 	if err != nil || len(inv.Agents) != 2 || inv.Agents[0].Node != "n1" || inv.Agents[1].Labels["rack"] != "b" {
 		t.Errorf("file inventory: %v %v", inv, err)
 	}

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -47,15 +48,21 @@ import (
 // Rollback) are served through a Server (Listen, or Serve), which routes
 // every call to the Coordinator leading at the time.
 type Coordinator struct {
-	cfg      Config
-	inv      Inventory
-	agents   map[string]*agentConn
-	journal  JournalStore
-	lock     *stateLock // the --state-dir lock (file journal only)
-	metrics  *Metrics
-	verifier Verifier
-	hooks    []Hook
-	log      *slog.Logger
+	cfg Config
+
+	invMu     sync.RWMutex
+	inv       Inventory             // read through inventory()
+	agents    map[string]*agentConn // read through agent(n); every node ever in inv
+	retired   []*agentConn          // replaced clients, closed by Close
+	refreshMu sync.Mutex            // one refreshInventory at a time
+	invSource InventorySource       // nil: a fixed inventory
+	dial      []grpc.DialOption
+	journal   JournalStore
+	lock      *stateLock // the --state-dir lock (file journal only)
+	metrics   *Metrics
+	verifier  Verifier
+	hooks     []Hook
+	log       *slog.Logger
 
 	ctx    context.Context // operations run under it, not under an RPC's
 	cancel context.CancelFunc
@@ -130,7 +137,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithCancel(parent)
-	return &Coordinator{cfg: cfg, inv: inv, agents: agents, journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
+	return &Coordinator{cfg: cfg, inv: inv, agents: agents, invSource: o.invSource, dial: o.dial, journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
 		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*operation{}}, nil
 }
 
@@ -142,9 +149,14 @@ func (c *Coordinator) Metrics() *Metrics { return c.metrics }
 func (c *Coordinator) Close() {
 	c.cancel()
 	c.wg.Wait()
+	c.invMu.Lock()
 	for _, a := range c.agents {
 		_ = a.conn.Close()
 	}
+	for _, a := range c.retired {
+		_ = a.conn.Close()
+	}
+	c.invMu.Unlock()
 	c.lock.release()
 }
 

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +19,29 @@ type AgentSpec struct {
 	Node    string            `json:"node"`
 	Address string            `json:"address"` // host:port
 	Labels  map[string]string `json:"labels,omitempty"`
+	// Overlay names the overlay the node belongs to: nodes of different
+	// overlays never exchange overlay traffic, so one overlay may move
+	// without the others. Empty: the default overlay. In a file it may also
+	// be given as the label OverlayLabel; in a cluster it is that node label.
+	Overlay string `json:"overlay,omitempty"`
 }
+
+// OverlayLabel is the node label (and inventory label) naming a node's
+// overlay; nodes without it belong to the default overlay.
+const OverlayLabel = "cutover.dev/overlay"
+
+// DefaultOverlay is how the overlay of nodes with no overlay name is called.
+const DefaultOverlay = "default"
+
+// OverlayName is the name of s's overlay, DefaultOverlay when unnamed.
+func (s AgentSpec) OverlayName() string {
+	if s.Overlay == "" {
+		return DefaultOverlay
+	}
+	return s.Overlay
+}
+
+var overlayRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$`)
 
 // Inventory is the set of agents the coordinator knows, sorted by node.
 type Inventory struct {
@@ -45,17 +68,18 @@ func IsInventoryError(err error) bool {
 
 var nodeNameRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$`)
 
-// ParseAgentFlags parses --agent node=host:port values.
+// ParseAgentFlags parses --agent node=host:port[@overlay] values.
 func ParseAgentFlags(vals []string) ([]AgentSpec, error) {
 	var specs []AgentSpec
 	var errs []error
 	for _, v := range vals {
 		node, addr, ok := strings.Cut(v, "=")
 		if !ok {
-			errs = append(errs, &InventoryError{Source: "--agent", Field: "value", Value: v, Reason: "want node=host:port"})
+			errs = append(errs, &InventoryError{Source: "--agent", Field: "value", Value: v, Reason: "want node=host:port[@overlay]"})
 			continue
 		}
-		specs = append(specs, AgentSpec{Node: node, Address: addr})
+		addr, overlay, _ := strings.Cut(addr, "@")
+		specs = append(specs, AgentSpec{Node: node, Address: addr, Overlay: overlay})
 	}
 	return specs, errors.Join(errs...)
 }
@@ -114,6 +138,11 @@ func NewInventory(source string, specs []AgentSpec) (Inventory, error) {
 				bad("labels", k, fmt.Sprintf("agent %s: label keys must be non-empty without '=' or ','", s.Node))
 			}
 		}
+		if lbl, ok := s.Labels[OverlayLabel]; ok && s.Overlay != "" && lbl != s.Overlay {
+			bad("overlay", s.Overlay, fmt.Sprintf("agent %s: differs from its label %s=%s: give the overlay once", s.Node, OverlayLabel, lbl))
+		} else if o := cmp.Or(s.Overlay, s.Labels[OverlayLabel]); o != "" && !overlayRe.MatchString(o) {
+			bad("overlay", o, fmt.Sprintf("agent %s: want an overlay name (lower-case letters, digits, '.', '-'; at most 63)", s.Node))
+		}
 	}
 	if len(specs) == 0 {
 		errs = append(errs, &InventoryError{Source: source, Field: "agents", Value: "", Reason: "no agents"})
@@ -122,6 +151,9 @@ func NewInventory(source string, specs []AgentSpec) (Inventory, error) {
 		return Inventory{}, err
 	}
 	out := slices.Clone(specs)
+	for i := range out {
+		out[i].Overlay = cmp.Or(out[i].Overlay, out[i].Labels[OverlayLabel])
+	}
 	slices.SortFunc(out, func(a, b AgentSpec) int { return strings.Compare(a.Node, b.Node) })
 	return Inventory{Agents: out}, nil
 }

@@ -35,6 +35,7 @@ type lab struct {
 	verifier Verifier
 	hooks    []Hook
 	cfg      func(*Config) // adjusts testConfig (then l.restart())
+	extra    []Option      // more options for every coordinator the lab starts
 }
 
 const fromPort = 4789
@@ -128,6 +129,7 @@ func (l *lab) start() {
 	for _, h := range l.hooks {
 		opts = append(opts, WithHook(h))
 	}
+	opts = append(opts, l.extra...)
 	c, err := New(l.testConfig(), l.inv, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,8 @@ type options struct {
 	journal  JournalStore
 	ctx      context.Context
 	hooks    []Hook
+
+	invSource InventorySource
 }
 
 // JournalStore keeps operation records: the file journal (Journal) or a

@@ -51,6 +51,7 @@ func invalid(field string, value any, reason string) error {
 // validate checks a request against the inventory alone (no agent is
 // asked): every error is InvalidArgument.
 func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, error) {
+	inv := c.inventory()
 	r := request{to: req.Port, allowNodePort: req.AllowNodeportRange, allowTunnel: req.AllowTunnelPort, step: c.cfg.StepTimeout, allowUnprobed: req.AllowUnprobed}
 	switch {
 	case req.Port == 0:
@@ -87,12 +88,12 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 	case len(req.Nodes) > 0:
 		var unknown []string
 		for _, n := range req.Nodes {
-			if _, ok := c.agents[n]; !ok { // c.agents holds every inventory node
+			if !slices.ContainsFunc(inv.Agents, func(a AgentSpec) bool { return a.Node == n }) {
 				unknown = append(unknown, n)
 			}
 		}
 		if len(unknown) > 0 {
-			return r, invalid("nodes", strings.Join(unknown, ","), fmt.Sprintf("not in the inventory (%d agents: %s)", len(c.inv.Agents), abbreviate(c.nodeNames(), 10)))
+			return r, invalid("nodes", strings.Join(unknown, ","), fmt.Sprintf("not in the inventory (%d agents: %s)", len(inv.Agents), abbreviate(inv.nodeNames(), 10)))
 		}
 		r.nodes = slices.Compact(slices.Sorted(slices.Values(req.Nodes)))
 	case req.Selector != "":
@@ -100,7 +101,7 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 		if err != nil {
 			return r, invalid("selector", fmt.Sprintf("%q", req.Selector), err.Error())
 		}
-		for _, a := range c.inv.Agents {
+		for _, a := range inv.Agents {
 			if sel.matches(a.Labels) {
 				r.nodes = append(r.nodes, a.Node)
 			}
@@ -109,7 +110,7 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 			return r, invalid("selector", fmt.Sprintf("%q", req.Selector), "selects no agent of the inventory")
 		}
 	default:
-		r.nodes = c.nodeNames()
+		r.nodes = inv.nodeNames()
 	}
 	// Last, so that r is complete: validateTarget tells "the current
 	// port" (4789 usually is) from "another tunnel's port".
@@ -134,7 +135,7 @@ func (c *Coordinator) validateTarget(ctx context.Context, req *coordinatorv1.Cut
 	var mu sync.Mutex
 	on, answered := 0, 0
 	fanOut(r.nodes, func(n string) {
-		info, ierr := c.agents[n].client.Info(cctx, &agentv1.InfoRequest{})
+		info, ierr := c.agent(n).client.Info(cctx, &agentv1.InfoRequest{})
 		mu.Lock()
 		defer mu.Unlock()
 		if ierr == nil {
@@ -161,9 +162,9 @@ func repeats(line string, problems []string) bool {
 	return false
 }
 
-func (c *Coordinator) nodeNames() []string {
+func (inv Inventory) nodeNames() []string {
 	var ns []string
-	for _, a := range c.inv.Agents {
+	for _, a := range inv.Agents {
 		ns = append(ns, a.Node)
 	}
 	return ns
@@ -228,7 +229,7 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 	var mu sync.Mutex
 	start := time.Now()
 	fanOut(r.nodes, func(n string) {
-		ac := c.agents[n]
+		ac := c.agent(n)
 		nc := &nodeCheck{}
 		cctx, cancel := context.WithTimeout(ctx, r.step)
 		defer cancel()
@@ -255,7 +256,7 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		np := &coordinatorv1.NodePlan{Node: n}
 		resp.Nodes = append(resp.Nodes, np)
 		if nc.err != nil {
-			np.Problems = append(np.Problems, fmt.Sprintf("agent at %s unreachable: %s", c.agents[n].spec.Address, status.Convert(nc.err).Message()))
+			np.Problems = append(np.Problems, fmt.Sprintf("agent at %s unreachable: %s", c.agent(n).spec.Address, status.Convert(nc.err).Message()))
 			continue
 		}
 		np.CurrentPort = nc.info.CurrentPort
@@ -311,7 +312,7 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		if !read && len(np.Problems) == 0 {
 			// Left out of the drift count above, it must still stop the
 			// cutover: nobody knows which port this node is on.
-			np.Problems = append(np.Problems, fmt.Sprintf("current port not read back (agent %s reported 0 and no reason): check the agent's log and /readyz", c.agents[n].spec.Address))
+			np.Problems = append(np.Problems, fmt.Sprintf("current port not read back (agent %s reported 0 and no reason): check the agent's log and /readyz", c.agent(n).spec.Address))
 		}
 		np.Actions = nc.pf.Actions
 	}
@@ -328,6 +329,8 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		}
 		p.problems = append(p.problems, "current port differs between nodes (drift): "+strings.Join(parts, "; "))
 	}
+	// I1: the request must not leave its overlay on two ports (overlays.go).
+	p.problems = append(p.problems, c.overlayProblems(ctx, r, p)...)
 	// The common port; with drift, the one most nodes are on (reported, never used).
 	for port, ns := range byPort {
 		if len(ns) > len(byPort[p.from]) || (len(ns) == len(byPort[p.from]) && port < p.from) {

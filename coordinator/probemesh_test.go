@@ -15,6 +15,11 @@ import (
 // outside it); every pair answering after the flip: SUCCEEDED, clean.
 func TestProbeMeshAllAnswer(t *testing.T) {
 	l := newLab(t, 5, nil)
+	// n3..n5 are already on 4889, so moving n1,n2 joins them (a subset
+	// that leaves one overlay on one port: allowed).
+	for _, n := range []string{"n3", "n4", "n5"} {
+		l.fakes[n].SetPort(4889)
+	}
 	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1", Nodes: []string{"n1", "n2"}})
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +101,9 @@ func TestProbeMeshUnprobed(t *testing.T) {
 	if rep.State != succeeded || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "n3 (probing off: no overlay address") {
 		t.Fatalf("allow_unprobed: state %s warnings %q, want SUCCEEDED flagged naming n3", rep.State, rep.Warnings)
 	}
-	// A subset without n3: n3 is only a peer, left out; clean.
+	// A subset without n3, joining n3 where it already is (4789): n3 is
+	// only a peer candidate, left out for its lack of an address; clean.
+	l.fakes["n3"].SetPort(4789)
 	rep, _, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4789, AllowTunnelPort: true, OperationId: "op3", Nodes: []string{"n1", "n2", "n4"}})
 	if err != nil || rep.State != succeeded || len(rep.Warnings) != 0 {
 		t.Fatalf("subset without n3: %v %v", rep, err)
@@ -124,5 +131,32 @@ func TestProbeVerifyOff(t *testing.T) {
 	}
 	if rep.State != succeeded || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "verification is off") || !ran {
 		t.Fatalf("state %s warnings %q verifier ran %t", rep.State, rep.Warnings, ran)
+	}
+}
+
+// The sample stays inside the targets' overlay: a node of another overlay
+// is not reachable over the changed tunnel and is never a peer.
+func TestProbeMeshStaysInOverlay(t *testing.T) {
+	l := newLab(t, 5, nil)
+	for i := range l.inv.Agents {
+		if a := &l.inv.Agents[i]; a.Node == "n4" || a.Node == "n5" {
+			a.Overlay = "blue"
+		}
+	}
+	l.c.Close()
+	l.start()
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1", Nodes: []string{"n1", "n2", "n3"}})
+	if err != nil || rep.State != succeeded || len(rep.Warnings) > 0 {
+		t.Fatalf("cutover of the default overlay: %v %v %q\n%s", rep.GetState(), err, rep.GetWarnings(), strings.Join(msgs, "\n"))
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		for _, p := range l.fakes[n].ProbePeers() {
+			if strings.HasPrefix(p, "n4=") || strings.HasPrefix(p, "n5=") {
+				t.Errorf("%s probes %s, a node of overlay blue", n, p)
+			}
+		}
+		if len(l.fakes[n].ProbePeers()) != 2 {
+			t.Errorf("%s probes %v, want its 2 overlay-mates", n, l.fakes[n].ProbePeers())
+		}
 	}
 }

@@ -38,7 +38,8 @@ func (c *Coordinator) planProbes(ctx context.Context, r request, checks map[stri
 	infos := map[string]*agentv1.InfoResponse{}
 	why := map[string]string{}
 	var others []string
-	for _, n := range c.nodeNames() {
+	candidates := c.probeCandidates(r)
+	for _, n := range candidates {
 		if nc, ok := checks[n]; ok {
 			if nc.err == nil {
 				infos[n] = nc.info
@@ -53,7 +54,7 @@ func (c *Coordinator) planProbes(ctx context.Context, r request, checks map[stri
 	cctx, cancel := context.WithTimeout(ctx, min(r.step, 2*time.Second))
 	defer cancel()
 	fanOut(others, func(n string) {
-		info, err := c.agents[n].client.Info(cctx, &agentv1.InfoRequest{})
+		info, err := c.agent(n).client.Info(cctx, &agentv1.InfoRequest{})
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -64,7 +65,7 @@ func (c *Coordinator) planProbes(ctx context.Context, r request, checks map[stri
 	})
 	addrs := map[string]string{}
 	var unprobed []string
-	for _, n := range c.nodeNames() {
+	for _, n := range candidates {
 		info := infos[n]
 		if info != nil && info.GetProbeAddress() != "" {
 			addrs[n] = info.GetProbeAddress()
@@ -122,4 +123,25 @@ func (op *operation) addWarning(w string) {
 	if !slices.Contains(op.report.Warnings, w) {
 		op.report.Warnings = append(op.report.Warnings, w)
 	}
+}
+
+// probeCandidates are the nodes the sample is drawn from: every node of
+// the targets' overlays, targeted or not (a subset that joins nodes already
+// on the target port must be verified against them), and no node of
+// another overlay, which the changed tunnel does not reach.
+func (c *Coordinator) probeCandidates(r request) []string {
+	inv := c.inventory()
+	overlays := map[string]bool{}
+	for _, a := range inv.Agents {
+		if slices.Contains(r.nodes, a.Node) {
+			overlays[a.OverlayName()] = true
+		}
+	}
+	var out []string
+	for _, a := range inv.Agents {
+		if overlays[a.OverlayName()] {
+			out = append(out, a.Node)
+		}
+	}
+	return out
 }

@@ -40,7 +40,7 @@ func (c *Coordinator) probeStatsOnce(op *operation, reset, settleThenAgain bool)
 	var pairs []*coordinatorv1.PairDisruption
 	var missed []string
 	fanOut(op.nodes, func(n string) {
-		r, err := c.agents[n].client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Reset_: reset})
+		r, err := c.agent(n).client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Reset_: reset})
 		if err != nil {
 			mu.Lock()
 			missed = append(missed, n+" ("+status.Convert(err).Message()+")")

@@ -227,7 +227,7 @@ func (c *Coordinator) readMesh(ctx context.Context, senders []string) (stats map
 	fanOut(senders, func(n string) {
 		cctx, cancel := context.WithTimeout(ctx, probeStatsBound)
 		defer cancel()
-		r, err := c.agents[n].client.ProbeStats(cctx, &agentv1.ProbeStatsRequest{})
+		r, err := c.agent(n).client.ProbeStats(cctx, &agentv1.ProbeStatsRequest{})
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {

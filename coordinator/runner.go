@@ -217,7 +217,7 @@ func (c *Coordinator) endRun(op *operation) (acts []barrier.Action, more bool) {
 	out := op.core.Outcome()
 	ctx, cancel := context.WithTimeout(c.ctx, op.step)
 	fanOut(op.nodes, func(n string) {
-		info, err := c.agents[n].client.Info(ctx, &agentv1.InfoRequest{})
+		info, err := c.agent(n).client.Info(ctx, &agentv1.InfoRequest{})
 		if err != nil {
 			return
 		}

@@ -19,14 +19,18 @@ import (
 
 // ListAgents implements CoordinatorService: every agent, asked now.
 func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgentsRequest) (*coordinatorv1.ListAgentsResponse, error) {
-	out := make([]*coordinatorv1.Agent, len(c.inv.Agents))
+	if err := c.refreshInventory(ctx); err != nil {
+		return nil, inventoryUnread(err)
+	}
+	inv := c.inventory()
+	out := make([]*coordinatorv1.Agent, len(inv.Agents))
 	ready := 0
 	idx := map[string]int{}
-	for i, s := range c.inv.Agents {
+	for i, s := range inv.Agents {
 		idx[s.Node] = i
 	}
-	fanOut(c.nodeNames(), func(n string) {
-		ac := c.agents[n]
+	fanOut(inv.nodeNames(), func(n string) {
+		ac := c.agent(n)
 		a := &coordinatorv1.Agent{Node: n, Address: ac.spec.Address, Labels: ac.spec.Labels}
 		out[idx[n]] = a
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.StepTimeout)
@@ -55,11 +59,20 @@ func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgent
 
 // Plan implements CoordinatorService: preflight only; changes nothing.
 func (c *Coordinator) Plan(ctx context.Context, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PlanResponse, error) {
+	if err := c.refreshInventory(ctx); err != nil {
+		return nil, inventoryUnread(err)
+	}
 	r, err := c.validateTarget(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	return c.fullPreflight(ctx, r, "cutover").resp, nil
+}
+
+// inventoryUnread is a refresh that failed: like a preflight problem,
+// nothing was changed and the operator can act on the cause.
+func inventoryUnread(err error) error {
+	return status.Errorf(codes.FailedPrecondition, "cannot read the inventory, nothing was changed: %v", err)
 }
 
 func refused(pf *preflight) error {
@@ -75,6 +88,9 @@ func (c *Coordinator) Cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 // back when it is a reverse cutover.
 func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent], reverts string) error {
 	ctx := stream.Context()
+	if err := c.refreshInventory(ctx); err != nil {
+		return inventoryUnread(err)
+	}
 	r, err := c.validateTarget(ctx, req)
 	if err != nil {
 		return err
@@ -295,7 +311,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 		}
 		op.core = barrier.New(c.coreConfig(rec.Nodes, op.step, op.deadman, rec.Hooks))
 		for _, n := range rec.Nodes {
-			if _, ok := c.agents[n]; !ok {
+			if c.agent(n) == nil {
 				return fmt.Errorf("journal: operation %s names node %s, which is not in the inventory: add it back so the operation can be finished or undone", rec.ID, n)
 			}
 		}
@@ -353,7 +369,7 @@ func (c *Coordinator) resumePoint(ctx context.Context, op *operation) barrier.Re
 	allCommitted := true
 	var mu sync.Mutex
 	fanOut(op.nodes, func(n string) {
-		st, err := c.agents[n].client.Status(cctx, &agentv1.StatusRequest{OperationId: op.rec.ID})
+		st, err := c.agent(n).client.Status(cctx, &agentv1.StatusRequest{OperationId: op.rec.ID})
 		good := err == nil && st.CurrentPort == op.to &&
 			phaseIn(st.Phase, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
 		if !good {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -99,8 +100,31 @@ func renderPlan(w io.Writer, p *coordinatorv1.PlanResponse) {
 	}
 	_, _ = fmt.Fprintf(w, "\n%d problem(s):\n", len(probs))
 	for _, pr := range probs {
-		_, _ = fmt.Fprintf(w, "  - %s\n", pr)
+		_, _ = fmt.Fprintf(w, "  - %s\n", wrap(pr, 100, "    "))
 	}
+}
+
+// wrap breaks s at spaces into lines of at most width runes (a longer
+// word stays whole), the ones after the first led by indent: a refusal
+// that names nodes and says what to do runs long.
+func wrap(s string, width int, indent string) string {
+	var b strings.Builder
+	line := 0
+	for i, word := range strings.Fields(s) {
+		n := utf8.RuneCountInString(word)
+		switch {
+		case i == 0:
+		case line+1+n > width:
+			b.WriteString("\n" + indent)
+			line = 0
+		default:
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(word)
+		line += n
+	}
+	return b.String()
 }
 
 func stateName(s coordinatorv1.OperationState) string {

@@ -214,7 +214,7 @@ problem: node worker-3 is Ready but has no ready cutover agent: no pod matching 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(probs) != 1 || !strings.HasPrefix(probs[0], "node worker-3 has a ready cutover agent at 198.18.0.3:9443 that joined after") {
+	if len(probs) != 1 || !strings.HasPrefix(probs[0], "node worker-3 has a ready cutover agent at 198.18.0.3:9443 that appeared while this plan ran") {
 		t.Errorf("problems %q", probs)
 	}
 	// worker-1's agent turns unready: preflight names the node.

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,6 +78,7 @@ type NodeState struct {
 	Agent       string // "host:port" of its ready agent; empty when none
 	Pod         string // the agent pod (ready or not) found on it, if any
 	Why         string // why it has no ready agent
+	Overlay     string // its coordinator.OverlayLabel; empty: the default overlay
 }
 
 // Result is one discovery: the agents found and the problems that must
@@ -114,7 +116,7 @@ func pair(nodes []corev1.Node, pods []corev1.Pod, cfg DiscoveryConfig) Result {
 	}
 	var r Result
 	for _, n := range nodes {
-		st := NodeState{Name: n.Name, Ready: nodeReady(&n), Schedulable: !n.Spec.Unschedulable}
+		st := NodeState{Name: n.Name, Ready: nodeReady(&n), Schedulable: !n.Spec.Unschedulable, Overlay: n.Labels[coordinator.OverlayLabel]}
 		cands := byNode[n.Name]
 		// A rolling update can leave two agent pods on a node for a while;
 		// the ready, newest one is the agent.
@@ -138,7 +140,7 @@ func pair(nodes []corev1.Node, pods []corev1.Pod, cfg DiscoveryConfig) Result {
 			for k, v := range n.Labels {
 				lbl[k] = v
 			}
-			r.Agents = append(r.Agents, coordinator.AgentSpec{Node: n.Name, Address: st.Agent, Labels: lbl})
+			r.Agents = append(r.Agents, coordinator.AgentSpec{Node: n.Name, Address: st.Agent, Labels: lbl, Overlay: st.Overlay})
 		case len(reasons) > 0:
 			st.Why = strings.Join(reasons, "; ")
 		default:
@@ -219,25 +221,47 @@ func (d *Discovery) Inventory(ctx context.Context) (coordinator.Inventory, error
 	return coordinator.NewInventory(fmt.Sprintf("kubernetes pods %s/%s", d.cfg.Namespace, d.cfg.PodSelector), r.Agents)
 }
 
-// Preflight discovers again and returns one problem per targeted node that
-// must have an agent and has none, plus one per node of nodes (the
-// operation's, from the coordinator's inventory) whose agent is gone or
-// moved to another address. Empty means discovery has no objection.
+// Preflight discovers again and returns one problem per node of the
+// overlays nodes belong to that must have an agent and has none, plus one
+// per node of those overlays whose agent appeared, went or moved since
+// inv (the coordinator's inventory, read just before: the operation's
+// nodes come from it) was read. Nodes of other overlays are not this
+// operation's business: it neither moves nor cuts them off. Empty means
+// discovery has no objection.
 func (d *Discovery) Preflight(ctx context.Context, inv coordinator.Inventory, nodes []string) ([]string, error) {
 	r, err := d.Discover(ctx)
 	if err != nil {
 		return nil, err
 	}
-	probs := slices.Clone(r.Problems)
+	overlayOf := map[string]string{}
+	for _, st := range r.Nodes {
+		overlayOf[st.Name] = cmp.Or(st.Overlay, coordinator.DefaultOverlay)
+	}
 	known := map[string]string{}
 	for _, a := range inv.Agents {
 		known[a.Node] = a.Address
+		if _, ok := overlayOf[a.Node]; !ok {
+			overlayOf[a.Node] = a.OverlayName()
+		}
+	}
+	touched := map[string]bool{}
+	for _, n := range nodes {
+		touched[overlayOf[n]] = true
+	}
+	var probs []string
+	for _, st := range r.Nodes {
+		if st.Agent == "" && st.Ready && st.Schedulable && touched[overlayOf[st.Name]] {
+			probs = append(probs, fmt.Sprintf("node %s is Ready but has no ready cutover agent: %s", st.Name, st.Why))
+		}
+	}
+	if len(r.Nodes) == 0 {
+		probs = append(probs, r.Problems...) // the selector matches no node
 	}
 	found := map[string]string{}
 	for _, a := range r.Agents {
 		found[a.Node] = a.Address
-		if _, ok := known[a.Node]; !ok {
-			probs = append(probs, fmt.Sprintf("node %s has a ready cutover agent at %s that joined after this coordinator became leader: restart the coordinator (or wait for the next leader) so it is included", a.Node, a.Address))
+		if _, ok := known[a.Node]; !ok && touched[overlayOf[a.Node]] {
+			probs = append(probs, fmt.Sprintf("node %s has a ready cutover agent at %s that appeared while this plan ran: plan again, so that it is included", a.Node, a.Address))
 		}
 	}
 	for _, n := range nodes {
@@ -254,7 +278,7 @@ func (d *Discovery) Preflight(ctx context.Context, inv coordinator.Inventory, no
 				probs = append(probs, p)
 			}
 		case addr != known[n]:
-			probs = append(probs, fmt.Sprintf("node %s: its agent moved from %s to %s since this coordinator became leader: restart the coordinator", n, known[n], addr))
+			probs = append(probs, fmt.Sprintf("node %s: its agent moved from %s to %s while this plan ran: plan again", n, known[n], addr))
 		}
 	}
 	slices.Sort(probs)

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"github.com/cutover-dev/cutover/coordinator"
 	"strings"
 	"testing"
 	"time"
@@ -148,12 +149,41 @@ func TestPreflightAfterChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"node a: its agent moved from 198.18.0.1:9443 to 198.18.0.11:9443 since this coordinator became leader: restart the coordinator",
+		"node a: its agent moved from 198.18.0.1:9443 to 198.18.0.11:9443 while this plan ran: plan again",
 		"node b is Ready but has no ready cutover agent: pod cutover/agent-b is not Ready (ContainersNotReady)",
-		"node c has a ready cutover agent at 198.18.0.3:9443 that joined after this coordinator became leader: restart the coordinator (or wait for the next leader) so it is included",
+		"node c has a ready cutover agent at 198.18.0.3:9443 that appeared while this plan ran: plan again, so that it is included",
 	}
 	if strings.Join(probs, "\n") != strings.Join(want, "\n") {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(probs, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestPreflightOverlays: nodes of an overlay the operation does not touch
+// are not its business (issue 12); those of its own overlay are, targeted
+// or not.
+func TestPreflightOverlays(t *testing.T) {
+	blue := map[string]string{coordinator.OverlayLabel: "blue"}
+	cs := fake.NewClientset(
+		node("a", true, false, nil), node("b", true, false, nil), node("c", true, false, blue), node("d", true, false, blue),
+		agentPod("agent-a", "a", "198.18.0.1", true, 0), agentPod("agent-b", "b", "198.18.0.2", true, 0),
+		agentPod("agent-c", "c", "198.18.0.3", true, 0))
+	d, _ := NewDiscovery(cs, DefaultDiscovery())
+	ctx := context.Background()
+	inv, err := d.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.Agents[2]; got.Node != "c" || got.Overlay != "blue" {
+		t.Fatalf("agent c: %+v", got)
+	}
+	probs, err := d.Preflight(ctx, inv, []string{"a", "b"})
+	if err != nil || len(probs) != 0 {
+		t.Errorf("default overlay: %q %v", probs, err)
+	}
+	probs, err = d.Preflight(ctx, inv, []string{"c"})
+	want := "node d is Ready but has no ready cutover agent: no pod matching \"app.kubernetes.io/name=cutover-agent\" in namespace cutover is scheduled on it"
+	if err != nil || len(probs) != 1 || probs[0] != want {
+		t.Errorf("overlay blue: %q %v", probs, err)
 	}
 }
 

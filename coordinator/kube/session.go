@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 
 	"github.com/cutover-dev/cutover/coordinator"
 	"github.com/cutover-dev/cutover/pkg/tunnelport"
@@ -85,6 +86,9 @@ type Session struct {
 
 	discovery *Discovery
 	recorder  *Recorder
+
+	mu     sync.Mutex
+	latest coordinator.Inventory // the last Refresh; Inventory until the first
 }
 
 // NewSession discovers the agents and opens the journal for a leadership
@@ -111,7 +115,7 @@ func NewSession(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interf
 		return nil, err
 	}
 	rec := NewRecorder(cs, LeaseRef(ctx, cs, cfg.Leader.Namespace, cfg.Leader.Name), cfg.Leader.Identity, log)
-	s := &Session{Inventory: inv, Journal: WithMilestones(j, rec), discovery: d, recorder: rec}
+	s := &Session{Inventory: inv, latest: inv, Journal: WithMilestones(j, rec), discovery: d, recorder: rec}
 	switch cfg.CNI {
 	case "flannel":
 		s.Source = NewFlannel(cs, cfg.FlannelNamespace)
@@ -123,6 +127,28 @@ func NewSession(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interf
 
 var _ coordinator.Hook = (*Session)(nil)
 
+// Refresh discovers the agents again: it is the coordinator's
+// InventorySource (coordinator.WithInventorySource), so a node that
+// joined, or whose agent became ready, after the leadership began is in
+// the next plan, and a node of the overlay without a ready agent is named
+// by Preflight, never left on the old port unseen.
+//
+// Listing on demand, not a watch: an operation starts rarely, preflight
+// must judge what the API says now, and two LISTs per plan cost less than
+// informers' caches, their resync and the staleness questions they raise
+// (a cache that lags is what this replaces). Preflight lists once more
+// and names what changed in between.
+func (s *Session) Refresh(ctx context.Context) (coordinator.Inventory, error) {
+	inv, err := s.discovery.Inventory(ctx)
+	if err != nil {
+		return coordinator.Inventory{}, err
+	}
+	s.mu.Lock()
+	s.latest = inv
+	s.mu.Unlock()
+	return inv, nil
+}
+
 // Name implements coordinator.Hook; it keys the journal's hook calls.
 func (s *Session) Name() string { return "cluster" }
 
@@ -131,7 +157,10 @@ func (s *Session) Name() string { return "cluster" }
 // ready agent (by name), agents that appeared or moved since the session
 // began, and a source of truth that disagrees with the agents.
 func (s *Session) Preflight(ctx context.Context, op coordinator.OpInfo) []string {
-	probs, err := s.discovery.Preflight(ctx, s.Inventory, op.Nodes)
+	s.mu.Lock()
+	inv := s.latest
+	s.mu.Unlock()
+	probs, err := s.discovery.Preflight(ctx, inv, op.Nodes)
 	if err != nil {
 		probs = append(probs, err.Error())
 	}

@@ -51,8 +51,9 @@ func runCluster(ctx context.Context, cfg coordinator.Config, kcfg kube.Config, k
 // leader) and is not ready, and when it wins the Lease it builds the
 // coordinator over that leadership's Session: the ConfigMap journal, the
 // Session as the Hook (source of truth, cluster preflight), the discovered
-// agents, and the leadership's context, so every agent call stops the
-// moment the Lease is lost.
+// agents (discovered again before every plan: Session.Refresh), and the
+// leadership's context, so every agent call stops the moment the Lease is
+// lost.
 type cluster struct {
 	cfg   coordinator.Config
 	kcfg  kube.Config
@@ -120,6 +121,7 @@ func (p *cluster) lead(lctx context.Context, s *kube.Session) error {
 		coordinator.WithMetrics(p.metrics),
 		coordinator.WithJournal(s.Journal),
 		coordinator.WithHook(s),
+		coordinator.WithInventorySource(s.Refresh), // nodes that join later are in the next plan
 		coordinator.WithContext(lctx),
 	}, p.extra...)
 	c, err := coordinator.New(p.cfg, s.Inventory, opts...)

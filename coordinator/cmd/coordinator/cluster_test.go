@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -388,5 +389,138 @@ func TestClusterHandOver(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("B did not stop")
+	}
+}
+
+// TestClusterInventoryFollows is issue 12's cluster half: a node that
+// joins after the leader started is in the next plan. Without a ready
+// agent it is a problem by name (the cutover would leave it on the old
+// port, cut off from the rest); once its agent is ready, plan passes with
+// it included and a cutover moves it with the others.
+func TestClusterInventoryFollows(t *testing.T) {
+	c := kubetest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	admin, err := c.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	installRBAC(t, c, admin)
+	ensureNamespace(t, admin, "kube-flannel")
+	if _, err := admin.CoreV1().ConfigMaps("kube-flannel").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel-cfg"},
+		Data: map[string]string{"net-conf.json": `{"Network": "198.19.0.0/16", "Backend": {"Type": "vxlan"}}`}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fakes := map[string]*fakeagent.Agent{}
+	lis := map[string]*bufconn.Listener{}
+	serve := func(node, ip string) {
+		f := fakeagent.New(node, 8472)
+		l := bufconn.Listen(1 << 20)
+		s := grpc.NewServer()
+		agentv1.RegisterAgentServiceServer(s, f)
+		go func() { _ = s.Serve(l) }()
+		t.Cleanup(s.Stop)
+		fakes[node], lis[ip+":9443"] = f, l
+	}
+	for i, node := range []string{"n1", "n2"} {
+		ip := fmt.Sprintf("198.18.0.%d", i+1)
+		mkNodeWithAgent(t, admin, node, ip)
+		serve(node, ip)
+	}
+	serve("n3", "198.18.0.3") // listening before its pod exists; found only through the pod
+	dial := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		if l, ok := lis[addr]; ok {
+			return l.DialContext(ctx)
+		}
+		return nil, fmt.Errorf("no test agent at %s", addr)
+	})
+	a := startReplica(t, ctx, c.ServiceAccount(ns, "cutover-coordinator"), "coord-a", dial)
+	waitFor(t, "A to lead and be ready", 30*time.Second, func() bool { code, _ := a.readyz(); return code == http.StatusOK })
+	plan := func() *coordinatorv1.PlanResponse {
+		t.Helper()
+		p, err := a.api.Plan(ctx, &coordinatorv1.CutoverRequest{Port: 4889})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := plan(); len(p.Problems) != 0 || len(p.Nodes) != 2 {
+		t.Fatalf("plan before n3 joined: %v", p)
+	}
+
+	// n3 joins after the leader started: Ready, its agent pod Pending.
+	n, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n3"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
+	if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-n3", Labels: map[string]string{"app.kubernetes.io/name": "cutover-agent"}},
+		Spec: corev1.PodSpec{NodeName: "n3", HostNetwork: true, AutomountServiceAccountToken: new(bool),
+			Containers: []corev1.Container{{Name: "agent", Image: "cutover/agent:test"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Phase = corev1.PodPending
+	if _, err := admin.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := plan()
+	const want = "cluster: node n3 is Ready but has no ready cutover agent: pod cutover/agent-n3 is Pending, not Running"
+	if !slices.Contains(p.Problems, want) {
+		t.Fatalf("plan with n3's agent Pending: problems %q, want %q", p.Problems, want)
+	}
+	st, err := a.api.Cutover(ctx, &coordinatorv1.CutoverRequest{Port: 4889})
+	if err == nil {
+		_, err = st.Recv() // the refusal comes as the stream's first answer
+	}
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "node n3 is Ready but has no ready cutover agent") {
+		t.Fatalf("cutover with n3's agent Pending: %v", err)
+	}
+	for n, f := range fakes {
+		if f.Called("Prepare") {
+			t.Errorf("%s prepared although preflight had a problem", n)
+		}
+	}
+
+	// Its agent becomes ready: plan passes with n3, the cutover moves it.
+	pod, err = admin.CoreV1().Pods(ns).Get(ctx, "agent-n3", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.HostIP, pod.Status.HostIPs = "198.18.0.3", []corev1.HostIP{{IP: "198.18.0.3"}}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+	if _, err := admin.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p = plan()
+	if len(p.Problems) != 0 || len(p.Nodes) != 3 || p.Nodes[2].Node != "n3" {
+		t.Fatalf("plan with n3 ready: %v", p)
+	}
+	st, err = a.api.Cutover(ctx, &coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op-n3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *coordinatorv1.OperationEvent
+	for {
+		ev, err := st.Recv()
+		if err != nil {
+			break
+		}
+		last = ev
+	}
+	if last.GetReport().GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
+		t.Fatalf("op-n3: %v", last)
+	}
+	for n, f := range fakes {
+		if f.Port() != 4889 {
+			t.Errorf("%s on %d after the cutover (I1)", n, f.Port())
+		}
 	}
 }
