@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit
+.PHONY: release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit lab-late
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -18,6 +18,19 @@ help: ## list targets
 build: ## build agent, coordinator and coordctl into bin/
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./agent/cmd/agent ./coordinator/cmd/coordinator ./coordinator/cmd/coordctl
+
+RELEASE_DIR ?= $(BIN)/release
+RELEASE_OVERLAYS := openshift flannel calico full
+# Every overlay rendered with both images tagged $(VERSION) (never
+# :latest): what a release publishes beside the images.
+release-manifests: ## render deploy/overlays/* with images tagged $(VERSION) into $(RELEASE_DIR)/
+	@mkdir -p $(RELEASE_DIR)
+	set -e; k=$$(hack/kube-tools.sh kustomize); for o in $(RELEASE_OVERLAYS); do \
+	  d=$$(mktemp -d); cp -r deploy $$d/; \
+	  printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [deploy/overlays/%s]\nimages:\n- {name: ghcr.io/cutover-dev/cutover-agent, newTag: "%s"}\n- {name: ghcr.io/cutover-dev/cutover-coordinator, newTag: "%s"}\n' $$o '$(VERSION)' '$(VERSION)' > $$d/kustomization.yaml; \
+	  $$k build $$d > $(RELEASE_DIR)/cutover-$$o-$(VERSION).yaml; rm -rf $$d; \
+	  if grep -q ':latest' $(RELEASE_DIR)/cutover-$$o-$(VERSION).yaml; then echo "$$o: :latest in the rendered manifests"; exit 1; fi; \
+	done; ls $(RELEASE_DIR)
 
 # The lab's CLI is a test harness (harness/): its own binary, so no shipped
 # binary links the lab. It runs the agent and coordinator beside it in bin/.

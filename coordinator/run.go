@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 )
@@ -47,7 +49,10 @@ func serverOptions(cfg Config, m *Metrics) ([]grpc.ServerOption, error) {
 	if cfg.Insecure {
 		return nil, nil
 	}
-	tc, err := pki.ServerConfigWithHook(cfg.TLS, m.apiTLSRejected, pki.RoleAdmin)
+	// RoleCoordinator: a standby forwards coordctl's calls to the leader
+	// with its own certificate (Server.SetForward). It grants nothing new:
+	// a coordinator certificate already commands every agent.
+	tc, err := pki.ServerConfigWithHook(cfg.TLS, m.apiTLSRejected, pki.RoleAdmin, pki.RoleCoordinator)
 	if err != nil {
 		return nil, fmt.Errorf("API server TLS: %w", err)
 	}
@@ -116,9 +121,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 // Server is one coordinator process's endpoints: the API on every
 // --listen address, and /healthz /readyz /metrics. The Coordinator behind
-// the API changes with leadership: in cluster mode a standby has none,
-// refuses every API call with UNAVAILABLE naming the leader and is not
-// ready, so that the coordinator Service routes coordctl to the leader.
+// the API changes with leadership: in cluster mode a standby has none; it
+// forwards every API call to the leader and is ready (SetForward), or,
+// without forwarding, refuses with UNAVAILABLE naming the leader and is
+// not ready.
 type Server struct {
 	coordinatorv1.UnimplementedCoordinatorServiceServer
 
@@ -137,6 +143,7 @@ type Server struct {
 	resumed bool
 	self    string
 	leader  func() string // the leader's identity, for a standby's errors
+	fwd     *forwarder    // nil: a standby refuses instead of forwarding
 }
 
 // Listen binds every --listen address and --metrics-listen, with the
@@ -245,6 +252,12 @@ func (s *Server) Err() <-chan error { return s.errc }
 // from the journal).
 func (s *Server) Stop() {
 	s.grpc.Stop()
+	s.mu.Lock()
+	fwd := s.fwd
+	s.mu.Unlock()
+	if fwd != nil {
+		fwd.close()
+	}
 	if s.http != nil {
 		_ = s.http.Close()
 	}
@@ -288,11 +301,16 @@ func (s *Server) Lead(ctx context.Context, c *Coordinator) {
 	c.Close()
 }
 
-// ready is /readyz: leading and the journal resumed.
+// ready is /readyz: leading and the journal resumed, or a standby that
+// forwards to the leader. Both replicas of a Deployment must be Ready, or
+// a rolling update replaces the standby with another unready standby and
+// can never take the leader down (docs/deploy.md, "Upgrades").
 func (s *Server) ready() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
+	case s.c == nil && s.fwd != nil:
+		return nil
 	case s.c == nil:
 		return errors.New(s.standbyLocked())
 	case !s.resumed:
@@ -313,60 +331,193 @@ func (s *Server) standbyLocked() string {
 	if l == "" || l == s.self {
 		return fmt.Sprintf("%s is a standby and no leader is known yet (leader election in progress): retry in a few seconds", who)
 	}
-	return fmt.Sprintf("%s is a standby; the leader is %s: reach it through the coordinator Service (only the leader is ready)", who, l)
+	return fmt.Sprintf("%s is a standby; the leader is %s", who, l)
 }
 
-// active returns the Coordinator serving the API, or UNAVAILABLE.
-func (s *Server) active() (*Coordinator, error) {
+// active returns the Coordinator serving the API or, on a standby that
+// forwards, a client of the leader; otherwise UNAVAILABLE.
+func (s *Server) active(ctx context.Context) (*Coordinator, coordinatorv1.CoordinatorServiceClient, error) {
+	s.mu.Lock()
+	c, fwd, self := s.c, s.fwd, s.self
+	var msg, leader string
+	if c == nil {
+		msg = s.standbyLocked()
+		if s.leader != nil {
+			leader = s.leader()
+		}
+	}
+	s.mu.Unlock()
+	if c != nil {
+		return c, nil, nil
+	}
+	if fwd == nil || leader == "" || leader == self {
+		return nil, nil, status.Error(codes.Unavailable, msg)
+	}
+	if by := metadata.ValueFromIncomingContext(ctx, forwardedBy); len(by) > 0 {
+		// Two standbys that each think the other leads (a Lease changing
+		// hands) would pass a call back and forth: one hop only.
+		return nil, nil, status.Errorf(codes.Unavailable, "%s: forwarded here by %s, which took this replica for the leader: leadership is changing hands, retry in a few seconds", msg, by[0])
+	}
+	cl, err := fwd.client(ctx, leader)
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Unavailable, "%s; forwarding to it failed: %v", msg, err)
+	}
+	return nil, cl, nil
+}
+
+// forwardedBy is the metadata key a standby sets on a call it forwards.
+const forwardedBy = "cutover-forwarded-by"
+
+// forwarder dials the leader for a standby, one connection per leader
+// address, kept until the leader changes.
+type forwarder struct {
+	addr  func(ctx context.Context, leader string) (string, error)
+	opts  []grpc.DialOption
+	mu    sync.Mutex
+	where string
+	conn  *grpc.ClientConn
+}
+
+func (f *forwarder) client(ctx context.Context, leader string) (coordinatorv1.CoordinatorServiceClient, error) {
+	addr, err := f.addr(ctx, leader)
+	if err != nil {
+		return nil, fmt.Errorf("leader %s's address: %w", leader, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.conn == nil || f.where != addr {
+		if f.conn != nil {
+			_ = f.conn.Close()
+		}
+		cc, err := grpc.NewClient("passthrough:///"+addr, f.opts...)
+		if err != nil {
+			return nil, fmt.Errorf("dial leader %s at %s: %w", leader, addr, err)
+		}
+		f.conn, f.where = cc, addr
+	}
+	return coordinatorv1.NewCoordinatorServiceClient(f.conn), nil
+}
+
+func (f *forwarder) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.conn != nil {
+		_ = f.conn.Close()
+		f.conn = nil
+	}
+}
+
+// SetForward makes a standby Ready and forward every API call to the
+// leader, whose API address leaderAddr resolves from its identity, over
+// ForwardDialOptions. Forwarding rather than redirecting: coordctl then
+// works through any replica, `kubectl port-forward` to either pod and the
+// Service alike, without reaching the leader's node IP itself.
+func (s *Server) SetForward(leaderAddr func(ctx context.Context, leader string) (string, error), opts ...grpc.DialOption) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c == nil {
-		return nil, status.Error(codes.Unavailable, s.standbyLocked())
+	s.fwd = &forwarder{addr: leaderAddr, opts: opts}
+}
+
+// ForwardDialOptions are the credentials a standby forwards with: its own
+// coordinator certificate, and the leader must present one too.
+func ForwardDialOptions(cfg Config) ([]grpc.DialOption, error) {
+	if cfg.Insecure {
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
 	}
-	return s.c, nil
+	tc, err := pki.ClientConfig(cfg.TLS, pki.RoleCoordinator)
+	if err != nil {
+		return nil, fmt.Errorf("forwarding to the leader, client TLS: %w", err)
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}, nil
+}
+
+func (s *Server) outgoing(ctx context.Context) context.Context {
+	s.mu.Lock()
+	self := s.self
+	s.mu.Unlock()
+	return metadata.AppendToOutgoingContext(ctx, forwardedBy, self)
+}
+
+// relay copies a forwarded operation stream from the leader to coordctl.
+func relay(recv func() (*coordinatorv1.OperationEvent, error), send func(*coordinatorv1.OperationEvent) error) error {
+	for {
+		ev, err := recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := send(ev); err != nil {
+			return err
+		}
+	}
 }
 
 // ListAgents implements CoordinatorService.
 func (s *Server) ListAgents(ctx context.Context, r *coordinatorv1.ListAgentsRequest) (*coordinatorv1.ListAgentsResponse, error) {
-	c, err := s.active()
+	c, l, err := s.active(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if l != nil {
+		return l.ListAgents(s.outgoing(ctx), r)
 	}
 	return c.ListAgents(ctx, r)
 }
 
 // Plan implements CoordinatorService.
 func (s *Server) Plan(ctx context.Context, r *coordinatorv1.CutoverRequest) (*coordinatorv1.PlanResponse, error) {
-	c, err := s.active()
+	c, l, err := s.active(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if l != nil {
+		return l.Plan(s.outgoing(ctx), r)
 	}
 	return c.Plan(ctx, r)
 }
 
 // Cutover implements CoordinatorService.
 func (s *Server) Cutover(r *coordinatorv1.CutoverRequest, st grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
-	c, err := s.active()
+	c, l, err := s.active(st.Context())
 	if err != nil {
 		return err
+	}
+	if l != nil {
+		fs, err := l.Cutover(s.outgoing(st.Context()), r)
+		if err != nil {
+			return err
+		}
+		return relay(fs.Recv, st.Send)
 	}
 	return c.Cutover(r, st)
 }
 
 // Status implements CoordinatorService.
 func (s *Server) Status(ctx context.Context, r *coordinatorv1.StatusRequest) (*coordinatorv1.Report, error) {
-	c, err := s.active()
+	c, l, err := s.active(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if l != nil {
+		return l.Status(s.outgoing(ctx), r)
 	}
 	return c.Status(ctx, r)
 }
 
 // Rollback implements CoordinatorService.
 func (s *Server) Rollback(r *coordinatorv1.RollbackRequest, st grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
-	c, err := s.active()
+	c, l, err := s.active(st.Context())
 	if err != nil {
 		return err
+	}
+	if l != nil {
+		fs, err := l.Rollback(s.outgoing(st.Context()), r)
+		if err != nil {
+			return err
+		}
+		return relay(fs.Recv, st.Send)
 	}
 	return c.Rollback(r, st)
 }

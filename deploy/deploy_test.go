@@ -508,7 +508,7 @@ metadata: {name: openshift-sdn}
 `), kubetest.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range kustomizations {
+	for _, k := range append(kustomizations, "testdata/openshift-field-report") {
 		t.Run("dryrun_"+strings.ReplaceAll(k, "/", "_"), func(t *testing.T) {
 			if err := c.Apply(ctx, kubetest.Kustomize(t, k), kubetest.ApplyOptions{DryRun: true, MappingTimeout: 30e9}); err != nil {
 				t.Errorf("kube-apiserver refused %s:\n%v", k, err)
@@ -548,6 +548,25 @@ spec: {secretName: x, uris: cutover://role/agent, issuerRef: {name: cutover-ca}}
 		if err := c.Apply(ctx, kubetest.Kustomize(t, "base"), kubetest.ApplyOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// The finalize components and the OpenShift RBAC, for real too:
+		// rights by object name (issue 18).
+		var extra []byte
+		for _, k := range []string{"overlays/full", "testdata/openshift-field-report"} {
+			objs, err := kubetest.DecodeYAML(kubetest.Kustomize(t, k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range objs {
+				switch o.GetKind() {
+				case "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
+					b, _ := o.MarshalJSON()
+					extra = append(append(extra, b...), "\n---\n"...)
+				}
+			}
+		}
+		if err := c.Apply(ctx, extra, kubetest.ApplyOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		cs, err := c.Clientset()
 		if err != nil {
 			t.Fatal(err)
@@ -557,36 +576,51 @@ spec: {secretName: x, uris: cutover://role/agent, issuerRef: {name: cutover-ca}}
 		type ask struct {
 			ns, group, resource, verb string
 			want                      bool
+			name                      string
 		}
 		asks := []ask{
-			{"cutover", "", "pods", "list", true},
-			{"cutover", "", "pods", "watch", true},
-			{"", "", "nodes", "list", true},
-			{"cutover", "coordination.k8s.io", "leases", "update", true},
-			{"cutover", "", "configmaps", "update", true},
-			{"cutover", "", "events", "create", true},
+			{"cutover", "", "pods", "list", true, ""},
+			{"cutover", "", "pods", "watch", true, ""},
+			{"", "", "nodes", "list", true, ""},
+			{"cutover", "coordination.k8s.io", "leases", "update", true, ""},
+			{"cutover", "", "configmaps", "update", true, ""},
+			{"cutover", "", "events", "create", true, ""},
 			// Least privilege: no secrets, nothing outside its namespace,
 			// no writes to nodes or pods, no CNI objects without a component.
-			{"cutover", "", "secrets", "get", false},
-			{"kube-system", "", "pods", "list", false},
-			{"kube-system", "", "configmaps", "get", false},
-			{"", "", "nodes", "update", false},
-			{"cutover", "", "pods", "delete", false},
-			{"kube-flannel", "", "configmaps", "update", false},
-			{"", "crd.projectcalico.org", "felixconfigurations", "update", false},
-			{"cutover", "apps", "daemonsets", "patch", false},
+			{"cutover", "", "secrets", "get", false, ""},
+			{"kube-system", "", "pods", "list", false, ""},
+			{"kube-system", "", "configmaps", "get", false, ""},
+			{"", "", "nodes", "update", false, ""},
+			{"cutover", "", "pods", "delete", false, ""},
+			{"kube-flannel", "", "configmaps", "update", false, ""},
+			{"", "crd.projectcalico.org", "felixconfigurations", "update", false, ""},
+			{"cutover", "apps", "daemonsets", "patch", false, ""},
+			// Issue 18: no unused grants; CNI objects by name only.
+			{"cutover", "events.k8s.io", "events", "create", false, ""},
+			{"cutover", "", "events", "patch", false, ""},
+			{"", "crd.projectcalico.org", "felixconfigurations", "update", true, "default"},
+			{"", "crd.projectcalico.org", "felixconfigurations", "update", false, "other"},
+			{"", "crd.projectcalico.org", "felixconfigurations", "list", false, ""},
+			{"kube-flannel", "", "configmaps", "update", true, "kube-flannel-cfg"},
+			{"kube-flannel", "", "configmaps", "patch", false, "kube-flannel-cfg"},
+			{"", "network.openshift.io", "clusternetworks", "delete", true, "default"},
+			{"", "network.openshift.io", "clusternetworks", "delete", false, "other"},
+			{"", "network.openshift.io", "clusternetworks", "create", true, ""},
+			{"openshift-sdn", "apps", "daemonsets", "get", true, "sdn"},
+			{"openshift-sdn", "apps", "daemonsets", "get", false, "other"},
+			{"openshift-sdn", "apps", "daemonsets", "patch", false, "sdn"},
 		}
 		var got []string
 		for _, a := range asks {
 			r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{
 				User: sa, Groups: groups,
-				ResourceAttributes: &authv1.ResourceAttributes{Namespace: a.ns, Group: a.group, Resource: a.resource, Verb: a.verb},
+				ResourceAttributes: &authv1.ResourceAttributes{Namespace: a.ns, Group: a.group, Resource: a.resource, Verb: a.verb, Name: a.name},
 			}}, metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if r.Status.Allowed != a.want {
-				got = append(got, fmt.Sprintf("%s %s.%s in %q: allowed=%v, want %v", a.verb, a.resource, a.group, a.ns, r.Status.Allowed, a.want))
+				got = append(got, fmt.Sprintf("%s %s.%s %q in %q: allowed=%v, want %v", a.verb, a.resource, a.group, a.name, a.ns, r.Status.Allowed, a.want))
 			}
 		}
 		sort.Strings(got)

@@ -41,7 +41,10 @@ func (g *Globals) Dial() (coordinatorv1.CoordinatorServiceClient, io.Closer, err
 	} else {
 		files := g.TLS
 		if g.TLSDir != "" {
-			d := pki.AdminFiles(g.TLSDir)
+			d, err := TLSDirFiles(g.TLSDir)
+			if err != nil && (files.CA == "" || files.Cert == "" || files.Key == "") {
+				return nil, nil, &ExitError{Code: ExitUsage, Err: err}
+			}
 			if files.CA == "" {
 				files.CA = d.CA
 			}

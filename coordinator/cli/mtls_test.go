@@ -87,6 +87,25 @@ func TestMTLS(t *testing.T) {
 		t.Fatalf("agents with --tls-ca/--tls-cert/--tls-key: exit %d: %s", code, stderr)
 	}
 
+	// Issue 18: --tls-dir also reads a Kubernetes TLS Secret's layout
+	// (cert-manager's cutover-admin-tls saved or mounted as files).
+	sec := t.TempDir()
+	for from, to := range map[string]string{a.CA: "ca.crt", a.Cert: "tls.crt", a.Key: "tls.key"} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(sec, to), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, _, stderr = run(t, "--coordinator", addr, "--tls-dir", sec, "agents"); code != ExitOK {
+		t.Fatalf("agents with --tls-dir holding ca.crt, tls.crt, tls.key: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr = run(t, "--coordinator", addr, "--tls-dir", t.TempDir(), "agents"); code != ExitUsage || !strings.Contains(stderr, "neither admin.pem") {
+		t.Errorf("--tls-dir of an empty directory: exit %d: %s", code, stderr)
+	}
+
 	// A client certificate from another CA: the coordinator rejects it.
 	oa := pki.AdminFiles(other)
 	code, _, stderr = run(t, "--coordinator", addr, "--tls-ca", a.CA, "--tls-cert", oa.Cert, "--tls-key", oa.Key, "agents")
@@ -121,7 +140,7 @@ func TestMTLS(t *testing.T) {
 	if got := rejected()[before:]; len(got) == 0 || got[0] != pki.ReasonWrongRole {
 		t.Errorf("server rejections %v, want wrong_role", got)
 	}
-	if c := f.Calls(); c != "ListAgents,ListAgents" {
+	if c := f.Calls(); c != "ListAgents,ListAgents,ListAgents" {
 		t.Errorf("calls that reached the service: %s", c)
 	}
 }

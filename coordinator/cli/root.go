@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -107,7 +108,7 @@ revert, follow and roll back operations.
 	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.Coordinator, "coordinator", DefaultCoordinator, "coordinator gRPC address: host:port or unix:/path")
-	pf.StringVar(&g.TLSDir, "tls-dir", "", "directory made by coordctl certs: uses its ca.pem, admin.pem, admin-key.pem unless --tls-* say otherwise")
+	pf.StringVar(&g.TLSDir, "tls-dir", "", "directory with coordctl's identity: ca.pem, admin.pem, admin-key.pem (made by coordctl certs) or ca.crt, tls.crt, tls.key (a cert-manager Secret's keys); --tls-* override single files")
 	pf.StringVar(&g.TLS.CA, "tls-ca", "", "CA certificate the coordinator must chain to")
 	pf.StringVar(&g.TLS.Cert, "tls-cert", "", "coordctl's client certificate (role admin)")
 	pf.StringVar(&g.TLS.Key, "tls-key", "", "coordctl's private key")
@@ -129,6 +130,23 @@ revert, follow and roll back operations.
 		f(root, g)
 	}
 	return root
+}
+
+// TLSDirFiles is --tls-dir's identity in dir: coordctl certs' layout
+// (ca.pem, admin.pem, admin-key.pem) if admin.pem is there, else a
+// Kubernetes TLS Secret's (ca.crt, tls.crt, tls.key: cert-manager's
+// cutover-admin-tls, mounted or saved as files).
+func TLSDirFiles(dir string) (pki.Files, error) {
+	own := pki.AdminFiles(dir)
+	if _, err := os.Stat(own.Cert); err == nil {
+		return own, nil
+	}
+	sec := pki.Files{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key")}
+	if _, err := os.Stat(sec.Cert); err == nil {
+		return sec, nil
+	}
+	return pki.Files{}, fmt.Errorf("--tls-dir %s: neither admin.pem (coordctl certs) nor tls.crt (a Secret of cutover-admin-tls) is there: "+
+		"save the admin Secret's ca.crt, tls.crt and tls.key into it (docs/deploy.md) or run coordctl certs --dir %s", dir, dir)
 }
 
 // maxTimeout bounds --timeout: beyond an hour it is a typo (3000h for 30s),

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,8 +49,8 @@ func runCluster(ctx context.Context, cfg coordinator.Config, kcfg kube.Config, k
 }
 
 // cluster is one coordinator replica in a cluster: it always serves its
-// endpoints; as a standby it refuses the API (UNAVAILABLE, naming the
-// leader) and is not ready, and when it wins the Lease it builds the
+// endpoints and is ready; as a standby it forwards the API to the leader
+// (found from the Lease and the leader's pod), and when it wins the Lease it builds the
 // coordinator over that leadership's Session: the ConfigMap journal, the
 // Session as the Hook (source of truth, cluster preflight), the discovered
 // agents (discovered again before every plan: Session.Refresh), and the
@@ -89,6 +91,12 @@ func newCluster(cfg coordinator.Config, kcfg kube.Config, rc *rest.Config, log *
 	}
 	p := &cluster{cfg: cfg, kcfg: kcfg, rc: rc, log: log, extra: extra, metrics: m, srv: srv, leases: cs}
 	srv.SetStandby(kcfg.Leader.Identity, p.currentLeader)
+	fwd, err := coordinator.ForwardDialOptions(cfg)
+	if err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	srv.SetForward(p.leaderAddr, fwd...)
 	return p, nil
 }
 
@@ -131,6 +139,48 @@ func (p *cluster) lead(lctx context.Context, s *kube.Session) error {
 	p.log.Info("leading: serving the API", "agents", len(s.Inventory.Agents))
 	p.srv.Lead(lctx, c)
 	return nil
+}
+
+// leaderAddr is where the leader serves the API: its pod's IP (the
+// node's, on the host network) on our own API port; every replica runs
+// the same --listen.
+func (p *cluster) leaderAddr(ctx context.Context, leader string) (string, error) {
+	port, err := apiPort(p.cfg.Listen)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	pod, err := p.leases.CoreV1().Pods(p.kcfg.Leader.Namespace).Get(ctx, leader, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("pod %s/%s: %w", p.kcfg.Leader.Namespace, leader, err)
+	}
+	if pod.Status.PodIP == "" {
+		return "", fmt.Errorf("pod %s/%s has no IP yet", p.kcfg.Leader.Namespace, leader)
+	}
+	return net.JoinHostPort(pod.Status.PodIP, port), nil
+}
+
+// apiPort is the port of the first TCP address in --listen that is not
+// loopback (the pod IP's, where another replica can reach us).
+func apiPort(listen string) (string, error) {
+	var first string
+	for _, a := range strings.Split(listen, ",") {
+		h, port, err := net.SplitHostPort(strings.TrimSpace(a))
+		if err != nil {
+			continue // unix:/path
+		}
+		if first == "" {
+			first = port
+		}
+		if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
+			return port, nil
+		}
+	}
+	if first == "" {
+		return "", fmt.Errorf("--listen %q: no TCP address, so no port to reach the leader on", listen)
+	}
+	return first, nil
 }
 
 // currentLeader reads the Lease's holder for a standby's refusals and

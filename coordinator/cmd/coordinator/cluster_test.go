@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	corev1 "k8s.io/api/core/v1"
@@ -111,6 +112,35 @@ func mkNodeWithAgent(t *testing.T, admin kubernetes.Interface, node, hostIP stri
 	}
 }
 
+func mkCoordinatorPod(t *testing.T, admin kubernetes.Interface, name, ip string) {
+	ctx := context.Background()
+	p, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/name": "cutover-coordinator"}},
+		Spec: corev1.PodSpec{NodeName: "n1", HostNetwork: true, AutomountServiceAccountToken: new(bool),
+			Containers: []corev1.Container{{Name: "coordinator", Image: "cutover/coordinator:test"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+	if _, err := admin.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sharedPort returns a TCP port free on 127.0.0.1: the replicas listen on
+// it at 127.0.0.2, .3, .4 (one port for all, as in a Deployment).
+func sharedPort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
 // partition cuts a replica off the apiserver while its process lives on:
 // every client built from the replica's config goes through it.
 type partition struct{ cut atomic.Bool }
@@ -136,9 +166,17 @@ type replica struct {
 	http string
 }
 
-func startReplica(t *testing.T, ctx context.Context, sa *rest.Config, id string, dial grpc.DialOption) *replica {
+// startReplica runs replica id with its API on listen (host:port, as its
+// pod's IP would give it) and creates its pod, Running at that IP, so a
+// standby finds the leader's address as it does in a cluster.
+func startReplica(t *testing.T, ctx context.Context, admin kubernetes.Interface, sa *rest.Config, id, listen string, dial grpc.DialOption) *replica {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mkCoordinatorPod(t, admin, id, host)
 	cfg := coordinator.Default()
-	cfg.Listen, cfg.MetricsListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Listen, cfg.MetricsListen = listen, host+":0"
 	cfg.Insecure = true
 	// A step outlasts the renew deadline (3 s): the hanging Commit is
 	// still in flight when the Lease is lost, not timed out before.
@@ -265,20 +303,25 @@ func TestClusterHandOver(t *testing.T) {
 	}
 
 	sa := c.ServiceAccount(ns, "cutover-coordinator")
-	a := startReplica(t, ctx, sa, "coord-a", dial)
+	port := sharedPort(t)
+	a := startReplica(t, ctx, admin, sa, "coord-a", "127.0.0.2:"+port, dial)
 	waitFor(t, "A to lead and be ready", 30*time.Second, func() bool { code, _ := a.readyz(); return code == http.StatusOK })
-	b := startReplica(t, ctx, sa, "coord-b", dial)
-	// The standby: not ready, and it refuses the API naming the leader.
-	var msg string
-	waitFor(t, "B's standby answer", 10*time.Second, func() bool {
-		_, err := b.api.Status(ctx, &coordinatorv1.StatusRequest{})
-		msg = status.Convert(err).Message()
-		return status.Code(err) == codes.Unavailable && strings.Contains(msg, "the leader is coord-a")
+	b := startReplica(t, ctx, admin, sa, "coord-b", "127.0.0.3:"+port, dial)
+	// Issue 18: the standby is Ready (a rolling update of the Deployment
+	// needs both replicas Ready to complete) and serves the API by
+	// forwarding to the leader it finds from the Lease and A's pod.
+	waitFor(t, "B ready as a standby", 10*time.Second, func() bool { code, _ := b.readyz(); return code == http.StatusOK })
+	var agents *coordinatorv1.ListAgentsResponse
+	waitFor(t, "B to forward ListAgents to A", 10*time.Second, func() bool {
+		agents, err = b.api.ListAgents(ctx, &coordinatorv1.ListAgentsRequest{})
+		return err == nil
 	})
-	if code, body := b.readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "coord-b is a standby; the leader is coord-a") {
-		t.Errorf("B /readyz: %d %q", code, body)
+	if len(agents.GetAgents()) != 3 {
+		t.Errorf("ListAgents through standby B: %v", agents)
 	}
-	t.Logf("standby B: %s", msg)
+	if pr, err := b.api.Plan(ctx, &coordinatorv1.CutoverRequest{Port: 4889}); err != nil || len(pr.GetProblems()) != 0 {
+		t.Errorf("Plan through standby B: %v %v", pr, err)
+	}
 
 	// A runs the cutover; n2's Commit hangs until A's calls are cancelled.
 	fakes["n2"].SetFault("Commit", fakeagent.Fault{Delay: time.Minute})
@@ -380,6 +423,44 @@ func TestClusterHandOver(t *testing.T) {
 	}
 	if p := flannelPort(); p != 4889 {
 		t.Errorf("flannel ConfigMap after op-b: %d", p)
+	}
+
+	// A new standby (A's replacement in a rolling update) forwards an
+	// operation stream to B, event by event, final report included.
+	d := startReplica(t, ctx, admin, sa, "coord-d", "127.0.0.4:"+port, dial)
+	waitFor(t, "D ready as a standby", 10*time.Second, func() bool { code, _ := d.readyz(); return code == http.StatusOK })
+	var events []*coordinatorv1.OperationEvent
+	var lastErr error
+	waitFor(t, "op-d through standby D", 15*time.Second, func() bool {
+		st, err := d.api.Cutover(ctx, &coordinatorv1.CutoverRequest{Port: 4999, OperationId: "op-d"})
+		if err != nil {
+			lastErr = err
+			return false
+		}
+		events = nil
+		for {
+			ev, err := st.Recv()
+			if err != nil {
+				lastErr = err
+				if status.Code(err) == codes.Unavailable {
+					time.Sleep(200 * time.Millisecond)
+				}
+				return len(events) > 0 && (errors.Is(err, io.EOF) || status.Code(err) != codes.Unavailable)
+			}
+			events = append(events, ev)
+		}
+	})
+	t.Logf("op-d through D: %d events, stream ended with %v", len(events), lastErr)
+	if n := len(events); n < 2 || events[n-1].GetReport().GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
+		t.Fatalf("op-d through D: %d events, last %v", n, events[len(events)-1])
+	}
+	if got := dump(); !strings.Contains(got, "n1 port=4999 op=op-d") {
+		t.Errorf("agents after op-d through D:\n%s", got)
+	}
+	// One hop only: a call a standby forwarded is not forwarded again.
+	_, err = d.api.Status(metadata.AppendToOutgoingContext(ctx, "cutover-forwarded-by", "coord-x"), &coordinatorv1.StatusRequest{})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "forwarded here by coord-x") {
+		t.Errorf("a forwarded call reaching a standby: %v, want UNAVAILABLE naming coord-x", err)
 	}
 	cancel()
 	select {
