@@ -50,7 +50,7 @@ type Reloader struct {
 	opts  ReloadOptions
 
 	mu      sync.Mutex
-	checked time.Time       // last look at the files
+	checked time.Time         // last look at the files
 	seen    [sha256.Size]byte // content of the last look, good or bad
 	cur     *material
 }
