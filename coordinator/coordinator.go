@@ -85,7 +85,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		o.metrics = NewMetrics()
 	}
 	if o.dial == nil {
-		d, err := agentDialOptions(cfg, o.metrics)
+		d, err := agentDialOptions(cfg, o.metrics, o.log)
 		if err != nil {
 			return nil, err
 		}
