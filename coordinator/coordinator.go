@@ -64,6 +64,7 @@ type Coordinator struct {
 	mu      sync.Mutex
 	current *operation // the running operation, at most one
 	ops     map[string]*operation
+	pruned  map[string]bool // ids pruned from ops (and the journal) by this process
 	lastID  string
 	seq     int64
 }
@@ -118,6 +119,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 			lock.release()
 			return nil, err
 		}
+		fj.Keep = cfg.journalKeep()
 		j = fj
 	}
 	agents, err := dialAgents(inv, o.dial)
