@@ -178,7 +178,7 @@ func (c *Coordinator) lookup(id string) (*operation, error) {
 		return nil, status.Errorf(codes.NotFound, "operation_id %q: pruned: it ended and the journal keeps only the last %d finished operations (--journal-keep)", id, c.cfg.journalKeep())
 	}
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "operation_id %q: no such operation in the journal (it keeps the last %d finished operations, --journal-keep: an older one was pruned)", id, c.cfg.journalKeep())
+		return nil, status.Errorf(codes.NotFound, "operation_id %q: no such operation in the journal: it keeps the last %d finished operations (--journal-keep), so one older than those was pruned", id, c.cfg.journalKeep())
 	}
 	return op, nil
 }

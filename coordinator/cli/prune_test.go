@@ -122,7 +122,7 @@ func TestStatusOfPrunedOperation(t *testing.T) {
 	ctl, stop = start()
 	defer stop()
 	code, _, stderr = ctl("status", ids[0])
-	if code != ExitUsage || !strings.Contains(stderr, "an older one was pruned") {
+	if code != ExitUsage || !strings.Contains(stderr, "one older than those was pruned") {
 		t.Errorf("status of the pruned %s after a restart: exit %d: %s", ids[0], code, stderr)
 	}
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, "operations", ids[2]+".json")); err != nil {

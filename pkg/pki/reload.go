@@ -96,7 +96,7 @@ func (r *Reloader) current() *material {
 		return r.cur
 	}
 	r.checked = now
-	r.refreshLocked()
+	_ = r.refreshLocked() // reported through OnError; the last good set serves
 	return r.cur
 }
 
