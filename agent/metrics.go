@@ -24,6 +24,7 @@ type Metrics struct {
 	rpcRequests    *prometheus.CounterVec
 	deadmanReverts prometheus.Counter
 	tlsRejections  *prometheus.CounterVec
+	tlsReloads     *prometheus.CounterVec
 	buildInfo      *prometheus.GaugeVec
 }
 
@@ -62,13 +63,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cutover_agent_tls_rejections_total",
 			Help: "gRPC clients refused during the TLS handshake, by reason.",
 		}, []string{"reason"}),
+		tlsReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cutover_agent_tls_reloads_total",
+			Help: "Certificate files (--tls-ca, --tls-cert, --tls-key) re-read after they changed on disk, by result: ok (in use from the next handshake) or error (refused, e.g. a key that does not match its certificate; the last good set stays in use).",
+		}, []string{"result"}),
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cutover_agent_build_info",
 			Help: "Always 1; the version label is the agent's build.",
 		}, []string{"version"}),
 	}
 	reg.MustRegister(m.currentPort, m.phase, m.applyDuration, m.commitLateness, m.rpcRequests,
-		m.deadmanReverts, m.tlsRejections, m.buildInfo)
+		m.deadmanReverts, m.tlsRejections, m.tlsReloads, m.buildInfo)
+	m.tlsReloads.WithLabelValues("ok")
+	m.tlsReloads.WithLabelValues("error")
 	m.buildInfo.WithLabelValues(version.Version).Set(1)
 	m.PhaseChanged(operation.PhaseIdle)
 	return m
@@ -96,6 +103,16 @@ func (m *Metrics) DeadmanReverted() { m.deadmanReverts.Inc() }
 
 // PortObserved implements operation.Observer.
 func (m *Metrics) PortObserved(port uint16) { m.currentPort.Set(float64(port)) }
+
+// TLSReloaded counts a reload of the certificate files: err nil when the
+// new set is in use, else why it was refused.
+func (m *Metrics) TLSReloaded(err error) {
+	if err != nil {
+		m.tlsReloads.WithLabelValues("error").Inc()
+		return
+	}
+	m.tlsReloads.WithLabelValues("ok").Inc()
+}
 
 // TLSRejected counts a refused handshake; its signature fits the pki hook.
 func (m *Metrics) TLSRejected(reason string) { m.tlsRejections.WithLabelValues(reason).Inc() }

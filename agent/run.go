@@ -39,6 +39,7 @@ type runOptions struct {
 	logger           *slog.Logger
 	shutdownDeadline time.Duration
 	addrs            ifaddr.Reader
+	tlsReload        time.Duration
 }
 
 // WithBackend uses b instead of building the backend from the config
@@ -62,6 +63,10 @@ func WithClock(c operation.Clock) Option { return func(o *runOptions) { o.clock 
 // WithInterfaceAddrs reads the overlay address from r instead of the host's
 // netlink (an ifaddr.Fake in tests, a namespace's ifaddr.Kernel).
 func WithInterfaceAddrs(r ifaddr.Reader) Option { return func(o *runOptions) { o.addrs = r } }
+
+// WithTLSReloadInterval looks at the certificate files at most every d
+// (default pki.DefaultReloadInterval).
+func WithTLSReloadInterval(d time.Duration) Option { return func(o *runOptions) { o.tlsReload = d } }
 
 // WithLogger sets the logger (default: text to stderr at --log-level).
 func WithLogger(l *slog.Logger) Option { return func(o *runOptions) { o.logger = l } }
@@ -97,8 +102,23 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 			"--insecure is for local labs only; never use it on a real cluster.")
 		creds = insecure.NewCredentials()
 	} else {
-		tc, err := pki.ServerConfigWithHook(pki.Files{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey},
-			metrics.TLSRejected, pki.RoleCoordinator)
+		// Re-read when cert-manager renews the Secret: no restart.
+		files := pki.Files{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey}
+		r, err := pki.NewReloader(files, pki.ReloadOptions{
+			Interval: o.tlsReload,
+			OnReload: func() {
+				metrics.TLSReloaded(nil)
+				log.Info("TLS certificates reloaded from disk", "cert", files.Cert, "ca", files.CA)
+			},
+			OnError: func(err error) {
+				metrics.TLSReloaded(err)
+				log.Error("TLS certificates changed on disk but cannot be used", "err", err)
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+		tc, err := pki.ReloadingServerConfig(r, metrics.TLSRejected, pki.RoleCoordinator)
 		if err != nil {
 			return fmt.Errorf("TLS: %w", err)
 		}

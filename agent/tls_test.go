@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -126,5 +127,114 @@ func TestMutualTLS(t *testing.T) {
 	}
 	if v := gathered(t, reg, "cutover_agent_tls_rejections_total", "reason", pki.ReasonHandshake); v > 0 {
 		t.Errorf("handshake rejections = %v, want 0 (the empty connection is not a refusal)", v)
+	}
+}
+
+// TestTLSReload renews the agent's certificate on disk under a live
+// connection: the next handshake presents the new one, the connection
+// made before carries on, and a key that does not match is refused,
+// counted, and the last good pair kept.
+func TestTLSReload(t *testing.T) {
+	dir := t.TempDir()
+	issue := func() {
+		t.Helper()
+		if err := pki.Issue(dir, pki.IssueOptions{Agents: []pki.AgentIdentity{{Name: "node-1"}}, Validity: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	issue()
+	files := pki.AgentFiles(dir, "node-1")
+	cfg := testConfig(t)
+	cfg.Insecure = false
+	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = files.CA, files.Cert, files.Key
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, cfg, WithBackend(newFake()), WithListeners(gl, hl), WithRegistry(reg), WithLogger(quiet),
+			WithTLSReloadInterval(time.Millisecond))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	coord := pki.CoordinatorFiles(dir)
+	tc, err := pki.ClientConfig(coord, pki.RoleAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	info := func() error {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		_, err := agentv1.NewAgentServiceClient(live).Info(cctx, &agentv1.InfoRequest{})
+		return err
+	}
+	if err := info(); err != nil {
+		t.Fatal(err)
+	}
+	// presented returns the serial of the certificate a new handshake
+	// gets from the agent.
+	presented := func() string {
+		t.Helper()
+		c, err := tls.Dial("tcp", gl.Addr().String(), tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].SerialNumber.String()
+	}
+	serial := func() string {
+		t.Helper()
+		pair, err := tls.LoadX509KeyPair(files.Cert, files.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pair.Leaf.SerialNumber.String()
+	}
+	first := presented()
+	issue() // renewal: new keys, same CA (the client's files change too)
+	time.Sleep(5 * time.Millisecond)
+	if got, want := presented(), serial(); got != want || got == first {
+		t.Fatalf("after renewal the agent presented %s, want the renewed %s (first %s)", got, want, first)
+	}
+	if err := info(); err != nil {
+		t.Fatalf("connection made before the renewal: %v", err)
+	}
+	good := serial()
+	// A key that does not match the certificate.
+	b, err := os.ReadFile(coord.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(files.Key, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if got := presented(); got != good {
+		t.Fatalf("with a mismatched key on disk the agent presented %s, want the last good %s", got, good)
+	}
+	if v := gathered(t, reg, "cutover_agent_tls_reloads_total", "result", "error"); v != 1 {
+		t.Errorf("reloads{result=error} = %v, want 1", v)
+	}
+	if v := gathered(t, reg, "cutover_agent_tls_reloads_total", "result", "ok"); v < 1 {
+		t.Errorf("reloads{result=ok} = %v, want at least 1", v)
+	}
+	if err := info(); err != nil {
+		t.Fatalf("connection made before the rotation: %v", err)
 	}
 }

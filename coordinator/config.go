@@ -22,6 +22,7 @@ type Config struct {
 	TLS           pki.Files
 	Insecure      bool   // no TLS at all: local labs only
 	StateDir      string // journal of operations
+	JournalKeep   int    // finished operations kept (Prunable), in the journal and in memory; 0: DefaultJournalKeep
 	// Cluster is --kube: the agents are discovered from the Kubernetes
 	// API, the journal is kept in ConfigMaps and one replica leads
 	// (coordinator/kube); --agent, --inventory and --state-dir are not used.
@@ -75,6 +76,7 @@ func Default() Config {
 		Listen:           ":9446",
 		MetricsListen:    ":9447",
 		StateDir:         "/var/lib/cutover/coordinator",
+		JournalKeep:      DefaultJournalKeep,
 		StepTimeout:      10 * time.Second,
 		Deadman:          30 * time.Second,
 		CommitLeadMin:    30 * time.Millisecond,
@@ -115,6 +117,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLS.Key, "tls-key", c.TLS.Key, "the coordinator's private key")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "no TLS on either side: LOCAL LABS ONLY, anyone who can reach the port can change the overlay")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory of the operation journal (not used with --kube)")
+	fs.IntVar(&c.JournalKeep, "journal-keep", c.JournalKeep, "finished operations kept in the journal (files, or ConfigMaps with --kube) and in memory; older ones are pruned. Unfinished operations are always kept")
 	fs.BoolVar(&c.Cluster, "kube", c.Cluster, "run in a Kubernetes cluster: discover agents from the API, journal in ConfigMaps, leader election on a Lease (see the --lease-*, --agent-* and --cni flags)")
 	fs.DurationVar(&c.StepTimeout, "step-timeout", c.StepTimeout, "deadline of each step on each agent")
 	fs.DurationVar(&c.Deadman, "deadman", c.Deadman, "how long a committed agent waits for confirm before reverting by itself")
@@ -157,6 +160,9 @@ func (c Config) Validate() error {
 	}
 	if c.StateDir == "" && !c.Cluster {
 		errs = append(errs, errors.New("--state-dir: empty: the journal needs a directory"))
+	}
+	if c.JournalKeep < 0 {
+		errs = append(errs, fmt.Errorf("--journal-keep %d: want at least 1 (the last finished operation is what coordctl rollback undoes)", c.JournalKeep))
 	}
 	if c.StepTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--step-timeout %s: must be positive", c.StepTimeout))
@@ -247,3 +253,11 @@ func (b invertedBool) Set(s string) error {
 }
 
 func (b invertedBool) IsBoolFlag() bool { return true }
+
+// journalKeep is JournalKeep with 0 meaning the default.
+func (c Config) journalKeep() int {
+	if c.JournalKeep <= 0 {
+		return DefaultJournalKeep
+	}
+	return c.JournalKeep
+}

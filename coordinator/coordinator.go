@@ -71,6 +71,7 @@ type Coordinator struct {
 	mu      sync.Mutex
 	current *operation // the running operation, at most one
 	ops     map[string]*operation
+	pruned  map[string]bool // ids pruned from ops (and the journal) by this process
 	lastID  string
 	seq     int64
 }
@@ -92,7 +93,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		o.metrics = NewMetrics()
 	}
 	if o.dial == nil {
-		d, err := agentDialOptions(cfg, o.metrics)
+		d, err := agentDialOptions(cfg, o.metrics, o.log)
 		if err != nil {
 			return nil, err
 		}
@@ -125,6 +126,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 			lock.release()
 			return nil, err
 		}
+		fj.Keep = cfg.journalKeep()
 		j = fj
 	}
 	agents, err := dialAgents(inv, o.dial)

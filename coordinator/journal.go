@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,11 +51,41 @@ func describeJournal(j JournalStore, cfg Config) string {
 	return fmt.Sprintf("journal %T", j)
 }
 
+// DefaultJournalKeep is how many finished operations the journal keeps
+// (--journal-keep). A record is a few KB: a hundred is well under a MB
+// of files or ConfigMaps, and enough history to roll back or inspect.
+const DefaultJournalKeep = 100
+
+// Prunable returns the records a journal keeping keep finished operations
+// drops: the terminal ones, oldest first, beyond the newest keep. An
+// operation that has not ended is never dropped, whatever its age: it is
+// what a restarted coordinator must finish or undo. The file journal, the
+// cluster journal and the coordinator's memory all prune by this rule.
+func Prunable(recs []Record, keep int) []Record {
+	var done []Record
+	for _, r := range recs {
+		if r.Terminal() {
+			done = append(done, r)
+		}
+	}
+	if keep < 0 || len(done) <= keep {
+		return nil
+	}
+	slices.SortStableFunc(done, func(a, b Record) int { return cmp.Compare(a.Seq, b.Seq) })
+	return done[:len(done)-keep]
+}
+
 // Journal keeps one file per operation in dir/operations/<id>.json,
 // replaced atomically: write a temporary file, fsync it, rename it over
 // the old one, fsync the directory. A crash at any point leaves either the
 // previous or the new record, never a torn one.
-type Journal struct{ dir string }
+//
+// Keep bounds it: when an operation ends, the finished operations beyond
+// the newest Keep are deleted (Prunable). 0 keeps everything.
+type Journal struct {
+	dir  string
+	Keep int
+}
 
 // OpenJournal creates dir (and its operations/ subdirectory) if needed.
 func OpenJournal(dir string) (*Journal, error) {
@@ -74,7 +105,23 @@ func (j *Journal) Save(r Record) error {
 	if err := atomicfile.WriteFile(filepath.Join(j.dir, r.ID+".json"), b, 0o600); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
+	if r.Terminal() && j.Keep > 0 {
+		return j.prune()
+	}
 	return nil
+}
+
+// prune deletes the records Prunable names. A record that cannot be read
+// is left alone (Load reports it).
+func (j *Journal) prune() error {
+	recs, _ := j.Load()
+	var errs []error
+	for _, r := range Prunable(recs, j.Keep) {
+		if err := os.Remove(filepath.Join(j.dir, r.ID+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("journal: prune operation %s: %w", r.ID, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Load returns every record, oldest first. Leftover temporary files of an

@@ -1,6 +1,10 @@
 package coordinator
 
 import (
+	"log/slog"
+	"sync"
+
+	"github.com/cutover-dev/cutover/pkg/pki"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -18,6 +22,10 @@ type Metrics struct {
 	tlsRejected   *prometheus.CounterVec // coordctl clients refused by the API server
 	agentTLSRej   *prometheus.CounterVec // agents whose server certificate we refused
 	lateCommits   prometheus.Counter
+	tlsReloads    *prometheus.CounterVec
+
+	mu        sync.Mutex
+	reloaders map[pki.Files]*pki.Reloader // one per identity: API server and agent client share it
 }
 
 // NewMetrics registers the metrics in a fresh registry.
@@ -58,13 +66,47 @@ func NewMetrics() *Metrics {
 		Name: "cutover_coordinator_late_commits_total",
 		Help: "Nodes that had not applied a commit by the commit instant plus the lateness budget (--commit-late-budget).",
 	})
-	m.Registry.MustRegister(m.lateCommits)
+	m.tlsReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cutover_coordinator_tls_reloads_total",
+		Help: "Certificate files (--tls-ca, --tls-cert, --tls-key) re-read after they changed on disk, by result: ok (in use from the next handshake) or error (refused, e.g. a key that does not match its certificate; the last good set stays in use).",
+	}, []string{"result"})
+	m.tlsReloads.WithLabelValues("ok")
+	m.tlsReloads.WithLabelValues("error")
+	m.Registry.MustRegister(m.lateCommits, m.tlsReloads)
 	m.Registry.MustRegister(m.phase, m.phaseDuration, m.commitSpread, m.agentsReady, m.operations, m.tlsRejected, m.agentTLSRej)
 	for _, o := range []string{"succeeded", "aborted", "rolled-back", "failed"} {
 		m.operations.WithLabelValues(o)
 	}
 	m.setPhase("idle")
 	return m
+}
+
+// tlsReloader returns the one Reloader of f in this process, counting
+// and logging its reloads.
+func (m *Metrics) tlsReloader(f pki.Files, log *slog.Logger) (*pki.Reloader, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.reloaders[f]; ok {
+		return r, nil
+	}
+	r, err := pki.NewReloader(f, pki.ReloadOptions{
+		OnReload: func() {
+			m.tlsReloads.WithLabelValues("ok").Inc()
+			log.Info("TLS certificates reloaded from disk", "cert", f.Cert, "ca", f.CA)
+		},
+		OnError: func(err error) {
+			m.tlsReloads.WithLabelValues("error").Inc()
+			log.Error("TLS certificates changed on disk but cannot be used", "err", err)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if m.reloaders == nil {
+		m.reloaders = map[pki.Files]*pki.Reloader{}
+	}
+	m.reloaders[f] = r
+	return r, nil
 }
 
 func (m *Metrics) apiTLSRejected(reason string)   { m.tlsRejected.WithLabelValues(reason).Inc() }

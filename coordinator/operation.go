@@ -124,7 +124,43 @@ func (c *Coordinator) save(op *operation) error {
 		c.log.Error("journal", "operation", rec.ID, "err", err)
 		op.emit("journal", "", "journal write failed: "+err.Error(), true, nil)
 	}
+	if rec.Terminal() {
+		c.pruneOps()
+	}
 	return err
+}
+
+// maxPrunedIDs bounds the memory of pruned ids (for Status's message).
+const maxPrunedIDs = 10000
+
+// pruneOps drops from memory the finished operations the journal drops
+// (Prunable with the same keep), so that memory is bounded like the
+// journal. The operation running, if any, is never dropped.
+func (c *Coordinator) pruneOps() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var recs []Record
+	for id, op := range c.ops {
+		op.mu.Lock()
+		rec, running := op.rec, op.running
+		op.mu.Unlock()
+		if running || op == c.current || id == c.lastID {
+			continue
+		}
+		recs = append(recs, rec)
+	}
+	// lastID is not a candidate but counts as kept.
+	keep := c.cfg.journalKeep()
+	if last, ok := c.ops[c.lastID]; ok && last.rec.Terminal() {
+		keep--
+	}
+	if c.pruned == nil || len(c.pruned) > maxPrunedIDs {
+		c.pruned = map[string]bool{}
+	}
+	for _, r := range Prunable(recs, keep) {
+		delete(c.ops, r.ID)
+		c.pruned[r.ID] = true
+	}
 }
 
 func (op *operation) curPhase() string {

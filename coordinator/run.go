@@ -31,11 +31,15 @@ const insecureWarning = "INSECURE MODE: no TLS to agents or from coordctl; anyon
 // agentDialOptions returns the credentials used to dial agents: mTLS
 // presenting our certificate and requiring the agent role, or plaintext
 // with --insecure. Agents whose certificate is refused are counted in m.
-func agentDialOptions(cfg Config, m *Metrics) ([]grpc.DialOption, error) {
+func agentDialOptions(cfg Config, m *Metrics, log *slog.Logger) ([]grpc.DialOption, error) {
 	if cfg.Insecure {
 		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
 	}
-	tc, err := pki.ClientConfigWithHook(cfg.TLS, m.agentTLSRejected, pki.RoleAgent)
+	r, err := m.tlsReloader(cfg.TLS, log)
+	if err != nil {
+		return nil, fmt.Errorf("agent client TLS: %w", err)
+	}
+	tc, err := pki.ReloadingClientConfig(r, m.agentTLSRejected, pki.RoleAgent)
 	if err != nil {
 		return nil, fmt.Errorf("agent client TLS: %w", err)
 	}
@@ -45,14 +49,18 @@ func agentDialOptions(cfg Config, m *Metrics) ([]grpc.DialOption, error) {
 // serverOptions returns the API server's credentials: mTLS requiring the
 // admin role (coordctl), or none with --insecure. Every refused client is
 // counted in m, plaintext and failed handshakes included.
-func serverOptions(cfg Config, m *Metrics) ([]grpc.ServerOption, error) {
+func serverOptions(cfg Config, m *Metrics, log *slog.Logger) ([]grpc.ServerOption, error) {
 	if cfg.Insecure {
 		return nil, nil
+	}
+	r, err := m.tlsReloader(cfg.TLS, log)
+	if err != nil {
+		return nil, fmt.Errorf("API server TLS: %w", err)
 	}
 	// RoleCoordinator: a standby forwards coordctl's calls to the leader
 	// with its own certificate (Server.SetForward). It grants nothing new:
 	// a coordinator certificate already commands every agent.
-	tc, err := pki.ServerConfigWithHook(cfg.TLS, m.apiTLSRejected, pki.RoleAdmin, pki.RoleCoordinator)
+	tc, err := pki.ReloadingServerConfig(r, m.apiTLSRejected, pki.RoleAdmin, pki.RoleCoordinator)
 	if err != nil {
 		return nil, fmt.Errorf("API server TLS: %w", err)
 	}
@@ -150,7 +158,7 @@ type Server struct {
 // API's credentials from cfg; m is served on /metrics (give the same m to
 // every Coordinator served, WithMetrics).
 func Listen(cfg Config, m *Metrics, log *slog.Logger) (*Server, error) {
-	sopts, err := serverOptions(cfg, m)
+	sopts, err := serverOptions(cfg, m, log)
 	if err != nil {
 		return nil, err
 	}

@@ -198,8 +198,11 @@ func (c *Coordinator) lookup(id string) (*operation, error) {
 		}
 	}
 	op, ok := c.ops[id]
+	if !ok && c.pruned[id] {
+		return nil, status.Errorf(codes.NotFound, "operation_id %q: pruned: it ended and the journal keeps only the last %d finished operations (--journal-keep)", id, c.cfg.journalKeep())
+	}
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "operation_id %q: no such operation", id)
+		return nil, status.Errorf(codes.NotFound, "operation_id %q: no such operation in the journal: it keeps the last %d finished operations (--journal-keep), so one older than those was pruned", id, c.cfg.journalKeep())
 	}
 	return op, nil
 }
@@ -341,6 +344,10 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 		// after this one.
 		c.Wait()
 	}
+	// A journal holding more than --journal-keep (an earlier coordinator
+	// kept more) is pruned in memory now, on disk when the next
+	// operation ends.
+	c.pruneOps()
 	return err
 }
 

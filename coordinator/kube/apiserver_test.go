@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"runtime"
@@ -161,6 +162,7 @@ func TestAPIServer(t *testing.T) {
 	e := startEnv(t)
 	t.Run("Discovery", e.testDiscovery)
 	t.Run("JournalConflict", e.testJournalConflict)
+	t.Run("JournalPrune", e.testJournalPrune)
 	t.Run("Flannel", e.testFlannel)
 	t.Run("Calico", e.testCalico)
 	t.Run("Session", e.testSession)
@@ -238,6 +240,45 @@ func (e *env) journal(t *testing.T, ctx context.Context, cs kubernetes.Interface
 		t.Fatal(err)
 	}
 	return j
+}
+
+// testJournalPrune: with the coordinator's own RBAC, the ConfigMap journal
+// keeps the newest Keep finished operations and every unfinished one
+// (coordinator.Prunable), and touches no other journal's ConfigMaps.
+func (e *env) testJournalPrune(t *testing.T) {
+	ctx := context.Background()
+	other := e.journal(t, ctx, e.cs, "coord-0", func(c *JournalConfig) { c.Name = "jp-other" })
+	if err := other.Save(rec("op-other", 1, "done", "succeeded")); err != nil {
+		t.Fatal(err)
+	}
+	j := e.journal(t, ctx, e.cs, "coord-0", func(c *JournalConfig) { c.Name = "jp"; c.Keep = 3 })
+	if err := j.Save(rec("op-running", 1, "prepare", "pending")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i <= 12; i++ {
+		id := fmt.Sprintf("op-%02d", i)
+		if err := j.Save(rec(id, int64(i), "prepare", "pending")); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Save(rec(id, int64(i), "done", "succeeded")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := e.admin.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelJournal + "=jp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, cm := range list.Items {
+		ids = append(ids, cm.Annotations[AnnotOperation])
+	}
+	slices.Sort(ids)
+	if got, want := strings.Join(ids, ","), "op-10,op-11,op-12,op-running"; got != want {
+		t.Errorf("ConfigMaps of journal jp hold %s, want %s", got, want)
+	}
+	if got, err := other.Load(); err != nil || len(got) != 1 {
+		t.Errorf("another journal's ConfigMaps: %v %+v", err, got)
+	}
 }
 
 func (e *env) testJournalConflict(t *testing.T) {

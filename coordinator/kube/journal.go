@@ -41,7 +41,7 @@ type JournalConfig struct {
 	Namespace string        // of the ConfigMaps (the coordinator's own)
 	Name      string        // journal name: ConfigMaps are <Name>-op-<id>-<hash>
 	Identity  string        // this coordinator (pod name): written into every record
-	Keep      int           // terminal operations kept; older ones are deleted
+	Keep      int           // terminal operations kept; older ones are deleted (coordinator.Prunable); set from --journal-keep
 	Timeout   time.Duration // per API call
 	// MaxRecordBytes caps one record; above it the report (the only part
 	// that grows with the cluster) is dropped from the journal, never the
@@ -57,7 +57,7 @@ type JournalConfig struct {
 
 // DefaultJournal returns the defaults.
 func DefaultJournal() JournalConfig {
-	return JournalConfig{Namespace: "cutover", Name: "cutover-journal", Keep: 20, Timeout: 10 * time.Second}
+	return JournalConfig{Namespace: "cutover", Name: "cutover-journal", Keep: coordinator.DefaultJournalKeep, Timeout: 10 * time.Second}
 }
 
 // Validate checks c.
@@ -318,28 +318,23 @@ func (j *Journal) pruneLocked(ctx context.Context) {
 		j.cfg.Log.Warn("journal prune: list", "err", err)
 		return
 	}
-	type ent struct {
-		cm  corev1.ConfigMap
-		seq int64
-	}
-	var done []ent
+	byID := map[string]corev1.ConfigMap{}
+	var recs []coordinator.Record
 	for _, cm := range list.Items {
 		var r coordinator.Record
-		if json.Unmarshal([]byte(cm.Data[recordKey]), &r) == nil && r.Terminal() {
-			done = append(done, ent{cm, r.Seq})
+		if json.Unmarshal([]byte(cm.Data[recordKey]), &r) == nil && j.ConfigMapName(r.ID) == cm.Name {
+			byID[r.ID] = cm
+			recs = append(recs, r)
 		}
 	}
-	if len(done) <= j.cfg.Keep {
-		return
-	}
-	slices.SortFunc(done, func(a, b ent) int { return int(a.seq - b.seq) })
-	for _, e := range done[:len(done)-j.cfg.Keep] {
-		rv := e.cm.ResourceVersion
-		err := cms.Delete(ctx, e.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+	for _, r := range coordinator.Prunable(recs, j.cfg.Keep) {
+		cm := byID[r.ID]
+		rv := cm.ResourceVersion
+		err := cms.Delete(ctx, cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
 		if err != nil && !apierrors.IsNotFound(err) {
-			j.cfg.Log.Warn("journal prune: delete", "configmap", e.cm.Name, "err", err)
+			j.cfg.Log.Warn("journal prune: delete", "configmap", cm.Name, "err", err)
 			continue
 		}
-		delete(j.rv, e.cm.Name)
+		delete(j.rv, cm.Name)
 	}
 }

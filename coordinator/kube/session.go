@@ -50,7 +50,6 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Leader.Name, "lease-name", c.Leader.Name, "name of the leader-election Lease")
 	fs.StringVar(&c.Leader.Identity, "identity", c.Leader.Identity, "this coordinator's identity in the Lease (default $POD_NAME)")
 	fs.StringVar(&c.Journal.Name, "journal-name", c.Journal.Name, "prefix of the journal's ConfigMaps")
-	fs.IntVar(&c.Journal.Keep, "journal-keep", c.Journal.Keep, "finished operations kept in the journal")
 	fs.StringVar(&c.CNI, "cni", c.CNI, `CNI source of truth moved to the new port right before the commit (and put back if the operation is undone): "flannel", "calico" or empty for none`)
 	fs.StringVar(&c.FlannelNamespace, "flannel-namespace", c.FlannelNamespace, "namespace of kube-flannel-cfg (kube-flannel, or kube-system on older installs)")
 }

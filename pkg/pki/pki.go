@@ -37,8 +37,13 @@
 // common TLS version) never reach VerifyConnection: gRPC servers count
 // them through ServerCredentials, which watches the handshake itself.
 //
-// Certificates and keys are read once, when the config is built; there is
-// no reload. Rotating means restarting the process.
+// # Reload
+//
+// Certificates, keys and the CA are re-read from disk when their content
+// changes (Reloader, reload.go): every config hands out the key pair
+// through GetCertificate / GetClientCertificate and verifies peers against
+// the CA pool current at the handshake. cert-manager renews certificates
+// with new keys before they expire; a process never has to restart for it.
 //
 // This package must not dial, listen or log: it builds configs, gRPC
 // credentials and files.
@@ -110,26 +115,6 @@ func (f Files) Validate() error {
 	return errors.Join(errs...)
 }
 
-// load reads the CA pool and the key pair.
-func (f Files) load() (*x509.CertPool, tls.Certificate, error) {
-	if err := f.Validate(); err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	caPEM, err := os.ReadFile(f.CA)
-	if err != nil {
-		return nil, tls.Certificate{}, fmt.Errorf("--tls-ca %q: %w", f.CA, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, tls.Certificate{}, fmt.Errorf("--tls-ca %q: no PEM CERTIFICATE block in it", f.CA)
-	}
-	pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
-	if err != nil {
-		return nil, tls.Certificate{}, fmt.Errorf("--tls-cert %q / --tls-key %q: %w", f.Cert, f.Key, err)
-	}
-	return pool, pair, nil
-}
-
 // ServerConfig returns the config of a server that presents f.Cert and
 // requires every client to present a certificate chained to f.CA with
 // clientAuth usage and one of allowedPeerRoles.
@@ -145,14 +130,24 @@ func ServerConfigWithHook(f Files, onReject func(reason string), allowedPeerRole
 	if err := checkRoles(allowedPeerRoles); err != nil {
 		return nil, err
 	}
-	pool, pair, err := f.load()
+	r, err := NewReloader(f, ReloadOptions{})
 	if err != nil {
 		return nil, err
 	}
-	v := verifier{pool: pool, usage: x509.ExtKeyUsageClientAuth, roles: allowedPeerRoles, onReject: onReject, peer: "client"}
+	return ReloadingServerConfig(r, onReject, allowedPeerRoles...)
+}
+
+// ReloadingServerConfig is ServerConfigWithHook over r: every handshake
+// presents r's current certificate and verifies the client against r's
+// current CA pool.
+func ReloadingServerConfig(r *Reloader, onReject func(reason string), allowedPeerRoles ...string) (*tls.Config, error) {
+	if err := checkRoles(allowedPeerRoles); err != nil {
+		return nil, err
+	}
+	v := verifier{pool: r.pool, usage: x509.ExtKeyUsageClientAuth, roles: allowedPeerRoles, onReject: onReject, peer: "client"}
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{pair},
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: r.getCertificate,
 		// RequestClientCert, not RequireAndVerifyClientCert: the missing
 		// certificate and the chain are checked in VerifyConnection so that
 		// every rejection goes through one place and gets a reason.
@@ -174,14 +169,24 @@ func ClientConfigWithHook(f Files, onReject func(reason string), wantServerRole 
 	if err := checkRoles([]string{wantServerRole}); err != nil {
 		return nil, err
 	}
-	pool, pair, err := f.load()
+	r, err := NewReloader(f, ReloadOptions{})
 	if err != nil {
 		return nil, err
 	}
-	v := verifier{pool: pool, usage: x509.ExtKeyUsageServerAuth, roles: []string{wantServerRole}, onReject: onReject, peer: "server"}
+	return ReloadingClientConfig(r, onReject, wantServerRole)
+}
+
+// ReloadingClientConfig is ClientConfigWithHook over r: every handshake
+// presents r's current certificate and verifies the server against r's
+// current CA pool.
+func ReloadingClientConfig(r *Reloader, onReject func(reason string), wantServerRole string) (*tls.Config, error) {
+	if err := checkRoles([]string{wantServerRole}); err != nil {
+		return nil, err
+	}
+	v := verifier{pool: r.pool, usage: x509.ExtKeyUsageServerAuth, roles: []string{wantServerRole}, onReject: onReject, peer: "server"}
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{pair},
+		MinVersion:           tls.VersionTLS13,
+		GetClientCertificate: r.getClientCertificate,
 		// InsecureSkipVerify only turns off crypto/tls's own verification,
 		// which would also check the hostname against the dialled address
 		// (see the package doc for why we do not). VerifyConnection below
@@ -231,7 +236,7 @@ func ReasonOf(err error) string {
 }
 
 type verifier struct {
-	pool     *x509.CertPool
+	pool     func() *x509.CertPool // the CA pool current at the handshake
 	usage    x509.ExtKeyUsage
 	roles    []string
 	onReject func(string)
@@ -264,7 +269,7 @@ func (v verifier) check(certs []*x509.Certificate) (string, error) {
 		now = v.now()
 	}
 	_, err := leaf.Verify(x509.VerifyOptions{
-		Roots:         v.pool,
+		Roots:         v.pool(),
 		Intermediates: inter,
 		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{v.usage},

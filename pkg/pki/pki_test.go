@@ -187,7 +187,7 @@ func TestHandshakeRejected(t *testing.T) {
 	caOf := func(f Files) Files { f.CA = filepath.Join(dir, CAFile); return f }
 	noCert := func(r *recorder) *tls.Config {
 		c := mustClient(t, CoordinatorFiles(dir), r, RoleAgent)
-		c.Certificates = nil
+		c.Certificates, c.GetClientCertificate = nil, nil
 		return c
 	}
 

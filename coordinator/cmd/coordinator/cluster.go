@@ -74,6 +74,9 @@ type cluster struct {
 
 func newCluster(cfg coordinator.Config, kcfg kube.Config, rc *rest.Config, log *slog.Logger, extra ...coordinator.Option) (*cluster, error) {
 	cfg.Cluster = true
+	if cfg.JournalKeep > 0 { // one --journal-keep for files, ConfigMaps and memory
+		kcfg.Journal.Keep = cfg.JournalKeep
+	}
 	if err := errors.Join(cfg.Validate(), kcfg.Validate()); err != nil {
 		return nil, err
 	}

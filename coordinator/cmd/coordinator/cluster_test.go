@@ -515,7 +515,7 @@ func TestClusterInventoryFollows(t *testing.T) {
 		}
 		return nil, fmt.Errorf("no test agent at %s", addr)
 	})
-	a := startReplica(t, ctx, c.ServiceAccount(ns, "cutover-coordinator"), "coord-a", dial)
+	a := startReplica(t, ctx, admin, c.ServiceAccount(ns, "cutover-coordinator"), "coord-a", "127.0.0.2:"+sharedPort(t), dial)
 	waitFor(t, "A to lead and be ready", 30*time.Second, func() bool { code, _ := a.readyz(); return code == http.StatusOK })
 	plan := func() *coordinatorv1.PlanResponse {
 		t.Helper()
