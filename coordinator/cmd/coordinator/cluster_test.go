@@ -516,7 +516,12 @@ func TestClusterInventoryFollows(t *testing.T) {
 		return nil, fmt.Errorf("no test agent at %s", addr)
 	})
 	a := startReplica(t, ctx, admin, c.ServiceAccount(ns, "cutover-coordinator"), "coord-a", "127.0.0.2:"+sharedPort(t), dial)
-	waitFor(t, "A to lead and be ready", 30*time.Second, func() bool { code, _ := a.readyz(); return code == http.StatusOK })
+	// Ready is not leading (a standby is Ready too): wait until A answers
+	// the API itself, which a standby with no leader yet does not.
+	waitFor(t, "A to lead", 30*time.Second, func() bool {
+		_, err := a.api.ListAgents(ctx, &coordinatorv1.ListAgentsRequest{})
+		return err == nil
+	})
 	plan := func() *coordinatorv1.PlanResponse {
 		t.Helper()
 		p, err := a.api.Plan(ctx, &coordinatorv1.CutoverRequest{Port: 4889})
