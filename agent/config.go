@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cutover-dev/cutover/agent/probe"
+	"github.com/cutover-dev/cutover/pkg/pki"
 )
 
 // Backend names.
@@ -69,7 +70,7 @@ type Config struct {
 	StateNewMatch   bool // match -m state --state NEW like openshift-sdn's rules
 	IptablesBackend string
 
-	TLSCA, TLSCert, TLSKey string
+	TLS pki.Files
 	// Insecure serves plain gRPC with no peer authentication: local labs
 	// only. Every start logs a loud warning.
 	Insecure bool
@@ -169,9 +170,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.CreateChain, "create-chain", c.CreateChain, "create --firewall-chain when it does not exist, with a jump to it at the top of INPUT (filter table)")
 	fs.BoolVar(&c.StateNewMatch, "state-new-match", c.StateNewMatch, "match only NEW connections (-m state --state NEW) in the opening")
 	fs.StringVar(&c.IptablesBackend, "iptables-backend", c.IptablesBackend, "iptables flavour: auto | nft | legacy")
-	fs.StringVar(&c.TLSCA, "tls-ca", c.TLSCA, "CA certificate (PEM) the coordinator's certificate must chain to")
-	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "this agent's certificate (PEM)")
-	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "this agent's private key (PEM)")
+	c.TLS.AddFlags(fs, "the coordinator's certificate", "this agent (role agent)")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "serve gRPC without TLS and accept any caller: LOCAL LABS ONLY")
 	fs.StringToStringVar(&c.Labels, "labels", c.Labels, "node labels reported to the coordinator (k=v,k2=v2)")
 	fs.DurationVar(&c.Deadman, "deadman", c.Deadman, "dead-man duration when a commit does not give one")
@@ -311,7 +310,7 @@ func (c Config) Validate() error {
 		}
 		bad(flag, v, "given together with --probe=false: drop one")
 	}
-	tlsFlags := []struct{ flag, value string }{{"tls-ca", c.TLSCA}, {"tls-cert", c.TLSCert}, {"tls-key", c.TLSKey}}
+	tlsFlags := []struct{ flag, value string }{{"tls-ca", c.TLS.CA}, {"tls-cert", c.TLS.Cert}, {"tls-key", c.TLS.Key}}
 	for _, f := range tlsFlags {
 		switch {
 		case c.Insecure && f.value != "":

@@ -17,10 +17,10 @@ func TestDefaultsAreValidWithTLS(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Default()
 	cfg.NodeName = "node-1"
-	for _, f := range []*string{&cfg.TLSCA, &cfg.TLSCert, &cfg.TLSKey} {
+	for _, f := range []*string{&cfg.TLS.CA, &cfg.TLS.Cert, &cfg.TLS.Key} {
 		*f = filepath.Join(dir, "x.pem")
 	}
-	os.WriteFile(cfg.TLSCA, []byte("x"), 0o600)
+	os.WriteFile(cfg.TLS.CA, []byte("x"), 0o600)
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("defaults + TLS files: %v", err)
 	}
@@ -73,14 +73,14 @@ func TestValidateNamesFlagValueReason(t *testing.T) {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			cfg := Default()
 			cfg.NodeName = "node-1"
-			cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = pem, pem, pem
+			cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key = pem, pem, pem
 			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 			cfg.AddFlags(fs)
 			if err := fs.Parse(c.args); err != nil {
 				t.Fatal(err)
 			}
 			if cfg.Insecure {
-				cfg.TLSCA, cfg.TLSCert = "", ""
+				cfg.TLS.CA, cfg.TLS.Cert = "", ""
 			}
 			err := cfg.Validate()
 			var fe *FlagError

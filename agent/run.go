@@ -103,7 +103,7 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 		creds = insecure.NewCredentials()
 	} else {
 		// Re-read when cert-manager renews the Secret: no restart.
-		files := pki.Files{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey}
+		files := cfg.TLS
 		r, err := pki.NewReloader(files, pki.ReloadOptions{
 			Interval: o.tlsReload,
 			OnReload: func() {

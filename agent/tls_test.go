@@ -32,7 +32,7 @@ func TestMutualTLS(t *testing.T) {
 	files := pki.AgentFiles(dir, "node-1")
 	cfg := testConfig(t)
 	cfg.Insecure = false
-	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = files.CA, files.Cert, files.Key
+	cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key = files.CA, files.Cert, files.Key
 
 	gl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -146,7 +146,7 @@ func TestTLSReload(t *testing.T) {
 	files := pki.AgentFiles(dir, "node-1")
 	cfg := testConfig(t)
 	cfg.Insecure = false
-	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = files.CA, files.Cert, files.Key
+	cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key = files.CA, files.Cert, files.Key
 	gl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

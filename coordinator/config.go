@@ -2,12 +2,13 @@ package coordinator
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/cutover-dev/cutover/pkg/pki"
 )
@@ -106,15 +107,15 @@ func (f agentFlag) String() string {
 
 func (f agentFlag) Set(s string) error { *f.v = append(*f.v, s); return nil }
 
+func (agentFlag) Type() string { return "spec" }
+
 // AddFlags binds c to fs.
-func (c *Config) AddFlags(fs *flag.FlagSet) {
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC listen addresses of the coordinator API (coordctl), comma-separated: host:port or unix:/path")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "listen address of /healthz /readyz /metrics; empty disables")
 	fs.Var(agentFlag{&c.Agents}, "agent", "an agent as node=host:port[@overlay] (repeatable); @overlay names a separate overlay the node belongs to (default: the default overlay)")
 	fs.StringVar(&c.InventoryFile, "inventory", c.InventoryFile, `JSON inventory file: {"agents":[{"node":"n1","address":"host:port","labels":{},"overlay":"name"}]}; "overlay" (optional) names a separate overlay`)
-	fs.StringVar(&c.TLS.CA, "tls-ca", c.TLS.CA, "CA certificate that agents and coordctl must chain to")
-	fs.StringVar(&c.TLS.Cert, "tls-cert", c.TLS.Cert, "the coordinator's certificate (role coordinator)")
-	fs.StringVar(&c.TLS.Key, "tls-key", c.TLS.Key, "the coordinator's private key")
+	c.TLS.AddFlags(fs, "agents' and coordctl's certificates", "the coordinator (role coordinator)")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "no TLS on either side: LOCAL LABS ONLY, anyone who can reach the port can change the overlay")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory of the operation journal (not used with --kube)")
 	fs.IntVar(&c.JournalKeep, "journal-keep", c.JournalKeep, "finished operations kept in the journal (files, or ConfigMaps with --kube) and in memory; older ones are pruned. Unfinished operations are always kept")
@@ -131,7 +132,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.RollbackAttempts, "rollback-attempts", c.RollbackAttempts, "tries of an abort or rollback per agent, at least, before the operation is declared failed")
 	fs.DurationVar(&c.ProbeSettle, "probe-settle", c.ProbeSettle, "before the report's final probe read, wait this long for probes in flight to settle (at least the agents' --probe-timeout; 0: read at once)")
 	fs.IntVar(&c.ProbePeersK, "probe-peers-k", c.ProbePeersK, "peers each node probes in the mesh sent with Prepare and checked by verify: every node sends to and is probed by this many others (0: all)")
-	fs.Var(invertedBool{&c.NoProbeVerify}, "probe-verify", "verify after the change that every sampled pair answers probes over the overlay (false: results are flagged as unverified, never a clean success)")
+	fs.VarPF(invertedBool{&c.NoProbeVerify}, "probe-verify", "", "verify after the change that every sampled pair answers probes over the overlay (false: results are flagged as unverified, never a clean success)").NoOptDefVal = "true"
 	fs.DurationVar(&c.VerifyBudget, "verify-budget", c.VerifyBudget, "how long verify waits for every sampled probe pair to answer after the flip (capped by the step timeout)")
 	fs.DurationVar(&c.RollbackBackoff, "rollback-backoff", c.RollbackBackoff, "pause before retrying an abort or rollback to an unreached agent, doubling up to 8x; retries span the dead-man duration (0: retry at once, only --rollback-attempts times)")
 }
@@ -252,7 +253,7 @@ func (b invertedBool) Set(s string) error {
 	return nil
 }
 
-func (b invertedBool) IsBoolFlag() bool { return true }
+func (invertedBool) Type() string { return "bool" }
 
 // journalKeep is JournalKeep with 0 meaning the default.
 func (c Config) journalKeep() int {

@@ -1,11 +1,12 @@
 package coordinator
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 func TestConfigValidateNamesFlags(t *testing.T) {
@@ -13,7 +14,7 @@ func TestConfigValidateNamesFlags(t *testing.T) {
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--agent / --inventory") || !strings.Contains(err.Error(), "--tls-ca") {
 		t.Errorf("defaults without agents or TLS: %v", err)
 	}
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	cfg.AddFlags(fs)
 	if err := fs.Parse([]string{"--agent", "n1=198.18.0.1:9443", "--agent", "n2=198.18.0.2:9443", "--insecure", "--step-timeout", "10s", "--deadman", "15s"}); err != nil {
 		t.Fatal(err)

@@ -3,11 +3,12 @@ package kube
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"sync"
+
+	"github.com/spf13/pflag"
 
 	"github.com/cutover-dev/cutover/coordinator"
 	"github.com/cutover-dev/cutover/pkg/tunnelport"
@@ -41,7 +42,7 @@ func Default() Config {
 }
 
 // AddFlags binds c to fs.
-func (c *Config) AddFlags(fs *flag.FlagSet) {
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Discovery.Namespace, "agent-namespace", c.Discovery.Namespace, "namespace of the agent DaemonSet's pods")
 	fs.StringVar(&c.Discovery.PodSelector, "agent-selector", c.Discovery.PodSelector, "label selector of the agent pods")
 	fs.StringVar(&c.Discovery.NodeSelector, "node-selector", c.Discovery.NodeSelector, "label selector of the nodes a cutover must cover; empty: every node")

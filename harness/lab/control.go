@@ -130,8 +130,8 @@ func (l *Lab) StartCoordinator(ctx context.Context) (Proc, error) {
 }
 
 // SpawnCoordinator starts one more coordinator in the hub namespace with
-// Up's command line plus extra (later flags win, e.g. another -listen and
-// -state-dir for a second coordinator), records it and returns at once.
+// Up's command line plus extra (later flags win, e.g. another --listen and
+// --state-dir for a second coordinator), records it and returns at once.
 // It logs to <dir>/coordinator.log like the first.
 func (l *Lab) SpawnCoordinator(extra ...string) (Proc, error) {
 	cfg := l.cfg()

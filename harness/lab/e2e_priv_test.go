@@ -195,7 +195,7 @@ func testE2E(t *testing.T, backend string, oldPort int) {
 	cfg.AgentBin = filepath.Join(bin, "agent")
 	cfg.CoordinatorBin = filepath.Join(bin, "coordinator")
 	cfg.ProbeInterval = e2eInterval
-	cfg.ExtraCoordinatorArgs = []string{"-commit-lead-min", "1s"}
+	cfg.ExtraCoordinatorArgs = []string{"--commit-lead-min", "1s"}
 	e := &e2eLab{t: t, l: up(t, cfg), cutoverLab: filepath.Join(bin, "cutover-lab")}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -59,7 +59,7 @@ func TestProbeVerifyDarkNodeOVS(t *testing.T) {
 	if _, err := e.l.KillCoordinator(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.l.SpawnCoordinator("-probe-verify=false"); err != nil {
+	if _, err := e.l.SpawnCoordinator("--probe-verify=false"); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; {

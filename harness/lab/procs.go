@@ -80,23 +80,23 @@ func agentArgs(cfg Config, n Node, pkiDir string) []string {
 // inventory file so 64 nodes do not make a 64-flag command line.
 func coordinatorArgs(cfg Config, inventory, pkiDir string) []string {
 	a := []string{
-		"-inventory", inventory,
-		"-listen", coordinatorAddr(),
-		"-metrics-listen", netip.AddrPortFrom(HubMgmt, CoordinatorMetricsPort).String(),
-		"-state-dir", filepath.Join(cfg.Dir, "coordinator"),
+		"--inventory", inventory,
+		"--listen", coordinatorAddr(),
+		"--metrics-listen", netip.AddrPortFrom(HubMgmt, CoordinatorMetricsPort).String(),
+		"--state-dir", filepath.Join(cfg.Dir, "coordinator"),
 	}
 	// The coordinator hands the agents the lab's probe sample with Prepare
 	// and verifies it; a lab without probes has nothing to verify with.
 	if cfg.NoProbes {
-		a = append(a, "-probe-verify=false")
+		a = append(a, "--probe-verify=false")
 	} else {
-		a = append(a, "-probe-peers-k", fmt.Sprint(cfg.ProbePeers))
+		a = append(a, "--probe-peers-k", fmt.Sprint(cfg.ProbePeers))
 	}
 	if cfg.Insecure {
-		a = append(a, "-insecure")
+		a = append(a, "--insecure")
 	} else {
 		f := pki.CoordinatorFiles(pkiDir)
-		a = append(a, "-tls-ca", f.CA, "-tls-cert", f.Cert, "-tls-key", f.Key)
+		a = append(a, "--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key)
 	}
 	return append(a, cfg.ExtraCoordinatorArgs...)
 }

@@ -59,6 +59,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // Roles carried in certificates.
@@ -93,6 +95,16 @@ type Files struct {
 	CA   string // CA certificate(s) that peers must chain to
 	Cert string // this process's certificate (chain allowed)
 	Key  string // this process's private key
+}
+
+// AddFlags binds f to --tls-ca, --tls-cert and --tls-key: one spelling and
+// one place for every binary (agent, coordinator, coordctl). peer names who
+// must chain to the CA, self whose certificate and key these are, for the
+// help text.
+func (f *Files) AddFlags(fs *pflag.FlagSet, peer, self string) {
+	fs.StringVar(&f.CA, "tls-ca", f.CA, "CA certificate (PEM) that "+peer+" must chain to")
+	fs.StringVar(&f.Cert, "tls-cert", f.Cert, self+"'s certificate (PEM)")
+	fs.StringVar(&f.Key, "tls-key", f.Key, self+"'s private key (PEM)")
 }
 
 // Validate checks that each file is named and readable. Error messages use

@@ -6,12 +6,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/spf13/pflag"
 
 	"github.com/cutover-dev/cutover/coordinator"
 	"github.com/cutover-dev/cutover/coordinator/kube"
@@ -20,7 +21,7 @@ import (
 func main() {
 	cfg := coordinator.Default()
 	kcfg := kube.Default()
-	fs := flag.NewFlagSet("coordinator", flag.ExitOnError)
+	fs := pflag.NewFlagSet("coordinator", pflag.ExitOnError)
 	cfg.AddFlags(fs)
 	kcfg.AddFlags(fs)
 	var sdn sdnFlags

@@ -1,10 +1,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/cutover-dev/cutover/coordinator"
 	"github.com/cutover-dev/cutover/coordinator/openshift"
@@ -21,7 +22,7 @@ type sdnFlags struct {
 	healthInterval time.Duration
 }
 
-func (f *sdnFlags) addFlags(fs *flag.FlagSet) {
+func (f *sdnFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.strategy, "openshift-sdn", "", "with --kube on OpenShift SDN: keep the SDN from fighting the change: "+
 		openshift.StrategySourceOfTruthFirst+" (recreate the ClusterNetwork before commit, restart SDN pods one by one after) or "+
 		openshift.StrategyFieldReport+" (roll the SDN to --openshift-sdn-image without its health check first); empty: off")

@@ -138,7 +138,7 @@ func TestCoordinatorKilled(t *testing.T) {
 // and the operation roll back: that is the slow-agent case.)
 func TestVswitchdRestartMidCommit(t *testing.T) {
 	e := newEnv(t, "vsr", func(c *lab.Config) {
-		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "-step-timeout", "6s", "-deadman", "15s")
+		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--step-timeout", "6s", "--deadman", "15s")
 	})
 	wait := e.coordctlBG("cutover", "--port", "4889")
 	if !spinUntil(15*time.Second, func() bool { return e.phase("n1") == "COMMITTED" }) {

@@ -122,8 +122,8 @@ func newEnv(t *testing.T, tag string, mod ...func(*lab.Config)) *env {
 		AgentBin: filepath.Join(bin, "agent"), CoordinatorBin: filepath.Join(bin, "coordinator"),
 		ExtraAgentArgs: []string{"--prepare-timeout", prepareTimeout.String(), "--deadman", deadman.String(),
 			"--call-timeout", "5s", "--backend-retry", "500ms"},
-		ExtraCoordinatorArgs: []string{"-step-timeout", stepTimeout.String(), "-deadman", deadman.String(),
-			"-rollback-attempts", "3"},
+		ExtraCoordinatorArgs: []string{"--step-timeout", stepTimeout.String(), "--deadman", deadman.String(),
+			"--rollback-attempts", "3"},
 	}
 	for _, f := range mod {
 		f(&cfg)

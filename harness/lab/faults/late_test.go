@@ -71,7 +71,7 @@ func TestLateCommit(t *testing.T) {
 
 func lateCase(t *testing.T, policy string, freeze time.Duration) {
 	e := newEnv(t, "lt", func(c *lab.Config) {
-		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "-commit-late-policy", policy)
+		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-late-policy", policy)
 	})
 	e.sample()
 	p := e.proc("n2")

@@ -243,7 +243,7 @@ func TestSecondOperationRefused(t *testing.T) {
 	// out meanwhile, so it succeeds every time: one outcome, not "aborted
 	// or succeeded depending on load".
 	e := newEnv(t, "two", func(c *lab.Config) {
-		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "-step-timeout", "20s", "-deadman", "45s")
+		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--step-timeout", "20s", "--deadman", "45s")
 		c.ExtraAgentArgs = append(c.ExtraAgentArgs, "--prepare-timeout", "60s")
 	})
 	wait := e.coordctlBG("cutover", "--port", "4889")
@@ -261,8 +261,8 @@ func TestSecondOperationRefused(t *testing.T) {
 
 	// A second coordinator of its own (other ports, other journal): the
 	// agents' preflight names the operation in flight.
-	second, err := e.l.SpawnCoordinator("-listen", "198.18.128.1:9446", "-metrics-listen", "198.18.128.1:9447",
-		"-state-dir", filepath.Join(e.l.Dir(), "coordinator2"))
+	second, err := e.l.SpawnCoordinator("--listen", "198.18.128.1:9446", "--metrics-listen", "198.18.128.1:9447",
+		"--state-dir", filepath.Join(e.l.Dir(), "coordinator2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestSecondOperationRefused(t *testing.T) {
 	// it must refuse to start (the journal is locked), naming the running
 	// coordinator's PID, not resume the operation behind its back.
 	first := e.proc("hub")
-	third, err := e.l.SpawnCoordinator("-listen", "198.18.128.1:9448", "-metrics-listen", "198.18.128.1:9449")
+	third, err := e.l.SpawnCoordinator("--listen", "198.18.128.1:9448", "--metrics-listen", "198.18.128.1:9449")
 	if err != nil {
 		t.Fatal(err)
 	}
