@@ -212,7 +212,7 @@ func TestBadInputs(t *testing.T) {
 		want  []string
 	}{
 		{"no port", &coordinatorv1.CutoverRequest{}, nil, codes.InvalidArgument, []string{"port 0", "not set"}},
-		{"port too big", &coordinatorv1.CutoverRequest{Port: 70000}, nil, codes.InvalidArgument, []string{"port 70000", "1–65535"}},
+		{"port too big", &coordinatorv1.CutoverRequest{Port: 70000}, nil, codes.InvalidArgument, []string{"port 70000", "out of range", "1-65535"}},
 		{"nodeport range", &coordinatorv1.CutoverRequest{Port: 30080}, nil, codes.InvalidArgument, []string{"port 30080", "NodePort", "allow_nodeport_range"}},
 		{"geneve", &coordinatorv1.CutoverRequest{Port: 6081}, nil, codes.InvalidArgument, []string{"port 6081", "Geneve", "allow_tunnel_port"}},
 		{"flannel", &coordinatorv1.CutoverRequest{Port: 8472}, nil, codes.InvalidArgument, []string{"port 8472", "allow_tunnel_port"}},

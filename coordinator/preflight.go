@@ -12,17 +12,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// Ports another overlay uses. Moving onto one of them collides with a
-// tunnel that may already run on the hosts (NSX and plain VXLAN stacks on
-// 4789, Geneve/OVN on 6081, flannel's default on 8472), so it takes
-// allow_tunnel_port.
-var tunnelPorts = map[uint32]string{4789: "IANA VXLAN (NSX and most VXLAN stacks)", 6081: "Geneve (OVN)", 8472: "Linux/flannel VXLAN default"}
 
 const nodePortMin, nodePortMax = 30000, 32767
 
@@ -53,11 +48,10 @@ func invalid(field string, value any, reason string) error {
 func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, error) {
 	inv := c.inventory()
 	r := request{to: req.Port, allowNodePort: req.AllowNodeportRange, allowTunnel: req.AllowTunnelPort, step: c.cfg.StepTimeout, allowUnprobed: req.AllowUnprobed}
+	if _, err := tunnelport.From("port", int64(req.Port)); err != nil {
+		return r, status.Error(codes.InvalidArgument, err.Error())
+	}
 	switch {
-	case req.Port == 0:
-		return r, invalid("port", 0, "not set: want the target port, 1–65535")
-	case req.Port > 65535:
-		return r, invalid("port", req.Port, "out of range: want 1–65535")
 	case req.Port >= nodePortMin && req.Port <= nodePortMax && !req.AllowNodeportRange:
 		return r, invalid("port", req.Port, fmt.Sprintf("inside the Kubernetes NodePort range %d–%d: pick another port or set allow_nodeport_range", nodePortMin, nodePortMax))
 	}
@@ -114,7 +108,7 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 	}
 	// Last, so that r is complete: validateTarget tells "the current
 	// port" (4789 usually is) from "another tunnel's port".
-	if what, ok := tunnelPorts[req.Port]; ok && !req.AllowTunnelPort {
+	if what, ok := tunnelport.WellKnown[tunnelport.Port(req.Port)]; ok && !req.AllowTunnelPort {
 		r.tunnel = what
 		return r, invalid("port", req.Port, fmt.Sprintf("is the port of another tunnel (%s): pick another port or set allow_tunnel_port", what))
 	}
