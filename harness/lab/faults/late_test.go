@@ -71,7 +71,9 @@ func TestLateCommit(t *testing.T) {
 
 func lateCase(t *testing.T, policy string, freeze time.Duration) {
 	e := newEnv(t, "lt", func(c *lab.Config) {
-		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-late-policy", policy)
+		// The product's lateness budget, not the lab's wider one.
+		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-late-policy", policy,
+			"--commit-late-budget", "200ms", "--commit-late-allowance", "100ms")
 	})
 	e.sample()
 	p := e.proc("n2")
