@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -97,12 +100,8 @@ func lateCase(t *testing.T, policy string, freeze time.Duration) {
 	if freeze == 0 {
 		fig.Freeze = "never"
 	}
+	fig.Outcome = lateOutcome(t, r.out, r.code)
 	for _, l := range strings.Split(r.out, "\n") {
-		for _, s := range []string{"SUCCEEDED", "ROLLED_BACK", "FAILED", "ABORTED"} {
-			if strings.Contains(l, s) && fig.Outcome == "" {
-				fig.Outcome = s
-			}
-		}
 		if strings.HasPrefix(l, "late: ") {
 			fig.LateNote = l
 		}
@@ -117,5 +116,64 @@ func lateCase(t *testing.T, policy string, freeze time.Duration) {
 	}
 	if policy == "rollback" && freeze >= 6*time.Second && split > 2*time.Second {
 		t.Errorf("rollback policy: split %s for a %s freeze, want about the budget", split, freeze)
+	}
+}
+
+// reportHeader is the final report's first line (coordctl's renderReport):
+// "operation <id>: <STATE>, port <from> -> <to>". Progress lines and hints
+// name states too ("... FAILED" in an event, "coordctl rollback" advice), so
+// only this line says how the operation ended.
+var reportHeader = regexp.MustCompile(`(?m)^operation \S+: (SUCCEEDED|ROLLED_BACK|ABORTED|FAILED), port \d+ -> \d+`)
+
+// exitOutcome is what coordctl's exit code says (coordctl help exit-codes):
+// 0 and 7 succeeded, 1 aborted or rolled back, 5 FAILED.
+func exitOutcome(code int) []string {
+	switch code {
+	case 0, 7:
+		return []string{"SUCCEEDED"}
+	case 1:
+		return []string{"ROLLED_BACK", "ABORTED"}
+	case 5:
+		return []string{"FAILED"}
+	}
+	return nil
+}
+
+// lateOutcome is the operation's final state from the report header,
+// checked against the exit code; without a header (the stream ended early)
+// it is the exit code's reading, or "exit N".
+func lateOutcome(t *testing.T, out string, code int) string {
+	want := exitOutcome(code)
+	m := reportHeader.FindAllStringSubmatch(out, -1)
+	if len(m) == 0 {
+		if len(want) == 1 {
+			return want[0]
+		}
+		return "exit " + strconv.Itoa(code)
+	}
+	got := m[len(m)-1][1]
+	if !slices.Contains(want, got) {
+		t.Errorf("report says %s but coordctl exited %d (want one of %v)", got, code, want)
+	}
+	return got
+}
+
+// TestLateOutcome: the outcome comes from the report header and agrees with
+// the exit code; an event line naming another state does not decide it.
+func TestLateOutcome(t *testing.T) {
+	for _, c := range []struct {
+		out  string
+		code int
+		want string
+	}{
+		{"commit n2: commit FAILED: late\noperation op-1: ROLLED_BACK, port 4789 -> 4889\n", 1, "ROLLED_BACK"},
+		{"operation op-1: SUCCEEDED, port 4789 -> 4889\nwarnings: n2 late\n", 7, "SUCCEEDED"},
+		{"operation op-1: FAILED, port 4789 -> 4889\n", 5, "FAILED"},
+		{"stream ended\n", 1, "exit 1"},
+		{"stream ended\n", 5, "FAILED"},
+	} {
+		if got := lateOutcome(t, c.out, c.code); got != c.want {
+			t.Errorf("lateOutcome(%q, %d) = %q, want %q", c.out, c.code, got, c.want)
+		}
 	}
 }
