@@ -360,6 +360,9 @@ func (m *Mesh) onReply(from netip.AddrPort, seq uint64, sentAt int64) {
 	if ps.sentAt[slot] != sentAt || ps.answered[slot] {
 		return // duplicate or stale
 	}
+	if dropAnswer(seq) {
+		return // test-only fault (faultinject.go): never in a shipped agent
+	}
 	ps.answered[slot] = true
 	now := m.now()
 	m.noteGapLocked(ps, now)

@@ -358,3 +358,15 @@ cutover_agent_probe_lost_total{peer="n2"} 1
 		t.Fatal(err)
 	}
 }
+
+// The shipped (untagged) build cannot drop answers on purpose.
+func TestFaultInjectionOffByDefault(t *testing.T) {
+	if FaultInjectBuilt {
+		t.Skip("built with cutover_faultinject")
+	}
+	for seq := range uint64(100) {
+		if dropAnswer(seq) {
+			t.Fatalf("dropAnswer(%d) in the default build", seq)
+		}
+	}
+}
