@@ -53,12 +53,10 @@ type ringNode struct {
 }
 
 type ringPeer struct {
-	name      string
-	addr      netip.AddrPort
-	sentAt    []time.Time // by seq
-	answered  []bool      // by seq
-	lastReply time.Time
-	longest   time.Duration
+	name     string
+	addr     netip.AddrPort
+	sentAt   []time.Time // by seq
+	answerAt []time.Time // by seq; zero: no answer
 }
 
 // RingPair is one ordered pair's ring figures: From sent Sent requests to
@@ -160,10 +158,7 @@ func (r *EchoRing) send() {
 				seq := uint64(len(rp.sentAt))
 				now := time.Now()
 				rp.sentAt = append(rp.sentAt, now)
-				rp.answered = append(rp.answered, false)
-				if rp.lastReply.IsZero() {
-					rp.lastReply = now // gaps count from the first send
-				}
+				rp.answerAt = append(rp.answerAt, time.Time{})
 				rn.mu.Unlock()
 				binary.BigEndian.PutUint32(buf[0:4], ringMagic)
 				buf[4] = ringReq
@@ -196,40 +191,57 @@ func (rn *ringNode) receive() {
 			now := time.Now()
 			rn.mu.Lock()
 			rp := rn.by[netip.AddrPortFrom(from.Addr().Unmap(), from.Port())]
-			if rp != nil && seq < uint64(len(rp.answered)) && !rp.answered[seq] {
-				rp.answered[seq] = true
-				rp.longest = max(rp.longest, now.Sub(rp.lastReply))
-				rp.lastReply = now
+			if rp != nil && seq < uint64(len(rp.answerAt)) && rp.answerAt[seq].IsZero() {
+				rp.answerAt[seq] = now
 			}
 			rn.mu.Unlock()
 		}
 	}
 }
 
-// Stop stops sending, waits drain for answers in flight, closes the
-// sockets and returns every pair's figures, sorted by From then To.
-func (r *EchoRing) Stop(drain time.Duration) []RingPair {
+// Stop stops sending, waits drain for answers in flight and closes the
+// sockets; Pairs then reads the figures.
+func (r *EchoRing) Stop(drain time.Duration) {
 	close(r.stop)
 	time.Sleep(drain)
 	for _, rn := range r.nodes {
 		_ = rn.conn.Close()
 	}
 	r.wg.Wait()
+}
+
+// Pairs returns every pair's figures over the probes sent in [from, to)
+// (zero times: unbounded), sorted by From then To. The longest gap is the
+// longest time between two answers to probes of the window, or from the
+// window's first probe to its first answer.
+func (r *EchoRing) Pairs(from, to time.Time) []RingPair {
 	var out []RingPair
 	for _, rn := range r.nodes {
 		rn.mu.Lock()
 		for _, rp := range rn.peers {
-			p := RingPair{From: rn.name, To: rp.name, Sent: uint64(len(rp.sentAt)), LongestGap: rp.longest}
-			for seq, ok := range rp.answered {
-				if ok {
+			p := RingPair{From: rn.name, To: rp.name}
+			var last time.Time
+			for seq, sent := range rp.sentAt {
+				if (!from.IsZero() && sent.Before(from)) || (!to.IsZero() && !sent.Before(to)) {
+					continue
+				}
+				p.Sent++
+				if last.IsZero() {
+					last = sent
+				}
+				if at := rp.answerAt[seq]; !at.IsZero() {
+					if at.After(last) {
+						p.LongestGap = max(p.LongestGap, at.Sub(last))
+						last = at
+					}
 					continue
 				}
 				p.Lost++
-				at := rp.sentAt[seq].Sub(r.started)
+				off := sent.Sub(r.started)
 				if p.LostFrom == 0 {
-					p.LostFrom = at
+					p.LostFrom = off
 				}
-				p.LostTo = at
+				p.LostTo = off
 			}
 			out = append(out, p)
 		}
