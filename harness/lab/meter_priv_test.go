@@ -34,9 +34,9 @@ import (
 //
 // Reported but not asserted: the pairs outside the tighter
 // mesh lost <= ring lost' + max(meterSlack, meterRatio × ring lost'). On the
-// 2-core machine 0-5 of 16 pairs per operation exceed it, before and after
-// the probe package's receive-time fix, grouped on one or two nodes per
-// operation (docs/lab.md, "Meter agreement"): an open finding, not noise
+// 2-core machine 0-8 of 16 pairs per operation exceed it, before and after
+// the probe package's receive-time fix, often grouped on one or two nodes
+// per operation (docs/lab.md, "Meter agreement"): an open finding, not noise
 // the tight bound could absorb.
 const (
 	meterSlack      = 5
