@@ -32,7 +32,7 @@ func rxStamp(oob []byte) (time.Time, bool) {
 	for _, m := range msgs {
 		if m.Header.Level == syscall.SOL_SOCKET && m.Header.Type == syscall.SCM_TIMESTAMPNS && len(m.Data) >= int(unsafe.Sizeof(syscall.Timespec{})) {
 			ts := (*syscall.Timespec)(unsafe.Pointer(&m.Data[0]))
-			return time.Unix(int64(ts.Sec), int64(ts.Nsec)), true
+			return time.Unix(ts.Unix()), true
 		}
 	}
 	return time.Time{}, false
