@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit lab-late
+.PHONY: release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit lab-late lab-meter
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -89,6 +89,10 @@ demo: ## as root: an 8-node lab, a real `coordctl cutover --port 4889` (cutover-
 lab-late: build lab ## issue 12: a frozen agent after commit (1s/6s/never) under both late policies: results/late_commit.json, docs/faults.md
 	mkdir -p results
 	CI=true LATE_MATRIX=1 LATE_RESULTS=$(CURDIR)/results/late_commit.json flock /tmp/cutover-priv.lock $(GO) test -count=1 -timeout 30m -run 'TestLateCommit' -v ./harness/lab/faults/
+
+lab-meter: build lab ## issue 12: the probe mesh against an independent echo ring during cutovers (kernel-vxlan, N=8, 1ms x 2 peers): results/meter_agreement.json, docs/lab.md
+	mkdir -p results
+	CI=true METER_RESULTS=$(CURDIR)/results/meter_agreement.json flock /tmp/cutover-priv.lock $(GO) test -count=1 -timeout 20m -run 'TestMeterAgreement' -v ./harness/lab/
 
 bench-lab: ## lab cutover benchmark (N=8,16,32; field-report loop vs parallel vs Cutover): results/lab_cutover.json, docs/benchmarks.md
 	@mkdir -p results

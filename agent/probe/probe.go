@@ -24,6 +24,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -167,6 +168,7 @@ type peerState struct {
 	peer     Peer
 	nextSeq  uint64
 	settled  uint64 // every seq below this is counted as received or lost
+	base     uint64 // the first seq the counters cover (after the last reset)
 	sentAt   [window]int64
 	answered [window]bool
 	received uint64
@@ -192,6 +194,8 @@ type Mesh struct {
 	conn  *net.UDPConn
 	// Answered counts echo requests this node answered for others.
 	answered uint64
+	// rxStamped counts answers that carried the kernel's receive stamp.
+	rxStamped atomic.Uint64
 }
 
 // New returns a mesh; Run starts it.
@@ -269,6 +273,7 @@ func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
 	if err != nil {
 		return fmt.Errorf("probe: listen %s: %w", listen, err)
 	}
+	enableRxStamps(conn)
 	m.mu.Lock()
 	m.conn = conn
 	m.mu.Unlock()
@@ -324,8 +329,9 @@ func (m *Mesh) sendRound(conn *net.UDPConn) {
 
 func (m *Mesh) receive(conn *net.UDPConn) error {
 	var buf [1500]byte
+	var oob [128]byte
 	for {
-		n, from, err := conn.ReadFromUDPAddrPort(buf[:])
+		n, oobn, _, from, err := conn.ReadMsgUDPAddrPort(buf[:], oob[:])
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
@@ -344,28 +350,60 @@ func (m *Mesh) receive(conn *net.UDPConn) error {
 			m.answered++
 			m.mu.Unlock()
 		case kindResp:
-			m.onReply(netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), seq, ts)
+			at, ok := rxStamp(oob[:oobn])
+			if ok {
+				m.rxStamped.Add(1)
+			}
+			m.onReply(netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), seq, ts, at)
 		}
 	}
 }
 
-func (m *Mesh) onReply(from netip.AddrPort, seq uint64, sentAt int64) {
+// onReply counts an answer. arrived is the kernel's receive stamp (zero:
+// none); the mesh's clock is used instead when there is none or it is not
+// the same clock (a test's fake), i.e. more than a second off.
+//
+// The answer's time is when it arrived, not when it was read: an agent
+// busy elsewhere (its commit, a GC, the CPU given to other processes) reads
+// a burst of answers late, which is no gap in the overlay. For the same
+// reason an answer that arrived within the timeout but was read after the
+// sender had already settled its probe as lost is moved back to received.
+func (m *Mesh) onReply(from netip.AddrPort, seq uint64, sentAt int64, arrived time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	now := m.now()
+	if arrived.IsZero() || arrived.After(now.Add(time.Second)) || arrived.Before(now.Add(-time.Second)) {
+		arrived = now
+	}
 	ps := m.peers[from]
-	if ps == nil || seq < ps.settled || seq >= ps.nextSeq {
-		return // unknown peer, already counted (late or after a reset), or forged
+	if ps == nil || seq < ps.base || seq >= ps.nextSeq || ps.nextSeq-seq >= window {
+		return // unknown peer, before the last reset, forged, or out of the window
 	}
 	slot := seq % window
 	if ps.sentAt[slot] != sentAt || ps.answered[slot] {
 		return // duplicate or stale
 	}
+	if dropAnswer(seq) {
+		return // test-only fault (faultinject.go): never in a shipped agent
+	}
+	if seq < ps.settled {
+		// Counted lost already: only an answer that arrived in time is
+		// taken back (the Prometheus totals are counters and keep it).
+		if arrived.UnixNano()-sentAt > int64(m.cfg.Timeout) || ps.lost == 0 {
+			return
+		}
+		ps.lost--
+		ps.received++
+	}
 	ps.answered[slot] = true
-	now := m.now()
-	m.noteGapLocked(ps, now)
-	ps.lastReply = now
+	if arrived.After(ps.gapFrom) {
+		m.noteGapLocked(ps, arrived)
+		ps.gapFrom = arrived
+	}
+	if arrived.After(ps.lastReply) {
+		ps.lastReply = arrived
+	}
 	ps.lastAnsweredSent = max(ps.lastAnsweredSent, sentAt)
-	ps.gapFrom = now
 }
 
 func (m *Mesh) noteGapLocked(ps *peerState, now time.Time) {
@@ -419,7 +457,7 @@ func (m *Mesh) Stats(reset bool) []Stats {
 		}
 		out = append(out, st)
 		if reset {
-			ps.settled = ps.nextSeq
+			ps.settled, ps.base = ps.nextSeq, ps.nextSeq
 			ps.received, ps.lost, ps.longest = 0, 0, 0
 			ps.gapFrom = now
 		}

@@ -170,7 +170,7 @@ func TestSetPeersReplacesTheSet(t *testing.T) {
 	start := now
 	for _, p := range []netip.AddrPort{p1, p2} {
 		seq, at := fakeSend(m, p, now)
-		m.onReply(p, seq, at)
+		m.onReply(p, seq, at, time.Time{})
 	}
 	now = now.Add(time.Second)
 	set := []Peer{{Name: "n2", Addr: p2}, {Name: "n3", Addr: p3}}
@@ -230,9 +230,9 @@ func TestStatsAnswerTimes(t *testing.T) {
 	now = now.Add(10 * time.Millisecond)
 	s1, t1 := fakeSend(m, peer, now)
 	now = now.Add(5 * time.Millisecond)
-	m.onReply(peer, s1, t1)
+	m.onReply(peer, s1, t1, time.Time{})
 	now = now.Add(5 * time.Millisecond)
-	m.onReply(peer, s0, t0) // older probe, answered later
+	m.onReply(peer, s0, t0, time.Time{}) // older probe, answered later
 	st := m.Stats(true)[0]
 	if !st.LastAnswer.Equal(now) || st.LastAnsweredSent.UnixNano() != t1 {
 		t.Fatalf("last answer %v (want %v), last answered sent %d (want %d)", st.LastAnswer, now, st.LastAnsweredSent.UnixNano(), t1)
@@ -317,7 +317,7 @@ func TestSettleWithFakeClock(t *testing.T) {
 	now = now.Add(10 * time.Millisecond)
 	send() // never answered
 	now = now.Add(5 * time.Millisecond)
-	m.onReply(peer, s0, t0)
+	m.onReply(peer, s0, t0, time.Time{})
 	if st := m.Stats(false)[0]; st.Sent != 0 {
 		t.Fatalf("before the timeout nothing is settled: %+v", st)
 	}
@@ -326,7 +326,7 @@ func TestSettleWithFakeClock(t *testing.T) {
 	if st.Sent != 2 || st.Received != 1 || st.Lost != 1 {
 		t.Fatalf("after the timeout: %+v, want sent 2 received 1 lost 1", st)
 	}
-	m.onReply(peer, 1, 0) // late answer to a settled probe
+	m.onReply(peer, 1, 0, time.Time{}) // late answer to a settled probe
 	if st2 := m.Stats(false)[0]; st2.Received != 1 {
 		t.Fatalf("late answer counted: %+v", st2)
 	}
@@ -356,5 +356,99 @@ cutover_agent_probe_lost_total{peer="n2"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cutover_agent_probe_lost_total"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The shipped (untagged) build cannot drop answers on purpose.
+func TestFaultInjectionOffByDefault(t *testing.T) {
+	if FaultInjectBuilt {
+		t.Skip("built with cutover_faultinject")
+	}
+	for seq := range uint64(100) {
+		if dropAnswer(seq) {
+			t.Fatalf("dropAnswer(%d) in the default build", seq)
+		}
+	}
+}
+
+// An agent busy elsewhere reads answers late. What counts is when they
+// arrived (the kernel's stamp): an answer that arrived in time but was
+// read after its probe was settled as lost is received, and a burst of
+// answers read late is no gap. One that arrived after the timeout stays
+// lost; one from before a reset counts nowhere.
+func TestAnswersCountWhenTheyArrived(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	peer := netip.MustParseAddrPort("127.0.0.1:9")
+	m, err := New(Config{Listen: netip.MustParseAddrPort("127.0.0.1:8"), Peers: []Peer{{Name: "p", Addr: peer}},
+		Interval: time.Millisecond, Timeout: 100 * time.Millisecond, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := m.peers[peer]
+	var sent []time.Time
+	send := func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		seq := ps.nextSeq
+		ps.nextSeq++
+		ps.sentAt[seq%window] = now.UnixNano()
+		ps.answered[seq%window] = false
+		m.settleLocked(ps, now)
+		sent = append(sent, now)
+	}
+	for range 10 { // probes 0-9, one per ms
+		send()
+		now = now.Add(time.Millisecond)
+	}
+	// The agent stalls 300 ms; the answers to 0-8 arrived 0.5 ms after
+	// each probe, 9's arrived 150 ms late. Its sender runs first and
+	// settles all ten as lost.
+	now = now.Add(300 * time.Millisecond)
+	send() // probe 10
+	if st := m.Stats(false)[0]; st.Lost != 10 || st.Received != 0 {
+		t.Fatalf("before the late read: %+v, want 10 lost", st)
+	}
+	for seq := range uint64(9) {
+		m.onReply(peer, seq, sent[seq].UnixNano(), sent[seq].Add(500*time.Microsecond))
+	}
+	m.onReply(peer, 9, sent[9].UnixNano(), sent[9].Add(150*time.Millisecond))
+	st := m.Stats(false)[0]
+	if st.Received != 9 || st.Lost != 1 || st.Sent != 10 {
+		t.Fatalf("after the late read: %+v, want received 9 lost 1 (the answer that arrived after the timeout)", st)
+	}
+	// Between answers (Stats adds the ongoing silence since answer 8,
+	// which is real: probe 9 was lost and the sender was stalled).
+	m.mu.Lock()
+	between := ps.longest
+	m.mu.Unlock()
+	if between > 2*time.Millisecond {
+		t.Errorf("longest gap between answers %s: answers that arrived every 1 ms, read late, are no gap", between)
+	}
+	// Probe 10's answer arrives after a reset: the reset forgot it.
+	m.Stats(true)
+	m.onReply(peer, 10, sent[10].UnixNano(), now)
+	now = now.Add(time.Second)
+	if st := m.Stats(false)[0]; st.Received != 0 || st.Lost != 0 {
+		t.Fatalf("an answer from before the reset counted: %+v", st)
+	}
+}
+
+// On Linux the kernel stamps answers: a real pair of meshes on loopback
+// reports the stamp, not the read time, as the last answer.
+func TestRxStampOnLoopback(t *testing.T) {
+	if !rxStampsSupported {
+		t.Skip("no SO_TIMESTAMPNS here")
+	}
+	a := netip.MustParseAddrPort("127.0.0.1:39471")
+	b := netip.MustParseAddrPort("127.0.0.1:39472")
+	ma, cancelA, doneA := startMesh(t, Config{Listen: a, Peers: []Peer{{Name: "b", Addr: b}}, Interval: 5 * time.Millisecond, Timeout: 100 * time.Millisecond})
+	_, cancelB, doneB := startMesh(t, Config{Listen: b, Interval: 5 * time.Millisecond, Timeout: 100 * time.Millisecond})
+	time.Sleep(200 * time.Millisecond)
+	stamped := ma.rxStamped.Load()
+	stop(t, cancelA, doneA)
+	stop(t, cancelB, doneB)
+	if stamped == 0 {
+		t.Fatal("no answer carried a kernel receive stamp")
 	}
 }

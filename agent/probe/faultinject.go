@@ -1,0 +1,24 @@
+//go:build cutover_faultinject
+
+package probe
+
+import (
+	"os"
+	"strconv"
+)
+
+// FaultInjectDropEnv makes the mesh ignore every n-th answer it receives
+// (by sequence number) as if it never arrived: a deliberate meter bug, so
+// that the lab's agreement check against an independent meter
+// (harness/lab TestMeterAgreementBites) can be shown to catch one. This
+// file is compiled only with the build tag cutover_faultinject, which only
+// the lab's test harness sets (harness/lab/labtest.FaultInjectAgent); in the
+// shipped agent dropAnswer is a constant false (faultinject_off.go).
+const FaultInjectDropEnv = "COT_FAULTINJECT_PROBE_DROP_EVERY"
+
+// FaultInjectBuilt says whether this binary carries the switch.
+const FaultInjectBuilt = true
+
+var dropEvery, _ = strconv.ParseUint(os.Getenv(FaultInjectDropEnv), 10, 64)
+
+func dropAnswer(seq uint64) bool { return dropEvery > 0 && seq%dropEvery == 0 }

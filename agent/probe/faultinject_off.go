@@ -1,0 +1,10 @@
+//go:build !cutover_faultinject
+
+package probe
+
+// FaultInjectBuilt says whether this binary carries the test-only meter
+// mutation (faultinject.go, build tag cutover_faultinject). The shipped
+// agent never does: dropAnswer is a constant false.
+const FaultInjectBuilt = false
+
+func dropAnswer(uint64) bool { return false }
