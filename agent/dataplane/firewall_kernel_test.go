@@ -14,41 +14,12 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/harness/nsiptables"
 	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/harness/vxlantest"
 	"github.com/cutover-dev/cutover/pkg/iptables"
 	"github.com/cutover-dev/cutover/pkg/netns"
 )
-
-// nsIPT runs every iptables call on a thread inside the namespace: the
-// Client execs the binaries, which inherit the calling thread's namespace.
-type nsIPT struct {
-	ns string
-	c  *iptables.Client
-}
-
-func (n nsIPT) do(fn func() error) error { return netns.Do(n.ns, fn) }
-func (n nsIPT) EnsureChain(table, chain string) error {
-	return n.do(func() error { return n.c.EnsureChain(table, chain) })
-}
-func (n nsIPT) EnsureRule(r iptables.Rule) error {
-	return n.do(func() error { return n.c.EnsureRule(r) })
-}
-func (n nsIPT) DeleteRule(r iptables.Rule) error {
-	return n.do(func() error { return n.c.DeleteRule(r) })
-}
-func (n nsIPT) HasRule(r iptables.Rule) (ok bool, err error) {
-	err = n.do(func() error { ok, err = n.c.HasRule(r); return err })
-	return ok, err
-}
-func (n nsIPT) ListRules(table, chain string) (out []string, err error) {
-	err = n.do(func() error { out, err = n.c.ListRules(table, chain); return err })
-	return out, err
-}
-func (n nsIPT) EnsureJump(table, from, to string) error {
-	return n.do(func() error { return n.c.EnsureJump(table, from, to) })
-}
-func (n nsIPT) Backend() string { return n.c.Backend() }
 
 const (
 	addrA = "198.18.77.1"
@@ -129,7 +100,7 @@ func TestFirewallOpensPastACatchAllReject(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			fw := &dataplane.Firewall{IPT: nsIPT{a, ipt}, CreateChain: tc.create, JumpFrom: "INPUT",
+			fw := &dataplane.Firewall{IPT: nsiptables.IPT{NS: a, C: ipt}, CreateChain: tc.create, JumpFrom: "INPUT",
 				Templates: []iptables.Rule{{Table: "filter", Chain: tc.chain, Proto: "udp", StateNew: true, Target: "ACCEPT"}}}
 			if passes(t, a, b, 4889) {
 				t.Fatal("UDP 4889 passes before Open: the REJECT baseline does not hold, the test proves nothing")

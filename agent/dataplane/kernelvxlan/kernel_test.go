@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/harness/nsiptables"
 	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/harness/vxlantest"
 	"github.com/cutover-dev/cutover/pkg/iptables"
@@ -36,36 +37,6 @@ type node struct {
 	*vxlantest.Node
 	b *Backend
 }
-
-// nsIPT runs every iptables call on a thread inside the namespace: the
-// Client execs the binaries, which inherit the calling thread's namespace.
-type nsIPT struct {
-	ns string
-	c  *iptables.Client
-}
-
-func (n nsIPT) do(fn func() error) error { return netns.Do(n.ns, fn) }
-func (n nsIPT) EnsureChain(table, chain string) error {
-	return n.do(func() error { return n.c.EnsureChain(table, chain) })
-}
-func (n nsIPT) EnsureRule(r iptables.Rule) error {
-	return n.do(func() error { return n.c.EnsureRule(r) })
-}
-func (n nsIPT) DeleteRule(r iptables.Rule) error {
-	return n.do(func() error { return n.c.DeleteRule(r) })
-}
-func (n nsIPT) HasRule(r iptables.Rule) (ok bool, err error) {
-	err = n.do(func() error { ok, err = n.c.HasRule(r); return err })
-	return ok, err
-}
-func (n nsIPT) ListRules(table, chain string) (out []string, err error) {
-	err = n.do(func() error { out, err = n.c.ListRules(table, chain); return err })
-	return out, err
-}
-func (n nsIPT) EnsureJump(table, from, to string) error {
-	return n.do(func() error { return n.c.EnsureJump(table, from, to) })
-}
-func (n nsIPT) Backend() string { return n.c.Backend() }
 
 // run runs a command inside a namespace and fails the test on an error.
 var run = vxlantest.Run
@@ -98,7 +69,7 @@ func newLab(t testing.TB, port int) (a, b *node) {
 			t.Fatal(err)
 		}
 		be, closeFn, err := Open(n.NS, Config{Device: labDev,
-			Firewall: &dataplane.Firewall{IPT: nsIPT{ns: n.NS, c: c}, Templates: []iptables.Rule{labTemplate}}}, true)
+			Firewall: &dataplane.Firewall{IPT: nsiptables.IPT{NS: n.NS, C: c}, Templates: []iptables.Rule{labTemplate}}}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
