@@ -331,10 +331,12 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 		if c.ctx.Err() != nil {
 			break // stopping (the Lease lost?): the next run takes it
 		}
-		point := barrier.ResumeAbort
-		if rec.CommitSent {
-			point = c.resumePoint(ctx, op)
+		last := barrier.Step(rec.Step)
+		allCommitted := false
+		if barrier.NeedsAgents(rec.CommitSent, last) {
+			allCommitted = c.allCommitted(ctx, op)
 		}
+		point := barrier.ChooseResume(rec.CommitSent, last, allCommitted)
 		c.log.Warn("resuming interrupted operation", "operation", rec.ID, "step", rec.Step, "commit_sent", rec.CommitSent, "resume", point)
 		op.emit("resume", "", fmt.Sprintf("coordinator restarted during %s: %s", rec.Step, map[barrier.Resume]string{
 			barrier.ResumeAbort: "aborting", barrier.ResumeVerify: "every agent is committed: verifying", barrier.ResumeRollback: "rolling back"}[point]), false, nil)
@@ -367,10 +369,9 @@ func (c *Coordinator) doneCore(rec Record) *barrier.Op {
 	return op
 }
 
-func (c *Coordinator) resumePoint(ctx context.Context, op *operation) barrier.Resume {
-	if op.rec.Step == string(barrier.Rollback) || op.rec.Step == string(barrier.Abort) {
-		return barrier.ResumeRollback
-	}
+// allCommitted asks every target whether it is committed on the target
+// port; an agent that does not answer counts as not committed.
+func (c *Coordinator) allCommitted(ctx context.Context, op *operation) bool {
 	cctx, cancel := context.WithTimeout(ctx, op.step)
 	defer cancel()
 	allCommitted := true
@@ -385,8 +386,5 @@ func (c *Coordinator) resumePoint(ctx context.Context, op *operation) barrier.Re
 			mu.Unlock()
 		}
 	})
-	if allCommitted {
-		return barrier.ResumeVerify
-	}
-	return barrier.ResumeRollback
+	return allCommitted
 }

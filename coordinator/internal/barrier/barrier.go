@@ -92,6 +92,11 @@
 //     (it is restored instead), an AfterConfirm or Finalize that a restart
 //     interrupted is made again, one that finished is not, and Restore is
 //     made until it succeeds.
+//   - Where a restarted coordinator picks an operation up is decided here
+//     too (ChooseResume): abort before commit, finish an undo in flight,
+//     verify after commit only when every agent says it is committed,
+//     else roll back. The runner only gathers the agents' answers, and
+//     only when NeedsAgents says they matter.
 //
 // This package must not do I/O, read clocks or know about gRPC.
 package barrier
@@ -518,6 +523,33 @@ func (o *Op) Start() []Action {
 		acts = append(acts, ResetProbes{})
 	}
 	return acts
+}
+
+// ChooseResume is where a restarted coordinator picks an interrupted
+// operation up, from its journal record (was Commit sent, which step was in
+// flight) and what the agents report now (every target committed on the
+// target port). Before commit nothing flipped: abort. An abort or rollback
+// in flight is finished. After commit, verify only when every agent is
+// committed; anything less, or not knowing, rolls back (an agent that is
+// unsure is never left flipped behind a verify that cannot see it).
+// Asking the agents only matters after commit and outside an undo: the
+// runner asks them only when NeedsAgents says so.
+func ChooseResume(commitSent bool, step Step, allCommitted bool) Resume {
+	switch {
+	case !commitSent:
+		return ResumeAbort
+	case step == Rollback || step == Abort:
+		return ResumeRollback
+	case allCommitted:
+		return ResumeVerify
+	}
+	return ResumeRollback
+}
+
+// NeedsAgents reports whether ChooseResume's answer depends on the agents'
+// state for a record with these fields.
+func NeedsAgents(commitSent bool, step Step) bool {
+	return commitSent && step != Rollback && step != Abort
 }
 
 // ResumeAt starts a restarted operation at the given point. Every agent is
