@@ -34,12 +34,22 @@ func TestRollbackRetriesReachARestartingAgent(t *testing.T) {
 	l := newLab(t, 3, nil)
 	l.fakes["n2"].SetFault("Commit", fakeagent.Fault{Err: unavailable})
 	l.fakes["n2"].SetFault("Rollback", fakeagent.Fault{Err: unavailable})
+	rollbacks := func() int {
+		n := 0
+		for _, c := range l.fakes["n2"].Calls() {
+			if strings.HasPrefix(c, "Rollback") {
+				n++
+			}
+		}
+		return n
+	}
 	go func() {
-		// "Back" once the commit has failed and the rollback started.
-		for !l.fakes["n2"].Called("Rollback") {
+		// "Back" once two attempts have failed (counted, not timed: a
+		// loaded machine delays the retries, not their count), so the
+		// third, after the doubled back-off, reaches it.
+		for rollbacks() < 2 {
 			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(400 * time.Millisecond)
 		l.fakes["n2"].SetFault("Rollback", fakeagent.Fault{})
 	}()
 	start := time.Now()
@@ -50,14 +60,9 @@ func TestRollbackRetriesReachARestartingAgent(t *testing.T) {
 	if rep.State != rolledBack {
 		t.Fatalf("state %s (%s), want rolled back\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
 	}
-	n := 0
-	for _, c := range l.fakes["n2"].Calls() {
-		if strings.HasPrefix(c, "Rollback") {
-			n++
-		}
-	}
+	n := rollbacks()
 	// Attempts at 0, 250 ms, 750 ms (back-off 250 ms doubling): the third
-	// reaches it. Back to back they would all have gone within the 400 ms.
+	// reaches it. Back to back they would all have gone at once.
 	if n != 3 || time.Since(start) < 700*time.Millisecond {
 		t.Errorf("n2 got %d Rollback calls in %s, want 3 spaced over ≥ 750 ms", n, time.Since(start))
 	}
