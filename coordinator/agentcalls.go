@@ -1,8 +1,6 @@
 package coordinator
 
 import (
-	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
-
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,17 +35,14 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 	id := op.rec.ID
 	timeout := s.Timeout
 	var commitAt time.Time
-	switch s.Step {
-	case barrier.Commit:
+	var late *lateWatch
+	if s.Step == barrier.Commit {
 		lead := c.commitLead(op)
 		commitAt = time.Now().Add(lead)
 		timeout += lead
 		op.mu.Lock()
 		op.commitAt = commitAt
 		op.mu.Unlock()
-	}
-	var late *lateWatch
-	if s.Step == barrier.Commit {
 		late = c.watchLate(op, s, commitAt, post)
 		defer late.stop()
 	}

@@ -63,19 +63,9 @@ func TestEndToEndRealCoordinator(t *testing.T) {
 	if err := c.Resume(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	scfg, err := pki.ServerConfig(pki.CoordinatorFiles(dir), pki.RoleAdmin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(scfg)))
-	coordinator.Serve(srv, c)
-	go func() { _ = srv.Serve(ln) }()
+	srv, addr := serveMTLS(t, c, dir)
 	t.Cleanup(srv.Stop)
-	base := []string{"--coordinator", ln.Addr().String(), "--tls-dir", dir}
+	base := []string{"--coordinator", addr, "--tls-dir", dir}
 	ctl := func(args ...string) (int, string, string) {
 		t.Helper()
 		return run(t, append(append([]string{}, base...), args...)...)
@@ -155,4 +145,23 @@ func TestEndToEndRealCoordinator(t *testing.T) {
 		}
 	}
 	t.Logf("rolled back:\n%s%s", stdout, stderr)
+}
+
+// serveMTLS serves c's API on a loopback port with the coordinator identity
+// that `coordctl certs` made in dir (admin callers only), as production
+// does; the caller stops the server.
+func serveMTLS(t *testing.T, c *coordinator.Coordinator, dir string) (*grpc.Server, string) {
+	t.Helper()
+	scfg, err := pki.ServerConfig(pki.CoordinatorFiles(dir), pki.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(scfg)))
+	coordinator.Serve(srv, c)
+	go func() { _ = srv.Serve(ln) }()
+	return srv, ln.Addr().String()
 }

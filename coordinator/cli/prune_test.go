@@ -64,18 +64,8 @@ func TestStatusOfPrunedOperation(t *testing.T) {
 		if err := c.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		scfg, err := pki.ServerConfig(pki.CoordinatorFiles(dir), pki.RoleAdmin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(scfg)))
-		coordinator.Serve(srv, c)
-		go func() { _ = srv.Serve(ln) }()
-		base := []string{"--coordinator", ln.Addr().String(), "--tls-dir", dir}
+		srv, addr := serveMTLS(t, c, dir)
+		base := []string{"--coordinator", addr, "--tls-dir", dir}
 		return func(args ...string) (int, string, string) {
 			t.Helper()
 			return run(t, append(append([]string{}, base...), args...)...)
