@@ -46,11 +46,11 @@ LAB_PKGS := ./harness/lab/...
 test: lint lab kube-tools ## the full suite: lint, unit tier, privileged tier when root (CI is root), Kubernetes tier, lab end to end
 	$(GO) test -race -count=1 -timeout 40m $$($(GO) list $(PKGS) | grep -v '/harness/lab')
 	$(GO) test -race -count=1 -p 1 -timeout 40m $(LAB_PKGS)
-	hack/fuzz-smoke.sh $(FUZZ_SECONDS)
+	hack/fuzz-smoke.sh $(FUZZ_EXECS)
 
-FUZZ_SECONDS ?= 3
-fuzz-smoke: ## run every Fuzz* target briefly (FUZZ_SECONDS each) beyond its seed corpus
-	hack/fuzz-smoke.sh $(FUZZ_SECONDS)
+FUZZ_EXECS ?= 50000
+fuzz-smoke: ## run every Fuzz* target for FUZZ_EXECS executions each beyond its seed corpus
+	hack/fuzz-smoke.sh $(FUZZ_EXECS)
 
 test-unit: ## unit tier only (no root needed)
 	$(GO) test -race -count=1 -short $(PKGS)
