@@ -216,3 +216,66 @@ func TestMissingInterfaceReportedAsMissing(t *testing.T) {
 		t.Fatalf("held target with the interface missing: %+v", c)
 	}
 }
+
+// TestCommitUsesPreparedChange: Commit applies the change Prepare built (a
+// compare-and-set against the row as Prepare read it), and without one (an
+// agent restarted between Prepare and Commit) builds it itself.
+func TestCommitUsesPreparedChange(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("row changed after prepare: commit refuses", func(t *testing.T) {
+		r := newRig(t)
+		snap, err := r.b.Snapshot(ctx, 4789, 4889)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.b.Prepare(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+		i, _ := r.ovs.GetInterface(ctx, "vxlan0")
+		i.Options["tos"] = "inherit" // another controller, after Prepare
+		r.ovs.Set(i)
+		if _, err := r.b.Commit(ctx, snap); !ovs.IsConflict(err) {
+			t.Fatalf("commit after the row changed: %v, want a conflict from the prepared compare-and-set", err)
+		}
+		if got, _ := r.ovs.GetInterface(ctx, "vxlan0"); got.Options["dst_port"] != "4789" {
+			t.Fatalf("dst_port = %s after a refused commit, want 4789", got.Options["dst_port"])
+		}
+	})
+
+	t.Run("restarted agent: commit without prepare's cache", func(t *testing.T) {
+		r := newRig(t)
+		snap, err := r.b.Snapshot(ctx, 4789, 4889)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.b.Prepare(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := New(r.b.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := fresh.Commit(ctx, snap)
+		if err != nil || st.Port != 4889 {
+			t.Fatalf("commit on a restarted backend: %+v, %v; want port 4889", st, err)
+		}
+	})
+
+	t.Run("abort drops the prepared change", func(t *testing.T) {
+		r := newRig(t)
+		snap, err := r.b.Snapshot(ctx, 4789, 4889)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.b.Prepare(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.b.Abort(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+		if r.b.takePending(4789, 4889) != nil {
+			t.Fatal("a prepared change survived Abort")
+		}
+	})
+}
