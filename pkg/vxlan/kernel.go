@@ -246,19 +246,23 @@ func (k *Kernel) Recreate(snap Snapshot, newPort int) (Window, error) {
 		vtep = p.Attrs().Index
 	}
 	tmp := tmpName(name)
-	for _, left := range []string{tmp, oldName(name)} {
-		if l, err := k.H.LinkByName(left); err == nil {
-			if _, ok := l.(*netlink.Vxlan); !ok {
-				return fail(fmt.Errorf("%s exists and is a %s link, not a leftover of ours; remove it", left, l.Type()))
-			}
-			if err := k.H.LinkDel(l); err != nil {
-				return fail(fmt.Errorf("remove leftover %s: %w", left, err))
-			}
-		}
+	var adopt *netlink.Vxlan
+	if k.Strategy == "" || k.Strategy == StrategyPrebuilt {
+		adopt = k.adoptable(snap, tmp, newPort)
+	}
+	leftovers := []string{oldName(name)}
+	if adopt == nil {
+		leftovers = append(leftovers, tmp)
+	}
+	if err := k.removeLeftovers(leftovers...); err != nil {
+		return fail(err)
 	}
 	switch k.Strategy {
 	case "", StrategyPrebuilt:
-		return k.recreatePrebuilt(snap, old, tmp, newPort, vtep)
+		if adopt != nil {
+			return k.switchAdopted(snap, old, adopt, newPort)
+		}
+		return k.recreatePrebuilt(snap, old, tmp, newPort)
 	case StrategyDeleteFirst:
 		return k.recreateDeleteFirst(snap, old, newPort, vtep)
 	default:
@@ -271,31 +275,214 @@ func withPort(s Snapshot, port int) Snapshot {
 	return s
 }
 
-func (k *Kernel) recreatePrebuilt(snap Snapshot, old *netlink.Vxlan, tmp string, port, vtep int) (Window, error) {
+// removeLeftovers deletes devices of ours left under the given names.
+func (k *Kernel) removeLeftovers(names ...string) error {
+	for _, left := range names {
+		if l, err := k.H.LinkByName(left); err == nil {
+			if _, ok := l.(*netlink.Vxlan); !ok {
+				return fmt.Errorf("%s exists and is a %s link, not a leftover of ours; remove it", left, l.Type())
+			}
+			if err := k.H.LinkDel(l); err != nil {
+				return fmt.Errorf("remove leftover %s: %w", left, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Prebuild implements Interface.
+func (k *Kernel) Prebuild(snap Snapshot, newPort int) (Window, error) {
+	name := snap.Device.Name
+	fail := func(err error) (Window, error) { return Window{}, &Error{Op: "prebuild", Device: name, Err: err} }
+	if err := snap.Validate(); err != nil {
+		return Window{}, err
+	}
+	if err := validPort("newPort", newPort); err != nil {
+		return fail(err)
+	}
+	t0 := k.now()
+	tmp := tmpName(name)
+	if k.adoptable(snap, tmp, newPort) != nil {
+		return Window{Strategy: StrategyPrebuilt, Prepare: k.now().Sub(t0)}, nil // a replayed Prepare
+	}
+	if err := k.removeLeftovers(tmp); err != nil {
+		return fail(err)
+	}
+	if _, err := k.buildTmp(snap, tmp, newPort, false); err != nil {
+		return fail(err)
+	}
+	return Window{Strategy: StrategyPrebuilt, Prepare: k.now().Sub(t0)}, nil
+}
+
+// buildTmp adds the new device under tmp, down, with snap's FDB and
+// neighbours, and with its addresses when withAddrs. Everything bound to
+// the ifindex can be attached while the device is down and the old one
+// still carries traffic; routes cannot (IPv4 refuses a nexthop on a down
+// device), so they wait for the window.
+func (k *Kernel) buildTmp(snap Snapshot, tmp string, port int, withAddrs bool) (*netlink.Vxlan, error) {
+	vtep := 0
+	if snap.Device.VtepDev != "" {
+		p, err := netlinksafe.LinkByName(k.H, snap.Device.VtepDev)
+		if err != nil {
+			return nil, fmt.Errorf("device.vtepDev %q: %w", snap.Device.VtepDev, err)
+		}
+		vtep = p.Attrs().Index
+	}
+	nlink, err := newLink(snap.Device, tmp, port, vtep)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.H.LinkAdd(nlink); err != nil {
+		return nil, fmt.Errorf("add %s (vxlan id %d dstport %d): %w", tmp, snap.Device.VNI, port, err)
+	}
+	idx := nlink.Attrs().Index
+	if withAddrs {
+		if _, err := k.restoreAddrs(nlink, snap.Addrs); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := k.restoreFDB(idx, snap.FDB); err != nil {
+		return nil, err
+	}
+	if _, err := k.restoreNeighbors(idx, snap.Neighbors); err != nil {
+		return nil, err
+	}
+	return nlink, nil
+}
+
+// adoptable returns the device Prebuild left under tmp if Recreate(snap,
+// port) can use it: a VXLAN link, down, without addresses, configured as
+// snap's device on port. Anything else (another port, a leftover of an
+// interrupted Recreate, a device changed since) is not adopted.
+func (k *Kernel) adoptable(snap Snapshot, tmp string, port int) *netlink.Vxlan {
+	l, err := k.H.LinkByName(tmp)
+	if err != nil {
+		return nil
+	}
+	v, ok := l.(*netlink.Vxlan)
+	if !ok || v.Attrs().Flags&net.FlagUp != 0 || v.Port != port {
+		return nil
+	}
+	cur, err := k.snapshotOf(v)
+	if err != nil || len(cur.Addrs) != 0 {
+		return nil
+	}
+	want := snap.Device
+	want.Name, want.Index, want.Port, want.Up = tmp, cur.Device.Index, port, false
+	if (Snapshot{Device: cur.Device}).Text() != (Snapshot{Device: want}).Text() {
+		return nil
+	}
+	return v
+}
+
+// topUp brings the adopted device's FDB and neighbours in line with snap,
+// the device as read just before the switch: what the CNI added, changed or
+// removed since Prebuild. It returns how many requests that took.
+func (k *Kernel) topUp(snap Snapshot, v *netlink.Vxlan) (int, error) {
+	cur, err := k.snapshotOf(v)
+	if err != nil {
+		return 0, err
+	}
+	idx := v.Attrs().Index
+	calls := 0
+	fdbKey := func(e FDBEntry) string {
+		return fmt.Sprintf("%s|%s|%d|%d|%d|%d|%d", e.MAC, e.Dst, e.Port, e.VNI, e.Ifindex, e.State, e.Flags)
+	}
+	have := map[string]FDBEntry{}
+	for _, e := range cur.FDB {
+		have[fdbKey(e)] = e
+	}
+	want := map[string]bool{}
+	for _, e := range snap.FDB {
+		want[fdbKey(e)] = true
+		if _, ok := have[fdbKey(e)]; !ok {
+			calls++
+			if err := k.fdbSend(unix.RTM_NEWNEIGH, unix.NLM_F_CREATE|unix.NLM_F_APPEND, idx, e); err != nil {
+				return calls, err
+			}
+		}
+	}
+	for key, e := range have {
+		if !want[key] {
+			if e.Port == 0 {
+				e.Port = v.Port
+			}
+			calls++
+			if err := k.fdbSend(unix.RTM_DELNEIGH, 0, idx, e); err != nil {
+				return calls, err
+			}
+		}
+	}
+	haveN := map[string]Neighbor{}
+	for _, n := range cur.Neighbors {
+		haveN[n.IP.String()] = n
+	}
+	wantN := map[string]bool{}
+	var add []Neighbor
+	for _, n := range snap.Neighbors {
+		wantN[n.IP.String()] = true
+		if h, ok := haveN[n.IP.String()]; !ok || h.MAC != n.MAC || h.State != n.State || h.Flags != n.Flags {
+			add = append(add, n)
+		}
+	}
+	n, err := k.restoreNeighbors(idx, add)
+	calls += n
+	if err != nil {
+		return calls, err
+	}
+	for ip, h := range haveN {
+		if wantN[ip] {
+			continue
+		}
+		fam := netlink.FAMILY_V4
+		if h.IP.To4() == nil {
+			fam = netlink.FAMILY_V6
+		}
+		calls++
+		if err := k.H.NeighDel(&netlink.Neigh{LinkIndex: idx, Family: fam, IP: h.IP}); err != nil && !errors.Is(err, unix.ENOENT) {
+			return calls, fmt.Errorf("neigh del %s: %w", h.IP, err)
+		}
+	}
+	return calls, nil
+}
+
+// switchAdopted is recreatePrebuilt with the new device Prebuild made: it
+// is topped up to snap and given its addresses (still before the old device
+// is touched), then switched in the same way.
+func (k *Kernel) switchAdopted(snap Snapshot, old, v *netlink.Vxlan, port int) (Window, error) {
+	fail := func(err error) (Window, error) {
+		return Window{}, &Error{Op: "recreate", Device: snap.Device.Name, Err: err}
+	}
+	t0 := k.now()
+	if _, err := k.topUp(snap, v); err != nil {
+		return fail(fmt.Errorf("top up the prebuilt %s: %w", v.Attrs().Name, err))
+	}
+	if _, err := k.restoreAddrs(v, snap.Addrs); err != nil {
+		return fail(err)
+	}
+	w := Window{Strategy: StrategyPrebuilt, Adopted: true, Prepare: k.now().Sub(t0)}
+	return k.switchTo(snap, old, v, w)
+}
+
+func (k *Kernel) recreatePrebuilt(snap Snapshot, old *netlink.Vxlan, tmp string, port int) (Window, error) {
 	name := snap.Device.Name
 	fail := func(err error) (Window, error) { return Window{}, &Error{Op: "recreate", Device: name, Err: err} }
 	t0 := k.now()
-	nlink, err := newLink(snap.Device, tmp, port, vtep)
+	nlink, err := k.buildTmp(snap, tmp, port, true)
 	if err != nil {
 		return fail(err)
 	}
-	if err := k.H.LinkAdd(nlink); err != nil {
-		return fail(fmt.Errorf("add %s (vxlan id %d dstport %d): %w", tmp, snap.Device.VNI, port, err))
-	}
-	idx := nlink.Attrs().Index
-	// Everything bound to the ifindex can be attached while the device is
-	// down and the old one still carries traffic; routes cannot (IPv4
-	// refuses a nexthop on a down device), so they wait for the window.
-	if _, err := k.restoreAddrs(nlink, snap.Addrs); err != nil {
-		return fail(err)
-	}
-	if _, err := k.restoreFDB(idx, snap.FDB); err != nil {
-		return fail(err)
-	}
-	if _, err := k.restoreNeighbors(idx, snap.Neighbors); err != nil {
-		return fail(err)
-	}
 	w := Window{Strategy: StrategyPrebuilt, Prepare: k.now().Sub(t0)}
+	return k.switchTo(snap, old, nlink, w)
+}
+
+// switchTo puts nlink, built and addressed under its temporary name, in
+// old's place: the window.
+func (k *Kernel) switchTo(snap Snapshot, old, nlink *netlink.Vxlan, w Window) (Window, error) {
+	name := snap.Device.Name
+	fail := func(err error) (Window, error) { return Window{}, &Error{Op: "recreate", Device: name, Err: err} }
+	idx := nlink.Attrs().Index
+	var err error
 
 	// Deleting a link costs 10-50 ms (unregistering waits for RCU grace
 	// periods) and taking it down 3-10 ms (the vxlan socket release waits
@@ -547,7 +734,13 @@ func unicast(mac string) bool {
 
 // Cleanup implements Interface.
 func (k *Kernel) Cleanup(name string) error {
-	old := oldName(name)
+	if err := k.cleanupOne(name, tmpName(name)); err != nil {
+		return err
+	}
+	return k.cleanupOne(name, oldName(name))
+}
+
+func (k *Kernel) cleanupOne(name, old string) error {
 	l, err := netlinksafe.LinkByName(k.H, old)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
@@ -557,10 +750,10 @@ func (k *Kernel) Cleanup(name string) error {
 		return &Error{Op: "cleanup", Device: name, Err: err}
 	}
 	if _, ok := l.(*netlink.Vxlan); !ok {
-		return &Error{Op: "cleanup", Device: name, Err: fmt.Errorf("%s is a %s link, not an old device of ours; not deleting it", old, l.Type())}
+		return &Error{Op: "cleanup", Device: name, Err: fmt.Errorf("%s is a %s link, not a device of ours; not deleting it", old, l.Type())}
 	}
 	if err := k.H.LinkDel(l); err != nil {
-		return &Error{Op: "cleanup", Device: name, Err: fmt.Errorf("delete old device %s: %w", old, err)}
+		return &Error{Op: "cleanup", Device: name, Err: fmt.Errorf("delete %s: %w", old, err)}
 	}
 	return nil
 }
