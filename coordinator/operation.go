@@ -36,7 +36,9 @@ type operation struct {
 	rollback  chan string
 	stepStart time.Time
 	curStep   barrier.Step
-	applied   map[string]int64 // coordinator clock, by node
+	applied   map[string]int64 // coordinator clock, by node: the agents' wake-ups
+	written   map[string]int64 // the same: the writes leaving for the dataplane
+	effective map[string]int64 // the same: the dataplanes' confirmations
 	// selfUndo is, by node, the instant (coordinator clock) the agent said
 	// it undoes the operation by itself: its prepare deadline while
 	// prepared, its dead-man deadline once committed. A Failed report
@@ -55,7 +57,7 @@ type operation struct {
 func newOperation(id, kind string, from, to uint32, nodes []string, step, deadman time.Duration, seq int64) *operation {
 	op := &operation{from: from, to: to, nodes: nodes, step: step, deadman: deadman, offsets: map[string]clockSample{},
 		changed: make(chan struct{}), done: make(chan struct{}), rollback: make(chan string, 1),
-		results: map[string]*coordinatorv1.NodeResult{}, applied: map[string]int64{}, selfUndo: map[string]time.Time{}, selfKind: map[string]agentv1.Phase{}}
+		results: map[string]*coordinatorv1.NodeResult{}, applied: map[string]int64{}, written: map[string]int64{}, effective: map[string]int64{}, selfUndo: map[string]time.Time{}, selfKind: map[string]agentv1.Phase{}}
 	op.rec = Record{ID: id, Kind: kind, FromPort: from, ToPort: to, Nodes: nodes, StepMillis: step.Milliseconds(), Outcome: "pending", Seq: seq}
 	op.report = &coordinatorv1.Report{OperationId: id, State: coordinatorv1.OperationState_OPERATION_STATE_RUNNING,
 		FromPort: from, ToPort: to, StartedUnixNano: time.Now().UnixNano()}

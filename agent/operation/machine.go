@@ -317,6 +317,7 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 		return out, errf(CodeAborted, nil, "operation %s: %s (reverted to port %d)", id, rec.Error, rec.FromPort)
 	}
 	rec.ReadbackPort, rec.CurrentPort = st.Port, st.Port
+	rec.Written, rec.Effective = st.Written, st.Effective
 	rec.Deadline = t0.Add(deadman)
 	rec.Updated = m.clock.Now()
 	if err := m.store.Save(rec); err != nil {

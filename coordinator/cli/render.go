@@ -154,6 +154,11 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 	if r.GetCommitSpreadNanos() != 0 || r.GetState() != coordinatorv1.OperationState_OPERATION_STATE_UNSPECIFIED {
 		_, _ = fmt.Fprintf(w, "\ncommit spread: %s ms\n", fmtMillis(r.GetCommitSpreadNanos()))
 	}
+	if r.GetEffectSpreadNanos() != 0 || r.GetWriteSpreadNanos() != 0 {
+		// The commit spread is when the agents woke; this is what the
+		// overlay saw: the writes leaving and the dataplanes confirming.
+		_, _ = fmt.Fprintf(w, "effect spread: %s ms (writes left within %s ms)\n", fmtMillis(r.GetEffectSpreadNanos()), fmtMillis(r.GetWriteSpreadNanos()))
+	}
 	for _, l := range r.GetLateNodes() {
 		what := "did not apply"
 		if l.GetApplied() {

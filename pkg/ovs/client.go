@@ -280,6 +280,7 @@ type prepared struct {
 	mon            *ovsdb.Monitor
 	curCfg, target int64 // cur_cfg seen; next_cfg to wait for
 	used, closed   bool
+	sent, applied  time.Time
 }
 
 // watch opens the cur_cfg monitor on db. For a no-op the value to wait for
@@ -296,6 +297,8 @@ func (p *prepared) watch(ctx context.Context, db *ovsdb.Client) error {
 }
 
 func (p *prepared) Current() Interface { return p.cur }
+
+func (p *prepared) Timing() (sent, confirmed time.Time) { return p.sent, p.applied }
 
 func (p *prepared) Apply(ctx context.Context) (Interface, error) {
 	if p.closed || p.used {
@@ -324,6 +327,7 @@ func (p *prepared) Apply(ctx context.Context) (Interface, error) {
 		if p.c.testHookBeforeWrite != nil {
 			p.c.testHookBeforeWrite()
 		}
+		p.sent = time.Now()
 		res, err := p.db.Transact(ctx, dbName, p.ops...)
 		if err != nil {
 			return p.cur, p.c.txnError(ctx, p.db, p.cur, p.from, p.to, p.nWaits, err)
@@ -344,6 +348,9 @@ func (p *prepared) Apply(ctx context.Context) (Interface, error) {
 		if cc, _ := cfgOf(u); cc > p.curCfg {
 			p.curCfg = cc
 		}
+	}
+	if !p.noop {
+		p.applied = time.Now()
 	}
 	got, _, err := getInterface(ctx, p.db, p.name)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Fake is an in-memory Driver for unit tests of the logic above the driver.
@@ -206,12 +207,15 @@ func (f *Fake) PrepareDstPort(ctx context.Context, name string, from, to uint16)
 }
 
 type fakePrepared struct {
-	f            *Fake
-	name         string
-	from, to     uint16
-	cur          Interface
-	used, closed bool
+	f             *Fake
+	name          string
+	from, to      uint16
+	cur           Interface
+	used, closed  bool
+	sent, applied time.Time
 }
+
+func (p *fakePrepared) Timing() (sent, confirmed time.Time) { return p.sent, p.applied }
 
 func (p *fakePrepared) Current() Interface { return p.cur }
 
@@ -229,5 +233,10 @@ func (p *fakePrepared) Apply(ctx context.Context) (Interface, error) {
 	if now.Type != p.cur.Type || optionsString(now.Options) != optionsString(p.cur.Options) {
 		return p.cur, &ConflictError{Name: p.name, Expected: p.from, Current: "options " + optionsString(now.Options)}
 	}
-	return p.f.SetDstPort(ctx, p.name, p.from, p.to)
+	sent := time.Now()
+	got, err := p.f.SetDstPort(ctx, p.name, p.from, p.to)
+	if port, _ := p.cur.DstPort(); err == nil && port != p.to {
+		p.sent, p.applied = sent, time.Now()
+	}
+	return got, err
 }

@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Interface is the part of an OVSDB Interface row the driver deals in.
@@ -104,6 +105,10 @@ type PreparedChange interface {
 	Apply(ctx context.Context) (Interface, error)
 	// Current is the interface as read at Prepare.
 	Current() Interface
+	// Timing is when Apply's write left and when ovs-vswitchd confirmed
+	// it (cur_cfg); zero before Apply, confirmed zero if it did not, and
+	// both zero for a no-op (already on the port: nothing was written).
+	Timing() (sent, confirmed time.Time)
 	// Close releases the watch; safe to call more than once, and after Apply.
 	Close()
 }

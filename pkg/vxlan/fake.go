@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Fake is an in-memory Interface for unit tests of the agent's logic. It
@@ -91,7 +92,8 @@ func (f *Fake) Recreate(snap Snapshot, newPort int) (Window, error) {
 	if err := f.failNext("recreate", name); err != nil {
 		return Window{}, err
 	}
-	w := Window{Strategy: "fake"}
+	now := time.Now()
+	w := Window{Strategy: "fake", Start: now, End: now}
 	if p, ok := f.Prebuilt[name]; ok {
 		w.Adopted = p == newPort
 		delete(f.Prebuilt, name)

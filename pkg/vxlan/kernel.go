@@ -106,22 +106,11 @@ func (k *Kernel) Snapshot(name string) (Snapshot, error) {
 func (k *Kernel) snapshotOf(v *netlink.Vxlan) (Snapshot, error) {
 	a := v.Attrs()
 	wrap := func(err error) error { return &Error{Op: "snapshot", Device: a.Name, Err: err} }
-	s := Snapshot{Device: Device{
-		Name: a.Name, Index: a.Index, MTU: a.MTU, MAC: a.HardwareAddr.String(), TxQLen: a.TxQLen,
-		Up:  a.Flags&net.FlagUp != 0,
-		VNI: v.VxlanId, Port: v.Port, Local: v.SrcAddr, Group: v.Group, TTL: v.TTL, TOS: v.TOS,
-		Learning: v.Learning, Proxy: v.Proxy, RSC: v.RSC, L2Miss: v.L2miss, L3Miss: v.L3miss,
-		UDPCsum: v.UDPCSum, UDP6ZeroTx: v.UDP6ZeroCSumTx, UDP6ZeroRx: v.UDP6ZeroCSumRx,
-		NoAge: v.NoAge, GBP: v.GBP, FlowBased: v.FlowBased, Age: v.Age, Limit: v.Limit,
-		SrcPortLow: v.PortLow, SrcPortHigh: v.PortHigh,
-	}}
-	if v.VtepDevIndex != 0 {
-		p, err := netlinksafe.LinkByIndex(k.H, v.VtepDevIndex)
-		if err != nil {
-			return Snapshot{}, wrap(fmt.Errorf("vtep device index %d: %w", v.VtepDevIndex, err))
-		}
-		s.Device.VtepDev = p.Attrs().Name
+	dev, err := k.deviceOf(v)
+	if err != nil {
+		return Snapshot{}, wrap(err)
 	}
+	s := Snapshot{Device: dev}
 	addrs, err := netlinksafe.AddrList(k.H, v, netlink.FAMILY_ALL)
 	if err != nil {
 		return Snapshot{}, wrap(err)
@@ -139,18 +128,8 @@ func (k *Kernel) snapshotOf(v *netlink.Vxlan) (Snapshot, error) {
 	if s.FDB, err = k.fdbList(a.Index); err != nil {
 		return Snapshot{}, wrap(err)
 	}
-	// Per family: an AF_UNSPEC neighbour dump would also return the bridge FDB.
-	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		ns, err := netlinksafe.NeighList(k.H, a.Index, fam)
-		if err != nil {
-			return Snapshot{}, wrap(err)
-		}
-		for _, n := range ns {
-			if len(n.HardwareAddr) == 0 || n.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED|netlink.NUD_NOARP) != 0 {
-				continue // nothing worth restoring
-			}
-			s.Neighbors = append(s.Neighbors, Neighbor{IP: n.IP, MAC: n.HardwareAddr.String(), State: n.State, Flags: n.Flags})
-		}
+	if s.Neighbors, err = k.neighbors(a.Index); err != nil {
+		return Snapshot{}, wrap(err)
 	}
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		rs, err := netlinksafe.RouteListFiltered(k.H, fam, &netlink.Route{LinkIndex: a.Index, Table: unix.RT_TABLE_UNSPEC},
@@ -173,12 +152,58 @@ func (k *Kernel) snapshotOf(v *netlink.Vxlan) (Snapshot, error) {
 	return s, nil
 }
 
+// deviceOf reads a device's configuration (one request when it is pinned
+// to an underlay device, for that device's name; none otherwise).
+func (k *Kernel) deviceOf(v *netlink.Vxlan) (Device, error) {
+	a := v.Attrs()
+	d := Device{
+		Name: a.Name, Index: a.Index, MTU: a.MTU, MAC: a.HardwareAddr.String(), TxQLen: a.TxQLen,
+		Up:  a.Flags&net.FlagUp != 0,
+		VNI: v.VxlanId, Port: v.Port, Local: v.SrcAddr, Group: v.Group, TTL: v.TTL, TOS: v.TOS,
+		Learning: v.Learning, Proxy: v.Proxy, RSC: v.RSC, L2Miss: v.L2miss, L3Miss: v.L3miss,
+		UDPCsum: v.UDPCSum, UDP6ZeroTx: v.UDP6ZeroCSumTx, UDP6ZeroRx: v.UDP6ZeroCSumRx,
+		NoAge: v.NoAge, GBP: v.GBP, FlowBased: v.FlowBased, Age: v.Age, Limit: v.Limit,
+		SrcPortLow: v.PortLow, SrcPortHigh: v.PortHigh,
+	}
+	if v.VtepDevIndex != 0 {
+		p, err := netlinksafe.LinkByIndex(k.H, v.VtepDevIndex)
+		if err != nil {
+			return Device{}, fmt.Errorf("vtep device index %d: %w", v.VtepDevIndex, err)
+		}
+		d.VtepDev = p.Attrs().Name
+	}
+	return d, nil
+}
+
+// neighbors reads the device's ARP/NDP entries worth restoring. Per
+// family: an AF_UNSPEC neighbour dump would also return the bridge FDB.
+func (k *Kernel) neighbors(idx int) ([]Neighbor, error) {
+	var out []Neighbor
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		ns, err := netlinksafe.NeighList(k.H, idx, fam)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range ns {
+			if len(n.HardwareAddr) == 0 || n.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED|netlink.NUD_NOARP) != 0 {
+				continue // nothing worth restoring
+			}
+			out = append(out, Neighbor{IP: n.IP, MAC: n.HardwareAddr.String(), State: n.State, Flags: n.Flags})
+		}
+	}
+	return out, nil
+}
+
 // Addresses flags that describe a moment (DAD in progress), not configuration.
 const transientAddrFlags = unix.IFA_F_TENTATIVE | unix.IFA_F_DADFAILED | unix.IFA_F_OPTIMISTIC
 
 // tmpName is where the new device is built. Derived from the name so that a
 // leftover from an interrupted Recreate is found and removed on replay.
 func tmpName(name string) string { return derivedName("cotx", name) }
+
+// TmpName is where Prebuild builds the new device: a rolled-back operation
+// may leave it (down, holding no socket) until the next one.
+func TmpName(name string) string { return tmpName(name) }
 
 // OldName is where the old device waits for deletion after the switch: a
 // port check may see it holding the old port until Cleanup.
@@ -305,7 +330,10 @@ func (k *Kernel) Prebuild(snap Snapshot, newPort int) (Window, error) {
 	if k.adoptable(snap, tmp, newPort) != nil {
 		return Window{Strategy: StrategyPrebuilt, Prepare: k.now().Sub(t0)}, nil // a replayed Prepare
 	}
-	if err := k.removeLeftovers(tmp); err != nil {
+	// The last operation's leftovers go now rather than at the commit
+	// instant: its old device may still hold the VNI on newPort (after a
+	// rollback), which the kernel refuses to duplicate (EEXIST).
+	if err := k.removeLeftovers(oldName(name), tmp); err != nil {
 		return fail(err)
 	}
 	if _, err := k.buildTmp(snap, tmp, newPort, false); err != nil {
@@ -363,13 +391,19 @@ func (k *Kernel) adoptable(snap Snapshot, tmp string, port int) *netlink.Vxlan {
 	if !ok || v.Attrs().Flags&net.FlagUp != 0 || v.Port != port {
 		return nil
 	}
-	cur, err := k.snapshotOf(v)
-	if err != nil || len(cur.Addrs) != 0 {
+	// Only what identifies it: its configuration (one lookup for the vtep
+	// device's name) and no addresses (one dump). Every request here runs
+	// between the commit instant and the flip.
+	dev, err := k.deviceOf(v)
+	if err != nil {
+		return nil
+	}
+	if addrs, err := netlinksafe.AddrList(k.H, v, netlink.FAMILY_V4); err != nil || len(addrs) != 0 {
 		return nil
 	}
 	want := snap.Device
-	want.Name, want.Index, want.Port, want.Up = tmp, cur.Device.Index, port, false
-	if (Snapshot{Device: cur.Device}).Text() != (Snapshot{Device: want}).Text() {
+	want.Name, want.Index, want.Port, want.Up = tmp, dev.Index, port, false
+	if (Snapshot{Device: dev}).Text() != (Snapshot{Device: want}).Text() {
 		return nil
 	}
 	return v
@@ -379,11 +413,15 @@ func (k *Kernel) adoptable(snap Snapshot, tmp string, port int) *netlink.Vxlan {
 // the device as read just before the switch: what the CNI added, changed or
 // removed since Prebuild. It returns how many requests that took.
 func (k *Kernel) topUp(snap Snapshot, v *netlink.Vxlan) (int, error) {
-	cur, err := k.snapshotOf(v)
-	if err != nil {
+	idx := v.Attrs().Index
+	var cur Snapshot
+	var err error
+	if cur.FDB, err = k.fdbList(idx); err != nil {
 		return 0, err
 	}
-	idx := v.Attrs().Index
+	if cur.Neighbors, err = k.neighbors(idx); err != nil {
+		return 0, err
+	}
 	calls := 0
 	fdbKey := func(e FDBEntry) string {
 		return fmt.Sprintf("%s|%s|%d|%d|%d|%d|%d", e.MAC, e.Dst, e.Port, e.VNI, e.Ifindex, e.State, e.Flags)
@@ -536,6 +574,7 @@ func (k *Kernel) switchTo(snap Snapshot, old, nlink *netlink.Vxlan, w Window) (W
 		return fail(err)
 	}
 	w.Total = k.now().Sub(tDel)
+	w.Start, w.End = tDel, tDel.Add(w.Total)
 	if old != nil && !k.KeepOld {
 		tc := k.now()
 		if err := k.H.LinkDel(old); err != nil {
@@ -590,6 +629,7 @@ func (k *Kernel) recreateDeleteFirst(snap Snapshot, old *netlink.Vxlan, port, vt
 		return fail(err)
 	}
 	w.Total = k.now().Sub(tDel)
+	w.Start, w.End = tDel, tDel.Add(w.Total)
 	return w, nil
 }
 

@@ -145,6 +145,10 @@ type Window struct {
 	Calls int `json:"calls"`
 	// Cleanup is the deletion of the old device after the window.
 	Cleanup time.Duration `json:"cleanupNs,omitempty"`
+	// Start and End are the window's instants (Total apart); zero when
+	// nothing was recreated.
+	Start time.Time `json:"-"`
+	End   time.Time `json:"-"`
 }
 
 const (

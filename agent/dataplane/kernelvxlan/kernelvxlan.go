@@ -213,10 +213,11 @@ func (b *Backend) checkTarget(c *dataplane.Check, to uint16, current int) bool {
 	switch {
 	case err != nil:
 		c.Problems = append(c.Problems, fmt.Sprintf("port %d: cannot tell whether it is free: %v", to, err))
-	case !free && holder.Kind == "vxlan" && holder.Device == vxlan.OldName(b.cfg.Device):
+	case !free && holder.Kind == "vxlan" && (holder.Device == vxlan.OldName(b.cfg.Device) || holder.Device == vxlan.TmpName(b.cfg.Device)):
 		// The old device of our own last cutover, kept until its
-		// Finalize: Recreate removes it before building on the port.
-		c.Actions = append(c.Actions, fmt.Sprintf("remove %s (the old %s left by the last cutover, on port %d)", holder.Device, b.cfg.Device, to))
+		// Finalize, or a device prebuilt for an operation rolled back:
+		// Prebuild and Recreate remove them before building on the port.
+		c.Actions = append(c.Actions, fmt.Sprintf("remove %s (left by the last operation on %s, on port %d)", holder.Device, b.cfg.Device, to))
 	case !free:
 		c.TargetHolder = holder.String()
 		hint := ""
@@ -409,6 +410,7 @@ func (b *Backend) stateWith(o outcome) dataplane.State {
 	st.Detail["cleanup_us"] = strconv.FormatInt(w.Cleanup.Microseconds(), 10)
 	st.Detail["calls"] = strconv.Itoa(w.Calls)
 	st.Detail["prebuilt"] = strconv.FormatBool(w.Adopted)
+	st.Written, st.Effective = w.Start, w.End
 	return st
 }
 
@@ -450,12 +452,11 @@ func (b *Backend) Revert(_ context.Context, s dataplane.Snapshot) (dataplane.Sta
 	if o.moved {
 		b.forget(&st, s.ToPort)
 	}
-	// What the change left: a prebuilt device never committed, or the
-	// device that was on the target port (kept at Commit, KeepOld), which
-	// still holds that port.
-	if err := b.cfg.VXLAN.Cleanup(b.cfg.Device); err != nil {
-		return st, fmt.Errorf("revert %s: back on port %d; removing the change's leftover device failed (retry): %w", b.cfg.Device, s.FromPort, err)
-	}
+	// What the change left (a prebuilt device never committed, the device
+	// that was on the target port) stays until the next operation's
+	// Prebuild or Recreate, or its Finalize: deleting a link holds the
+	// kernel's RTNL lock for tens of milliseconds, and a rollback is when
+	// the other nodes' windows must not wait for it. Preflight knows both.
 	if b.cfg.Firewall != nil {
 		if err := b.cfg.Firewall.Close(s.ToPort, sd.ToRulesPresent); err != nil {
 			return st, err

@@ -282,18 +282,22 @@ func (b *Backend) takePending(from, to uint16) ovs.PreparedChange {
 // it is built here (two more round trips). Either way the compare-and-set
 // refuses a row that changed since it was read.
 func (b *Backend) Commit(ctx context.Context, s dataplane.Snapshot) (dataplane.State, error) {
-	var iface ovs.Interface
-	var err error
-	if change := b.takePending(s.FromPort, s.ToPort); change != nil {
-		iface, err = change.Apply(ctx)
-		change.Close()
-	} else {
-		iface, err = b.cfg.OVS.SetDstPort(ctx, b.cfg.Interface, s.FromPort, s.ToPort)
+	change := b.takePending(s.FromPort, s.ToPort)
+	if change == nil {
+		var err error
+		if change, err = b.cfg.OVS.PrepareDstPort(ctx, b.cfg.Interface, s.FromPort, s.ToPort); err != nil {
+			change.Close()
+			return dataplane.State{}, fmt.Errorf("commit %s %d→%d: %w", b.cfg.Interface, s.FromPort, s.ToPort, err)
+		}
 	}
+	defer change.Close()
+	iface, err := change.Apply(ctx)
 	if err != nil {
 		return dataplane.State{}, fmt.Errorf("commit %s %d→%d: %w", b.cfg.Interface, s.FromPort, s.ToPort, err)
 	}
-	return b.state(iface)
+	st, err := b.state(iface)
+	st.Written, st.Effective = change.Timing()
+	return st, err
 }
 
 // Revert implements dataplane.Backend.

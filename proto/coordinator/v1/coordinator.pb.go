@@ -702,8 +702,13 @@ type NodeResult struct {
 	ApplyNanos       int64                  `protobuf:"varint,5,opt,name=apply_nanos,json=applyNanos,proto3" json:"apply_nanos,omitempty"`
 	ClockOffsetNanos int64                  `protobuf:"varint,6,opt,name=clock_offset_nanos,json=clockOffsetNanos,proto3" json:"clock_offset_nanos,omitempty"`
 	Error            string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The agent's written/effective instants (coordinator clock,
+	// offset-corrected): when the change left for the dataplane and when
+	// the dataplane confirmed it. applied_unix_nano is the wake-up.
+	WrittenUnixNano   int64 `protobuf:"varint,90,opt,name=written_unix_nano,json=writtenUnixNano,proto3" json:"written_unix_nano,omitempty"`
+	EffectiveUnixNano int64 `protobuf:"varint,91,opt,name=effective_unix_nano,json=effectiveUnixNano,proto3" json:"effective_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *NodeResult) Reset() {
@@ -783,6 +788,20 @@ func (x *NodeResult) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *NodeResult) GetWrittenUnixNano() int64 {
+	if x != nil {
+		return x.WrittenUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetEffectiveUnixNano() int64 {
+	if x != nil {
+		return x.EffectiveUnixNano
+	}
+	return 0
 }
 
 type PairDisruption struct {
@@ -870,7 +889,7 @@ type Report struct {
 	StartedUnixNano   int64                  `protobuf:"varint,5,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
 	EndedUnixNano     int64                  `protobuf:"varint,6,opt,name=ended_unix_nano,json=endedUnixNano,proto3" json:"ended_unix_nano,omitempty"`
 	Phases            []*PhaseDuration       `protobuf:"bytes,7,rep,name=phases,proto3" json:"phases,omitempty"`
-	CommitSpreadNanos int64                  `protobuf:"varint,8,opt,name=commit_spread_nanos,json=commitSpreadNanos,proto3" json:"commit_spread_nanos,omitempty"`
+	CommitSpreadNanos int64                  `protobuf:"varint,8,opt,name=commit_spread_nanos,json=commitSpreadNanos,proto3" json:"commit_spread_nanos,omitempty"` // spread of the agents' wake-ups (applied_unix_nano)
 	Nodes             []*NodeResult          `protobuf:"bytes,9,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	Error             string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
 	Disruption        []*PairDisruption      `protobuf:"bytes,11,rep,name=disruption,proto3" json:"disruption,omitempty"`
@@ -892,9 +911,14 @@ type Report struct {
 	LateBudgetNanos int64       `protobuf:"varint,61,opt,name=late_budget_nanos,json=lateBudgetNanos,proto3" json:"late_budget_nanos,omitempty"`
 	// "rollback" (a late node rolls everyone back) or "wait" (the others
 	// stay flipped until it applies).
-	LatePolicy    string `protobuf:"bytes,62,opt,name=late_policy,json=latePolicy,proto3" json:"late_policy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LatePolicy string `protobuf:"bytes,62,opt,name=late_policy,json=latePolicy,proto3" json:"late_policy,omitempty"`
+	// Spreads (max - min over the nodes that wrote) of the instants the
+	// change left for each node's dataplane and took effect there: what the
+	// overlay saw, where commit_spread_nanos is when the agents woke.
+	WriteSpreadNanos  int64 `protobuf:"varint,90,opt,name=write_spread_nanos,json=writeSpreadNanos,proto3" json:"write_spread_nanos,omitempty"`
+	EffectSpreadNanos int64 `protobuf:"varint,91,opt,name=effect_spread_nanos,json=effectSpreadNanos,proto3" json:"effect_spread_nanos,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Report) Reset() {
@@ -1065,6 +1089,20 @@ func (x *Report) GetLatePolicy() string {
 		return x.LatePolicy
 	}
 	return ""
+}
+
+func (x *Report) GetWriteSpreadNanos() int64 {
+	if x != nil {
+		return x.WriteSpreadNanos
+	}
+	return 0
+}
+
+func (x *Report) GetEffectSpreadNanos() int64 {
+	if x != nil {
+		return x.EffectSpreadNanos
+	}
+	return 0
 }
 
 // LateNode is a node that had not applied the commit by the instant plus
@@ -1278,7 +1316,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x06report\x18\a \x01(\v2\x1e.cutover.coordinator.v1.ReportR\x06report\";\n" +
 	"\rPhaseDuration\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x14\n" +
-	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\"\xe6\x01\n" +
+	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\"\xc2\x02\n" +
 	"\n" +
 	"NodeResult\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1f\n" +
@@ -1289,13 +1327,15 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\vapply_nanos\x18\x05 \x01(\x03R\n" +
 	"applyNanos\x12,\n" +
 	"\x12clock_offset_nanos\x18\x06 \x01(\x03R\x10clockOffsetNanos\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"\x8a\x01\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12*\n" +
+	"\x11written_unix_nano\x18Z \x01(\x03R\x0fwrittenUnixNano\x12.\n" +
+	"\x13effective_unix_nano\x18[ \x01(\x03R\x11effectiveUnixNano\"\x8a\x01\n" +
 	"\x0ePairDisruption\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
 	"\x04sent\x18\x03 \x01(\x04R\x04sent\x12\x12\n" +
 	"\x04lost\x18\x04 \x01(\x04R\x04lost\x12,\n" +
-	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\"\xda\x06\n" +
+	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\"\xb8\a\n" +
 	"\x06Report\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12<\n" +
 	"\x05state\x18\x02 \x01(\x0e2&.cutover.coordinator.v1.OperationStateR\x05state\x12\x1b\n" +
@@ -1323,7 +1363,9 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"late_nodes\x18< \x03(\v2 .cutover.coordinator.v1.LateNodeR\tlateNodes\x12*\n" +
 	"\x11late_budget_nanos\x18= \x01(\x03R\x0flateBudgetNanos\x12\x1f\n" +
 	"\vlate_policy\x18> \x01(\tR\n" +
-	"latePolicy\"_\n" +
+	"latePolicy\x12,\n" +
+	"\x12write_spread_nanos\x18Z \x01(\x03R\x10writeSpreadNanos\x12.\n" +
+	"\x13effect_spread_nanos\x18[ \x01(\x03R\x11effectSpreadNanos\"_\n" +
 	"\bLateNode\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12%\n" +
 	"\x0elateness_nanos\x18\x02 \x01(\x03R\rlatenessNanos\x12\x18\n" +
