@@ -136,7 +136,7 @@ func (rs *Ruleset) Blockers(owned Owned, port uint16) []Blocker {
 		accepts := false
 		for _, name := range rs.reachable(c.Family, c.Table, c.Name) {
 			for _, r := range rs.rules(c.Family, c.Table, name) {
-				if why == "" && dropsOrRejects(r.Expr) {
+				if why == "" && dropsOrRejects(r.Expr) && !elsewhere(r.Expr, port) {
 					why = "drop/reject in chain " + name
 				}
 				if acceptsPort(r.Expr, port) {
@@ -222,6 +222,47 @@ func dropsOrRejects(expr []any) bool {
 	return found
 }
 
+// elsewhere reports whether a rule's matches rule out UDP to port for a new
+// packet, so its drop cannot hit it: another transport protocol (tcp dport
+// 22 drop), a destination port match that does not hold port (Calico's
+// drop of VXLAN from unknown hosts on the old port), or ct state invalid.
+func elsewhere(expr []any, port uint16) bool {
+	for _, e := range expr {
+		m, ok := e.(map[string]any)
+		if !ok {
+			continue
+		}
+		match, ok := m["match"].(map[string]any)
+		if !ok {
+			continue
+		}
+		op, _ := match["op"].(string)
+		if op != "==" && op != "in" {
+			continue
+		}
+		left, _ := match["left"].(map[string]any)
+		if pl, ok := left["payload"].(map[string]any); ok {
+			switch pl["protocol"] {
+			case "tcp", "icmp", "icmpv6", "sctp", "dccp":
+				return true
+			case "udp", "th":
+				if pl["field"] == "dport" && !holds(match["right"], port) {
+					return true
+				}
+			}
+		}
+		if meta, ok := left["meta"].(map[string]any); ok && meta["key"] == "l4proto" && !holdsName(match["right"], "udp") {
+			return true
+		}
+		if ct, ok := left["ct"].(map[string]any); ok && ct["key"] == "state" {
+			if st, ok := match["right"].(string); ok && st == "invalid" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // acceptsPort: the rule's verdict is accept and one of its matches is
 // `udp dport` / `th dport` equal to, or a set or range holding, port.
 func acceptsPort(expr []any, port uint16) bool {
@@ -279,6 +320,24 @@ func holds(v any, port uint16) bool {
 	case []any:
 		for _, e := range x {
 			if holds(e, port) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// holdsName reports whether an nft JSON value (a name or a set of names)
+// holds name.
+func holdsName(v any, name string) bool {
+	switch x := v.(type) {
+	case string:
+		return x == name
+	case map[string]any:
+		return holdsName(x["set"], name)
+	case []any:
+		for _, e := range x {
+			if holdsName(e, name) {
 				return true
 			}
 		}

@@ -121,3 +121,22 @@ func TestParseBadInput(t *testing.T) {
 		t.Fatalf("text instead of JSON: err = %v, want a parse error", err)
 	}
 }
+
+// Drops whose matches rule out a new UDP packet to the port do not make a
+// blocker: Calico's drop of VXLAN on its own (old) port, TCP and ICMP
+// drops, ct state invalid. The same drop on the port itself does.
+func TestBlockersIgnoreDropsElsewhere(t *testing.T) {
+	rs := load(t, "narrowdrops")
+	if got := rs.Blockers(IptablesNFTOwned, 4889); len(got) != 0 {
+		t.Errorf("port 4889: blockers = %+v, want none (every drop matches something else)", got)
+	}
+	// 4789 is accepted from 198.18.0.0/15 before its drop: trusted as open.
+	if got := rs.Blockers(IptablesNFTOwned, 4789); len(got) != 0 {
+		t.Errorf("port 4789: blockers = %+v, want none (an explicit accept of the port)", got)
+	}
+	rs.Rules = append(rs.Rules, Rule{Family: "ip", Table: "calico", Chain: "filter-INPUT", Handle: 99,
+		Expr: []any{map[string]any{"match": map[string]any{"op": "==", "left": map[string]any{"payload": map[string]any{"protocol": "udp", "field": "dport"}}, "right": float64(4889)}}, map[string]any{"drop": nil}}})
+	if got := rs.Blockers(IptablesNFTOwned, 4889); len(got) != 1 || got[0].Why != "drop/reject in chain filter-INPUT" {
+		t.Errorf("with udp dport 4889 drop: blockers = %+v, want filter-INPUT", got)
+	}
+}
