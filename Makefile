@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter
+.PHONY: images release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -31,6 +31,15 @@ release-manifests: ## render deploy/overlays/* with images tagged $(VERSION) int
 	  $$k build $$d > $(RELEASE_DIR)/cutover-$$o-$(VERSION).yaml; rm -rf $$d; \
 	  if grep -q ':latest' $(RELEASE_DIR)/cutover-$$o-$(VERSION).yaml; then echo "$$o: :latest in the rendered manifests"; exit 1; fi; \
 	done; ls $(RELEASE_DIR)
+
+# Image tarballs (docker save layout) built from the static binaries with
+# go-containerregistry, no registry or container engine (harness/image),
+# each read back and checked (entrypoint, user, files, version label).
+# The agent's needs a base carrying iptables and nftables: AGENT_BASE=an
+# image tarball (e.g. docker save of Dockerfile.agent's runtime stage).
+AGENT_BASE ?=
+images: build ## build the coordinator (and, with AGENT_BASE=base.tar, agent) image tarballs tagged $(VERSION) into $(RELEASE_DIR)/
+	$(GO) run ./harness/cmd/cutover-image --version '$(VERSION)' --bin $(BIN) --out $(RELEASE_DIR) --agent-base '$(AGENT_BASE)'
 
 # The lab's CLI is a test harness (harness/): its own binary, so no shipped
 # binary links the lab. It runs the agent and coordinator beside it in bin/.

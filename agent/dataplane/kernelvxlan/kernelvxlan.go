@@ -182,6 +182,9 @@ func (b *Backend) Preflight(_ context.Context, to uint16) (dataplane.Check, erro
 	c.Problems = append(c.Problems, b.cfg.Firewall.Problems()...)
 
 	open, closeOld := b.cfg.Firewall.Actions(c.CurrentPort, to)
+	nftProblems, nftOpen, nftClose := b.cfg.Firewall.NFTCheck(c.CurrentPort, to)
+	c.Problems = append(c.Problems, nftProblems...)
+	open, closeOld = append(open, nftOpen...), append(closeOld, nftClose...)
 	c.Actions = append(c.Actions, open...)
 	c.Actions = append(c.Actions, fmt.Sprintf(
 		"recreate %s (vxlan id %d, mac %s) on port %d: build it under a temporary name with %d address(es), %d FDB entr(ies), %d neighbour(s) while %s carries traffic; "+

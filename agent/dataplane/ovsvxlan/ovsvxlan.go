@@ -158,6 +158,9 @@ func (b *Backend) Preflight(ctx context.Context, to uint16) (dataplane.Check, er
 		c.Problems = append(c.Problems, problems...)
 	}
 	open, closeOld := b.cfg.Firewall.Actions(st.Port, to)
+	nftProblems, nftOpen, nftClose := b.cfg.Firewall.NFTCheck(st.Port, to)
+	c.Problems = append(c.Problems, nftProblems...)
+	open, closeOld = append(open, nftOpen...), append(closeOld, nftClose...)
 	flowsOpen, flowsClose := b.cfg.Flows.Actions(st.Port, to)
 	open, closeOld = append(open, flowsOpen...), append(closeOld, flowsClose...)
 	c.Actions = append(c.Actions, open...)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/pkg/iptables"
+	"github.com/cutover-dev/cutover/pkg/nftables"
 	"github.com/cutover-dev/cutover/pkg/ovs"
 	"github.com/cutover-dev/cutover/pkg/udpport"
 )
@@ -278,4 +279,47 @@ func TestCommitUsesPreparedChange(t *testing.T) {
 			t.Fatal("a prepared change survived Abort")
 		}
 	})
+}
+
+// A native nftables table that drops the port reaches the preflight: as a
+// problem naming it (firewalld's, or --nftables=refuse), or as the insert
+// Prepare will make (--nftables=open). The nft ruleset comes from a fake
+// exec seam with firewalld's layout (pkg/nftables/testdata).
+func TestPreflightNativeNftables(t *testing.T) {
+	ctx := context.Background()
+	rs := map[string]string{
+		"firewalld": `{"nftables":[{"chain":{"family":"inet","table":"firewalld","name":"filter_INPUT","type":"filter","hook":"input","prio":10,"policy":"accept"}},
+{"rule":{"family":"inet","table":"firewalld","chain":"filter_INPUT","handle":9,"expr":[{"reject":{"type":"icmpx","expr":"admin-prohibited"}}]}}]}`,
+		"hostfw": `{"nftables":[{"chain":{"family":"inet","table":"hostfw","name":"input","type":"filter","hook":"input","prio":0,"policy":"drop"}}]}`,
+	}
+	for _, tc := range []struct {
+		table, mode, problem, action string
+	}{
+		{"firewalld", dataplane.NFTOpen, "table inet firewalld chain filter_INPUT", ""},
+		{"hostfw", dataplane.NFTRefuse, "table inet hostfw chain input", ""},
+		{"hostfw", dataplane.NFTOpen, "", "nft insert rule inet hostfw input meta nfproto ipv4 udp dport 4889 accept"},
+		{"hostfw", dataplane.NFTIgnore, "", ""},
+	} {
+		t.Run(tc.table+"_"+tc.mode, func(t *testing.T) {
+			r := newRig(t)
+			r.b.cfg.Firewall.NFTMode = tc.mode
+			r.b.cfg.Firewall.NFT = &nftables.Client{Run: func(_ context.Context, argv, _ []string) ([]byte, error) {
+				if strings.Join(argv, " ") != "nft -j list ruleset" {
+					t.Errorf("preflight ran %q: it must only read", argv)
+				}
+				return []byte(rs[tc.table]), nil
+			}}
+			c, err := r.b.Preflight(ctx, 4889)
+			if err != nil {
+				t.Fatal(err)
+			}
+			problems, actions := strings.Join(c.Problems, "\n"), strings.Join(c.Actions, "\n")
+			if (tc.problem == "") != (problems == "") || !strings.Contains(problems, tc.problem) {
+				t.Errorf("problems %q, want %q", problems, tc.problem)
+			}
+			if tc.action != "" && !strings.Contains(actions, tc.action) {
+				t.Errorf("actions %q, want %q", actions, tc.action)
+			}
+		})
+	}
 }
