@@ -109,7 +109,9 @@ func TestOverdue(t *testing.T) {
 
 func TestStart(t *testing.T) {
 	done := NodeView{Name: "a", Desired: newCfg, Current: newCfg, State: StateDone, Ready: true}
-	pend := func(n string) NodeView { return NodeView{Name: n, Current: oldCfg, Desired: oldCfg, State: StateDone, Ready: true} }
+	pend := func(n string) NodeView {
+		return NodeView{Name: n, Current: oldCfg, Desired: oldCfg, State: StateDone, Ready: true}
+	}
 	working := NodeView{Name: "w", Desired: newCfg, Current: oldCfg, State: StateWorking, Ready: true}
 	for _, tc := range []struct {
 		name  string
