@@ -132,10 +132,10 @@ func (c *Cluster) PoolNodes(ctx context.Context, p *Pool) ([]corev1.Node, error)
 
 // MCC is what the rollout knows of the machine-config-controller.
 type MCC struct {
-	Alive  bool
-	Holder string
-	Renew  time.Time
-	Why    string // how Alive was judged, for the report
+	Alive  bool      `json:"alive"`
+	Holder string    `json:"holder,omitempty"`
+	Renew  time.Time `json:"renewTime,omitzero"`
+	Why    string    `json:"why"` // how Alive was judged, for the report
 }
 
 // MCCState judges whether the MCC is alive by its leader-election Lease: it

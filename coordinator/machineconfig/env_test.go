@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -50,18 +49,8 @@ func startEnv(t *testing.T) *env {
 	if err := c.Apply(ctx, crdsYAML, kubetest.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// A CRD is served a moment after it is created.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err1 := dyn.Resource(MachineConfigPoolGVR).List(ctx, metav1.ListOptions{})
-		_, err2 := dyn.Resource(MachineConfigGVR).List(ctx, metav1.ListOptions{})
-		if err1 == nil && err2 == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CRDs not served: %v; %v", err1, err2)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := mcdsim.WaitServed(ctx, dyn, 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: MCCNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -69,72 +58,22 @@ func startEnv(t *testing.T) *env {
 	return &env{c: c, cs: cs, dyn: dyn, d: &Driver{C: &Cluster{Kube: cs, Dynamic: dyn}}}
 }
 
-// fixture is a pool with its nodes on oldCfg and the pool's spec on newCfg.
+// fixture is a pool with its nodes on old and the pool's spec on new.
 type fixture struct {
 	pool     string
 	nodes    []string
 	old, new string
 }
 
-func roleLabel(pool string) string { return "node-role.kubernetes.io/" + pool }
+func roleLabel(pool string) string { return mcdsim.RoleLabel(pool) }
 
 func (e *env) pool(t *testing.T, name string, n int) fixture {
 	t.Helper()
-	ctx := context.Background()
-	f := fixture{pool: name, old: "rendered-" + name + "-0ld", new: "rendered-" + name + "-new"}
-	mcp := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
-		"metadata": map[string]any{"name": name},
-		"spec": map[string]any{
-			"nodeSelector":  map[string]any{"matchLabels": map[string]any{roleLabel(name): ""}},
-			"configuration": map[string]any{"name": f.new},
-		},
-	}}
-	created, err := e.dyn.Resource(MachineConfigPoolGVR).Create(ctx, mcp, metav1.CreateOptions{})
+	f, err := mcdsim.NewPool(context.Background(), e.cs, e.dyn, name, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, cfg := range []string{f.old, f.new} {
-		mc := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
-			"metadata": map[string]any{"name": cfg, "ownerReferences": []any{map[string]any{
-				"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
-				"name": name, "uid": string(created.GetUID()), "controller": true, "blockOwnerDeletion": true,
-			}}},
-			"spec": map[string]any{"config": map[string]any{"ignition": map[string]any{"version": "3.4.0"}}},
-		}}
-		if _, err := e.dyn.Resource(MachineConfigGVR).Create(ctx, mc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if i == 0 {
-			// creationTimestamp has a one-second resolution: keep "newest" honest.
-			time.Sleep(1100 * time.Millisecond)
-		}
-	}
-	for i := range n {
-		node := fmt.Sprintf("%s-%d", name, i)
-		e.node(t, node, map[string]string{roleLabel(name): ""}, f.old)
-		f.nodes = append(f.nodes, node)
-	}
-	return f
-}
-
-func (e *env) node(t *testing.T, name string, labels map[string]string, cfg string) {
-	t.Helper()
-	ctx := context.Background()
-	_, err := e.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name: name, Labels: labels,
-		Annotations: map[string]string{
-			AnnoCurrentConfig: cfg, AnnoDesiredConfig: cfg, AnnoState: StateDone,
-			AnnoDesiredDrain: UncordonRequest(cfg), AnnoLastAppliedDrain: UncordonRequest(cfg),
-		},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mcdsim.SetReady(ctx, e.cs, name, corev1.ConditionTrue); err != nil {
-		t.Fatal(err)
-	}
+	return fixture{pool: f.Pool, nodes: f.Nodes, old: f.Old, new: f.New}
 }
 
 // daemons starts a stand-in MCD on each node, Normal unless modes says.

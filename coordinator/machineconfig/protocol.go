@@ -56,15 +56,15 @@ const (
 // NodeView is what Decide needs to know of a Node: its protocol
 // annotations, readiness and cordon.
 type NodeView struct {
-	Name             string
-	Current          string
-	Desired          string
-	State            string
-	Reason           string
-	DesiredDrain     string
-	LastAppliedDrain string
-	Ready            bool
-	Unschedulable    bool
+	Name             string `json:"name"`
+	Current          string `json:"currentConfig"`
+	Desired          string `json:"desiredConfig"`
+	State            string `json:"state"`
+	Reason           string `json:"reason,omitempty"`
+	DesiredDrain     string `json:"desiredDrain"`
+	LastAppliedDrain string `json:"lastAppliedDrain"`
+	Ready            bool   `json:"ready"`
+	Unschedulable    bool   `json:"unschedulable"`
 }
 
 // ViewOf reads a NodeView from a Node.
