@@ -32,6 +32,7 @@ func TestAPIServer(t *testing.T) {
 	t.Run("DegradedStops", func(t *testing.T) { testDegraded(t, e) })
 	t.Run("SilentNodeTimesOut", func(t *testing.T) { testSilent(t, e) })
 	t.Run("DrainHonoursPDB", func(t *testing.T) { testPDB(t, e) })
+	t.Run("DrainGuardBites", func(t *testing.T) { testDrainGuardBites(t, e) })
 	t.Run("EmptyDirRefusedUnlessAllowed", func(t *testing.T) { testEmptyDir(t, e) })
 	t.Run("ResumeAtEachStep", func(t *testing.T) { testResume(t, e) })
 	t.Run("MCCAliveRefusal", func(t *testing.T) { testMCCAlive(t, e) })
@@ -43,7 +44,11 @@ func testSequence(t *testing.T, e *env) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f := e.pool(t, "seq", 3)
+	for _, n := range f.nodes {
+		e.pod(t, "default", "work-"+n, n, nil)
+	}
 	rec := e.record(t, ctx, f)
+	guard := e.guardDrains(t, ctx, f)
 	mcds := e.daemons(t, ctx, f, nil)
 	rep, err := e.d.Rollout(ctx, e.options(f))
 	if err != nil {
@@ -77,6 +82,9 @@ func testSequence(t *testing.T, e *env) {
 	}
 	if j := e.journal(t, f.pool); j == nil || j.State != RolloutSucceeded {
 		t.Errorf("journal: %+v", j)
+	}
+	if err := guard.err(); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -222,6 +230,7 @@ func testPDB(t *testing.T, e *env) {
 		}
 	}
 	setPDB(0, 1)
+	guard := e.guardDrains(t, ctx, f)
 	e.daemons(t, ctx, f, nil)
 	var refused atomic.Int32
 	blocked := make(chan struct{})
@@ -267,6 +276,37 @@ func testPDB(t *testing.T, e *env) {
 			t.Errorf("%s was evicted: DaemonSet and mirror pods must be skipped", p)
 		}
 	}
+	if err := guard.err(); err != nil {
+		t.Error(err)
+	}
+}
+
+// testDrainGuardBites is the test of the drain guard (STYLE.md "a safety
+// test must bite"): a driver with the test-only answerWithoutDrain answers
+// the MCD's drain request without draining, the MCD reboots a node that
+// still runs a PDB-guarded pod, and the guard must say so.
+func testDrainGuardBites(t *testing.T, e *env) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := e.pool(t, "bite", 1)
+	e.pod(t, "default", "work-"+f.nodes[0], f.nodes[0], nil)
+	guard := e.guardDrains(t, ctx, f)
+	e.daemons(t, ctx, f, nil)
+	broken := &Driver{C: e.d.C, answerWithoutDrain: true}
+	if _, err := broken.Rollout(ctx, e.options(f)); err != nil {
+		t.Fatalf("rollout: %v", err)
+	}
+	// The answer's watch event may trail the rollout's end by a moment.
+	deadline := time.Now().Add(10 * time.Second)
+	err := guard.err()
+	for err != nil && strings.Contains(err.Error(), "no drain answer") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		err = guard.err()
+	}
+	if err == nil || !strings.Contains(err.Error(), "not cordoned") {
+		t.Fatalf("the drain was skipped, yet the guard passed the run: %v", err)
+	}
+	t.Logf("the guard fails the broken run, as it must: %v", err)
 }
 
 func testEmptyDir(t *testing.T, e *env) {
@@ -318,6 +358,7 @@ func testResume(t *testing.T, e *env) {
 			f := e.pool(t, "resume"+string(rune('a'+i)), 1)
 			e.pod(t, "default", "work-"+f.nodes[0], f.nodes[0], nil)
 			rec := e.record(t, ctx, f)
+			guard := e.guardDrains(t, ctx, f)
 			mcds := e.daemons(t, ctx, f, map[string]mcdsim.Options{f.nodes[0]: {Reboot: time.Second}})
 			dctx, kill1 := context.WithCancel(ctx)
 			killed := false
@@ -352,6 +393,9 @@ func testResume(t *testing.T, e *env) {
 			}
 			if e.podExists(t, "default", "work-"+f.nodes[0]) {
 				t.Error("the node's pod was not evicted: the drain was skipped")
+			}
+			if err := guard.err(); err != nil {
+				t.Error(err)
 			}
 		})
 	}

@@ -233,3 +233,85 @@ func (e *env) noJournal(t *testing.T, pool string) {
 		t.Fatalf("journal of pool %s: want none, got err=%v", pool, err)
 	}
 }
+
+// drainGuard watches a pool's nodes and records every drain answer
+// (lastAppliedDrain = drain-<config>) written while the node was not
+// cordoned or still had a pod a drain must evict: the guarantee that the
+// MCD reboots only a drained node.
+type drainGuard struct {
+	mu         sync.Mutex
+	answers    int
+	violations []string
+}
+
+func (e *env) guardDrains(t *testing.T, ctx context.Context, f fixture) *drainGuard {
+	t.Helper()
+	sel := metav1.ListOptions{LabelSelector: roleLabel(f.pool)}
+	l, err := e.cs.CoreV1().Nodes().List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel.ResourceVersion = l.ResourceVersion
+	w, err := e.cs.CoreV1().Nodes().Watch(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &drainGuard{}
+	last := map[string]string{}
+	for _, n := range l.Items {
+		last[n.Name] = n.Annotations[AnnoLastAppliedDrain]
+	}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				continue
+			}
+			la := n.Annotations[AnnoLastAppliedDrain]
+			if la == last[n.Name] || la != DrainRequest(f.new) {
+				last[n.Name] = la
+				continue
+			}
+			last[n.Name] = la
+			pods, err := e.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+			g.mu.Lock()
+			g.answers++
+			switch {
+			case err != nil:
+				if ctx.Err() == nil {
+					g.violations = append(g.violations, fmt.Sprintf("%s: list pods: %v", n.Name, err))
+				}
+			case !n.Spec.Unschedulable:
+				g.violations = append(g.violations, n.Name+": drain answered while the node was not cordoned")
+			default:
+				// Terminating pods are gone as far as the drain goes.
+				var left []string
+				evict, _ := evictable(pods.Items, true)
+				for _, p := range evict {
+					if p.DeletionTimestamp == nil {
+						left = append(left, p.Namespace+"/"+p.Name)
+					}
+				}
+				if len(left) > 0 {
+					g.violations = append(g.violations, fmt.Sprintf("%s: drain answered with pods left: %v", n.Name, left))
+				}
+			}
+			g.mu.Unlock()
+		}
+	}()
+	return g
+}
+
+// check fails t on a violation, and when no answer was seen at all.
+func (g *drainGuard) err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.violations) > 0 {
+		return fmt.Errorf("drain guarantee violated: %s", strings.Join(g.violations, "; "))
+	}
+	if g.answers == 0 {
+		return fmt.Errorf("no drain answer was seen")
+	}
+	return nil
+}
