@@ -106,7 +106,9 @@ func TestMachineConfigCommands(t *testing.T) {
 		if _, err := cs.CoordinationV1().Leases(machineconfig.MCCNamespace).Create(ctx, l, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		defer func() { _ = cs.CoordinationV1().Leases(machineconfig.MCCNamespace).Delete(ctx, l.Name, metav1.DeleteOptions{}) }()
+		defer func() {
+			_ = cs.CoordinationV1().Leases(machineconfig.MCCNamespace).Delete(ctx, l.Name, metav1.DeleteOptions{})
+		}()
 		code, _, errs := run(t, append([]string{"machineconfig", "rollout", "--pool", "cli"}, kc...)...)
 		if code != ExitProblems || !strings.Contains(errs, "machine-config-controller looks alive") {
 			t.Errorf("exit %d, stderr %q; want %d", code, errs, ExitProblems)

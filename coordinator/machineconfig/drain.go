@@ -119,7 +119,17 @@ func (c *Cluster) drain(ctx context.Context, node string, cfg DrainConfig, deadl
 			return &DrainRefusedError{Node: node, Pods: refused}
 		}
 		if len(evict) == 0 {
-			return nil
+			// Uncordoned by someone during the drain? Then pods may have
+			// come back: cordon again and look again, as the MCC does.
+			n, err := c.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("node %s: %w", node, err)
+			}
+			if n.Spec.Unschedulable {
+				return nil
+			}
+			note("uncordoned by someone else during the drain: cordoning again")
+			continue
 		}
 		var waiting []string
 		for _, p := range evict {

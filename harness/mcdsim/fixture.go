@@ -2,6 +2,7 @@ package mcdsim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -100,7 +101,7 @@ func WaitServed(ctx context.Context, dyn dynamic.Interface, timeout time.Duratio
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("MCO CRDs not served after %s: %v; %v", timeout, err1, err2)
+			return fmt.Errorf("MCO CRDs not served after %s: %w", timeout, errors.Join(err1, err2))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
