@@ -29,6 +29,7 @@ func TestAPIServer(t *testing.T) {
 
 	t.Run("Seeds001SequenceOneAtATime", func(t *testing.T) { testSequence(t, e) })
 	t.Run("MaxUnavailableTwo", func(t *testing.T) { testMaxUnavailable(t, e) })
+	t.Run("NotReadyNodesRoll", func(t *testing.T) { testNotReady(t, e) })
 	t.Run("DegradedStops", func(t *testing.T) { testDegraded(t, e) })
 	t.Run("SilentNodeTimesOut", func(t *testing.T) { testSilent(t, e) })
 	t.Run("DrainHonoursPDB", func(t *testing.T) { testPDB(t, e) })
@@ -113,6 +114,29 @@ func testMaxUnavailable(t *testing.T, e *env) {
 	}
 	if s2 < min(d0, d1) {
 		t.Errorf("the third node started while two were in progress: order %q", order)
+	}
+}
+
+// testNotReady: every node NotReady at the start (seeds/001: the CNI is
+// down, the kubelets report NetworkNotReady) must not block the rollout.
+func testNotReady(t *testing.T, e *env) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := e.pool(t, "notready", 2)
+	for _, n := range f.nodes {
+		if err := mcdsim.SetReady(ctx, e.cs, n, corev1.ConditionFalse); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mcds := e.daemons(t, ctx, f, nil)
+	rep, err := e.d.Rollout(ctx, e.options(f))
+	if err != nil || rep.State != RolloutSucceeded {
+		t.Fatalf("rollout of NotReady nodes: %v", err)
+	}
+	for _, n := range f.nodes {
+		if r := mcds[n].Reboots(); r != 1 {
+			t.Errorf("node %s rebooted %d times, want 1", n, r)
+		}
 	}
 }
 

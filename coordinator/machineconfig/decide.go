@@ -127,15 +127,17 @@ func (e *FailedError) Error() string {
 	return fmt.Sprintf("node %s: the machine-config-daemon reports %s: %s", e.Node, e.State, r)
 }
 
-// Start picks which Pending nodes to start now: in order, while the nodes
-// in progress plus the unavailable ones not in progress (NotReady or
-// cordoned by someone else) stay under maxUnavailable. The MCC counts
-// unavailable nodes of the pool against maxUnavailable the same way. No
-// node starts while any node has failed: a Degraded node stops the
-// rollout.
+// Start picks which Pending nodes to start now: in order, while fewer
+// than maxUnavailable nodes are in progress. No node starts while any node
+// has failed: a Degraded node stops the rollout.
+//
+// Unlike the MCC, Pending nodes that are NotReady or cordoned are not
+// counted against maxUnavailable: when this tool is needed the CNI is
+// usually broken, so the kubelets report NetworkNotReady on every node,
+// and counting them would start nothing ever.
 func Start(target string, nodes []NodeView, maxUnavailable int) []string {
 	busy := 0
-	var pending []NodeView
+	var pending []string
 	for _, v := range nodes {
 		s, _ := Decide(target, v)
 		switch {
@@ -144,24 +146,11 @@ func Start(target string, nodes []NodeView, maxUnavailable int) []string {
 		case s.InProgress():
 			busy++
 		case s == StepPending:
-			if !v.Ready || v.Unschedulable {
-				busy++
-			}
-			pending = append(pending, v)
+			pending = append(pending, v.Name)
 		}
 	}
-	var out []string
-	for _, v := range pending {
-		if busy >= maxUnavailable {
-			break
-		}
-		if !v.Ready || v.Unschedulable {
-			// Already counted; starting it costs nothing more.
-			out = append(out, v.Name)
-			continue
-		}
-		out = append(out, v.Name)
-		busy++
+	if free := maxUnavailable - busy; free > 0 {
+		return pending[:min(free, len(pending))]
 	}
-	return out
+	return nil
 }

@@ -123,7 +123,7 @@ func TestStart(t *testing.T) {
 		{"two at a time", []NodeView{done, pend("b"), pend("c"), pend("d")}, 2, []string{"b", "c"}},
 		{"busy node uses the slot", []NodeView{working, pend("b")}, 1, nil},
 		{"busy node uses one of two", []NodeView{working, pend("b"), pend("c")}, 2, []string{"b"}},
-		{"an unavailable pending node counts", []NodeView{{Name: "x", Current: oldCfg, Desired: oldCfg, State: StateDone}, pend("b")}, 1, nil},
+		{"NotReady pending nodes start too (the CNI is down)", []NodeView{{Name: "x", Current: oldCfg, Desired: oldCfg, State: StateDone}, pend("b")}, 1, []string{"x"}},
 		{"a failed node stops the rollout", []NodeView{{Name: "f", Desired: newCfg, State: StateDegraded}, pend("b")}, 3, nil},
 		{"all done", []NodeView{done}, 1, nil},
 	} {
