@@ -29,6 +29,7 @@ func TestAPIServer(t *testing.T) {
 
 	t.Run("Seeds001SequenceOneAtATime", func(t *testing.T) { testSequence(t, e) })
 	t.Run("MaxUnavailableTwo", func(t *testing.T) { testMaxUnavailable(t, e) })
+	t.Run("RebootlessUncordoned", func(t *testing.T) { testRebootless(t, e) })
 	t.Run("NotReadyNodesRoll", func(t *testing.T) { testNotReady(t, e) })
 	t.Run("DegradedStops", func(t *testing.T) { testDegraded(t, e) })
 	t.Run("SilentNodeTimesOut", func(t *testing.T) { testSilent(t, e) })
@@ -114,6 +115,35 @@ func testMaxUnavailable(t *testing.T, e *env) {
 	}
 	if s2 < min(d0, d1) {
 		t.Errorf("the third node started while two were in progress: order %q", order)
+	}
+}
+
+// testRebootless: an MCD that applies without a reboot writes
+// currentConfig, Done and uncordon-<config> at once; the node must still
+// be uncordoned and the request answered before it counts as done.
+func testRebootless(t *testing.T, e *env) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := e.pool(t, "rebootless", 1)
+	rec := e.record(t, ctx, f)
+	mcds := e.daemons(t, ctx, f, map[string]mcdsim.Options{f.nodes[0]: {Mode: mcdsim.Rebootless}})
+	if _, err := e.d.Rollout(ctx, e.options(f)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"desiredConfig=" + f.new,
+		"desiredDrain=" + DrainRequest(f.new),
+		"unschedulable=true",
+		"lastAppliedDrain=" + DrainRequest(f.new),
+		"desiredDrain=" + UncordonRequest(f.new), "currentConfig=" + f.new, // one update
+		"unschedulable=false",
+		"lastAppliedDrain=" + UncordonRequest(f.new),
+	}
+	if got := rec.wait(f.nodes[0], want[len(want)-1]); !slices.Equal(got, want) {
+		t.Errorf("annotation sequence\n got %q\nwant %q", got, want)
+	}
+	if r := mcds[f.nodes[0]].Reboots(); r != 0 {
+		t.Errorf("rebootless update rebooted %d times", r)
 	}
 }
 

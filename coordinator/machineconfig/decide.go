@@ -46,22 +46,24 @@ func Decide(target string, v NodeView) (Step, Action) {
 	switch {
 	case v.Failed():
 		return StepFailed, ActFail
-	case v.Desired == target && v.Current == target && v.State == StateDone:
-		return StepDone, ActNone
 	case v.Desired != target:
 		return StepPending, ActSetDesired
 	}
 	drain, uncordon := DrainRequest(target), UncordonRequest(target)
-	switch v.DesiredDrain {
-	case drain:
-		if v.LastAppliedDrain != drain {
-			return StepDrain, ActDrain
-		}
+	// An unanswered request comes before Done: a rebootless update (and
+	// the MCD's "no diff, assume completed" path) writes currentConfig,
+	// state Done and uncordon-<target> at once, and the node stays
+	// cordoned until the request is answered.
+	switch {
+	case v.DesiredDrain == drain && v.LastAppliedDrain != drain:
+		return StepDrain, ActDrain
+	case v.DesiredDrain == uncordon && v.LastAppliedDrain != uncordon:
+		return StepUncordon, ActUncordon
+	case v.Current == target && v.State == StateDone:
+		return StepDone, ActNone
+	case v.DesiredDrain == drain:
 		return StepWaitUncordonRequest, ActWait
-	case uncordon:
-		if v.LastAppliedDrain != uncordon {
-			return StepUncordon, ActUncordon
-		}
+	case v.DesiredDrain == uncordon:
 		return StepWaitCurrent, ActWait
 	}
 	// desiredDrain still names an older config (or nothing). An MCD that

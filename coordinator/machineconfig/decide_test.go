@@ -75,6 +75,7 @@ func TestDecideEdges(t *testing.T) {
 		{"retargeted mid-update", NodeView{Desired: "rendered-app-other", Current: oldCfg, DesiredDrain: DrainRequest("rendered-app-other")}, StepPending, ActSetDesired},
 		{"drain request for another config is not ours", NodeView{Desired: newCfg, Current: oldCfg, DesiredDrain: DrainRequest("rendered-app-other")}, StepWaitDrainRequest, ActWait},
 		{"empty node", NodeView{}, StepPending, ActSetDesired},
+		{"rebootless: Done with the uncordon unanswered", NodeView{Desired: newCfg, Current: newCfg, State: StateDone, DesiredDrain: UncordonRequest(newCfg), LastAppliedDrain: DrainRequest(newCfg), Unschedulable: true}, StepUncordon, ActUncordon},
 	} {
 		s, a := Decide(newCfg, tc.v)
 		if s != tc.s || a != tc.a {

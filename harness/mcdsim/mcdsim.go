@@ -46,6 +46,10 @@ const (
 	Degraded
 	// Silent never answers: a daemon that is down.
 	Silent
+	// Rebootless applies the config without a reboot once drained, and
+	// then writes currentConfig, state Done and uncordon-<config> in one
+	// update, as the MCD's rebootless path does (pkg/daemon/daemon.go).
+	Rebootless
 )
 
 // MCD is one node's stand-in daemon.
@@ -155,6 +159,12 @@ func (m *MCD) step(ctx context.Context) error {
 				return m.annotate(ctx, map[string]string{annoDesiredDrain: want})
 			}
 			return nil // the controller's turn
+		}
+		if m.mode == Rebootless {
+			m.mu.Lock()
+			m.onDisk = desired
+			m.mu.Unlock()
+			return m.annotate(ctx, map[string]string{annoCurrent: desired, annoState: "Done", annoReason: "", annoDesiredDrain: "uncordon-" + desired})
 		}
 		// Drained: write the config and reboot.
 		if err := m.setReady(ctx, corev1.ConditionFalse); err != nil {
