@@ -35,6 +35,8 @@ func TestAPIServer(t *testing.T) {
 	t.Run("SilentNodeTimesOut", func(t *testing.T) { testSilent(t, e) })
 	t.Run("DrainHonoursPDB", func(t *testing.T) { testPDB(t, e) })
 	t.Run("DrainGuardBites", func(t *testing.T) { testDrainGuardBites(t, e) })
+	t.Run("DrainTimeoutNamesNodeAndPod", func(t *testing.T) { testDrainTimeout(t, e) })
+	t.Run("ResumeRefusesAnotherConfig", func(t *testing.T) { testResumeOtherConfig(t, e) })
 	t.Run("EmptyDirRefusedUnlessAllowed", func(t *testing.T) { testEmptyDir(t, e) })
 	t.Run("ResumeAtEachStep", func(t *testing.T) { testResume(t, e) })
 	t.Run("MCCAliveRefusal", func(t *testing.T) { testMCCAlive(t, e) })
@@ -196,6 +198,20 @@ func testDegraded(t *testing.T, e *env) {
 	}
 	if j := e.journal(t, f.pool); j.State != RolloutFailed || !strings.Contains(j.Error, reason) {
 		t.Errorf("journal: %+v", j)
+	}
+
+	// The operator fixes the node (the MCD restarts healthy) and runs the
+	// rollout again: it resumes and finishes, with the same target.
+	cancel()
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	if err := e.annotate(ctx2, f.nodes[1], map[string]string{AnnoState: StateWorking, AnnoReason: ""}); err != nil {
+		t.Fatal(err)
+	}
+	e.daemons(t, ctx2, f, nil)
+	rep, err = e.d.Rollout(ctx2, e.options(f))
+	if err != nil || !rep.Resumed || rep.State != RolloutSucceeded {
+		t.Fatalf("after the fix: %v (resumed %t)", err, rep != nil && rep.Resumed)
 	}
 }
 
@@ -361,6 +377,69 @@ func testDrainGuardBites(t *testing.T, e *env) {
 		t.Fatalf("the drain was skipped, yet the guard passed the run: %v", err)
 	}
 	t.Logf("the guard fails the broken run, as it must: %v", err)
+}
+
+func testDrainTimeout(t *testing.T, e *env) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := e.pool(t, "stuck", 1)
+	node := f.nodes[0]
+	p := e.pod(t, "default", "stuck-guarded", node, nil)
+	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if _, err := e.cs.CoreV1().Pods("default").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pdb, err := e.cs.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "stuck"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "stuck-guarded"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 0, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
+	if _, err := e.cs.PolicyV1().PodDisruptionBudgets("default").UpdateStatus(ctx, pdb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.daemons(t, ctx, f, nil)
+	o := e.options(f)
+	o.Timeouts.Drain = 2 * time.Second
+	rep, err := e.d.Rollout(ctx, o)
+	if err == nil || !strings.Contains(err.Error(), "node "+node+": drain timed out") || !strings.Contains(err.Error(), "default/stuck-guarded") {
+		t.Fatalf("want a drain timeout naming %s and the guarded pod, got %v", node, err)
+	}
+	if rep.State != RolloutFailed || !e.podExists(t, "default", "stuck-guarded") {
+		t.Errorf("state %s; the guarded pod must stay", rep.State)
+	}
+	n, _ := e.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if v := ViewOf(n); v.LastAppliedDrain == DrainRequest(f.new) {
+		t.Error("the drain was answered although it timed out")
+	}
+}
+
+func testResumeOtherConfig(t *testing.T, e *env) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := e.pool(t, "retarget", 1)
+	e.daemons(t, ctx, f, map[string]mcdsim.Options{f.nodes[0]: {Mode: mcdsim.Silent}})
+	dctx, kill := context.WithCancel(ctx)
+	o := e.options(f)
+	o.Progress = func(ev Event) {
+		if strings.HasPrefix(ev.Msg, "set desiredConfig") {
+			kill()
+		}
+	}
+	if _, err := e.d.Rollout(dctx, o); !errors.Is(err, context.Canceled) {
+		t.Fatalf("first driver: %v", err)
+	}
+	o.Progress = nil
+	o.Config = f.old
+	_, err := e.d.Rollout(ctx, o)
+	var ie *InputError
+	if !errors.As(err, &ie) || ie.Field != "--config" || !strings.Contains(ie.Reason, "is in progress") {
+		t.Fatalf("a second target while one is journaled Running: got %v", err)
+	}
 }
 
 func testEmptyDir(t *testing.T, e *env) {

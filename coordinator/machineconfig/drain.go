@@ -55,12 +55,16 @@ func (c *Cluster) cordon(ctx context.Context, node string, on bool) error {
 // annotate writes one annotation with a merge patch, so the MCD's own
 // annotations, written concurrently, are never overwritten.
 func (c *Cluster) annotate(ctx context.Context, node, key, value string) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+	return c.annotateAll(ctx, node, map[string]string{key: value})
+}
+
+func (c *Cluster) annotateAll(ctx context.Context, node string, kv map[string]string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": kv}})
 	if err != nil {
 		return err
 	}
 	if _, err := c.Kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("node %s: set %s=%s: %w", node, key, value, err)
+		return fmt.Errorf("node %s: set %v: %w", node, kv, err)
 	}
 	return nil
 }

@@ -315,3 +315,7 @@ func (g *drainGuard) err() error {
 	}
 	return nil
 }
+
+func (e *env) annotate(ctx context.Context, node string, kv map[string]string) error {
+	return e.d.C.annotateAll(ctx, node, kv)
+}
