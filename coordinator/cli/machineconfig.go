@@ -24,7 +24,8 @@ import (
 const machineconfigExitHelp = `Exit codes of coordctl machineconfig:
   0  rollout Succeeded (every chosen node on the config, state Done); dry run
      or status printed
-  1  another error
+  1  another error; or another rollout of the pool took over the journal
+     (this one stopped, that one carries on)
   2  bad input: a flag, an unknown pool, a config not of the pool, a
      selector matching no node of the pool, --max-unavailable 0; nothing
      was changed
@@ -212,6 +213,8 @@ func mcError(err error, rep *machineconfig.Report, k *kubeFlags) error {
 			return Exitf(ExitInterrupted, "interrupted: the journal %s says Running; run the same rollout again to resume", rep.Journal)
 		}
 		return Exitf(ExitInterrupted, "interrupted before the rollout started: %v", err)
+	case errors.Is(err, machineconfig.ErrJournalConflict):
+		return Exitf(ExitFailed, "stopped: %v; the other run carries on (see coordctl machineconfig status)", err)
 	case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):
 		return Exitf(ExitUnreachable, "API server %s refused the credentials of --kubeconfig %s: %v", orDash(k.server), k.kubeconfig, err)
 	case rep != nil && rep.State == machineconfig.RolloutFailed:

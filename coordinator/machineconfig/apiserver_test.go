@@ -39,6 +39,7 @@ func TestAPIServer(t *testing.T) {
 	t.Run("ResumeRefusesAnotherConfig", func(t *testing.T) { testResumeOtherConfig(t, e) })
 	t.Run("EmptyDirRefusedUnlessAllowed", func(t *testing.T) { testEmptyDir(t, e) })
 	t.Run("ResumeAtEachStep", func(t *testing.T) { testResume(t, e) })
+	t.Run("SecondDriverConflicts", func(t *testing.T) { testTwoDrivers(t, e) })
 	t.Run("MCCAliveRefusal", func(t *testing.T) { testMCCAlive(t, e) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, e) })
 	t.Run("DryRun", func(t *testing.T) { testDryRun(t, e) })
@@ -531,6 +532,64 @@ func testResume(t *testing.T, e *env) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// testTwoDrivers: a second driver started on the same pool mid-rollout.
+// The journal's optimistic concurrency stops one of them with
+// ErrJournalConflict at its next write; the other finishes, and the node
+// still sees the exact protocol once, with one reboot.
+func testTwoDrivers(t *testing.T, e *env) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := e.pool(t, "twice", 1)
+	rec := e.record(t, ctx, f)
+	mcds := e.daemons(t, ctx, f, map[string]mcdsim.Options{f.nodes[0]: {Reboot: time.Second}})
+	type result struct {
+		rep *Report
+		err error
+	}
+	second := make(chan result, 1)
+	started := false
+	o := e.options(f)
+	o.Progress = func(ev Event) {
+		if !started && strings.HasPrefix(ev.Msg, "set desiredConfig") {
+			started = true
+			go func() {
+				o2 := e.options(f)
+				r, err := e.d.Rollout(ctx, o2)
+				second <- result{r, err}
+			}()
+		}
+	}
+	r1, err1 := e.d.Rollout(ctx, o)
+	r2 := <-second
+	conflicts, ok := 0, 0
+	for i, err := range []error{err1, r2.err} {
+		switch {
+		case errors.Is(err, ErrJournalConflict):
+			conflicts++
+			if rep := []*Report{r1, r2.rep}[i]; rep.State != RolloutStopped {
+				t.Errorf("the stopped driver's report: state %s", rep.State)
+			}
+		case err == nil:
+			ok++
+		default:
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	if conflicts != 1 || ok != 1 {
+		t.Fatalf("want one driver stopped by a journal conflict and one done: %v / %v", err1, r2.err)
+	}
+	want := seeds001(f.new)
+	if got := rec.wait(f.nodes[0], want[len(want)-1]); !slices.Equal(got, want) {
+		t.Errorf("annotation sequence\n got %q\nwant %q", got, want)
+	}
+	if r := mcds[f.nodes[0]].Reboots(); r != 1 {
+		t.Errorf("rebooted %d times, want 1", r)
+	}
+	if j := e.journal(t, f.pool); j.State != RolloutSucceeded {
+		t.Errorf("journal: %s (the stopped driver must not overwrite it)", j.State)
 	}
 }
 

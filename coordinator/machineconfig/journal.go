@@ -17,6 +17,9 @@ const (
 	RolloutRunning   = "Running"
 	RolloutSucceeded = "Succeeded"
 	RolloutFailed    = "Failed"
+	// RolloutStopped is a report's state (never journaled) when another
+	// driver wrote the journal meanwhile: this one stopped, that one goes on.
+	RolloutStopped = "Stopped"
 )
 
 // journalKey is the ConfigMap key holding the JSON record.

@@ -2,6 +2,7 @@ package machineconfig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -54,7 +55,7 @@ type Event struct {
 type Report struct {
 	Pool           string       `json:"pool"`
 	Config         string       `json:"config"`
-	State          string       `json:"state"` // Running (interrupted), Succeeded, Failed, DryRun, Refused
+	State          string       `json:"state"` // Running (interrupted), Succeeded, Failed, DryRun, Refused, Stopped (another driver took over)
 	Error          string       `json:"error,omitempty"`
 	Resumed        bool         `json:"resumed,omitempty"`
 	MaxUnavailable int          `json:"maxUnavailable"`
@@ -345,6 +346,12 @@ func (d *Driver) run(ctx context.Context, o Options, p *prepared, rep *Report) (
 		poll = 2 * time.Second
 	}
 	finish := func(views []NodeView, state string, err error) (*Report, error) {
+		if errors.Is(err, ErrJournalConflict) {
+			// Another driver owns the journal now: leave it to that one.
+			rep.State, rep.Error = RolloutStopped, err.Error()
+			d.fill(rep, views, rec)
+			return rep, err
+		}
 		rec.State, rec.Updated = state, d.now()
 		if err != nil {
 			rec.Error = err.Error()
