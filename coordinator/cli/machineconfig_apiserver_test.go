@@ -74,6 +74,32 @@ func TestMachineConfigCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("StatusText", func(t *testing.T) {
+		code, out, errs := run(t, append([]string{"machineconfig", "status", "--pool", "cli"}, kc...)...)
+		if code != ExitOK {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		for _, want := range []string{
+			"pool cli: spec config " + f.New + ", status config -, newest rendered " + f.New,
+			"machine-config-controller: not alive (no Lease openshift-machine-config-operator/machine-config-controller)",
+			"NODE ", "cli-0 ", "cli-1 ", "Pending", "uncordon-" + f.Old,
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("status text lacks %q:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("DryRunChangesNothing", func(t *testing.T) {
+		code, out, errs := run(t, append([]string{"machineconfig", "rollout", "--pool", "cli", "--dry-run"}, kc...)...)
+		if code != ExitOK || !strings.Contains(out, "DryRun") || !strings.Contains(out, "set-desired") {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
+		}
+		n, err := cs.CoreV1().Nodes().Get(ctx, f.Nodes[0], metav1.GetOptions{})
+		if err != nil || n.Annotations[machineconfig.AnnoDesiredConfig] != f.Old {
+			t.Errorf("dry run changed the node: %v %v", n.Annotations, err)
+		}
+	})
+
 	for _, tc := range []struct {
 		name string
 		args []string
