@@ -24,8 +24,9 @@ import (
 const machineconfigExitHelp = `Exit codes of coordctl machineconfig:
   0  rollout Succeeded (every chosen node on the config, state Done); dry run
      or status printed
-  1  another error; or another rollout of the pool took over the journal
-     (this one stopped, that one carries on)
+  1  another error; or stopped for someone else: another rollout of the
+     pool took over the journal, or the machine-config-controller came back
+     mid-way (it carries on)
   2  bad input: a flag, an unknown pool, a config not of the pool, a
      selector matching no node of the pool, --max-unavailable 0; nothing
      was changed
@@ -213,6 +214,8 @@ func mcError(err error, rep *machineconfig.Report, k *kubeFlags) error {
 			return Exitf(ExitInterrupted, "interrupted: the journal %s says Running; run the same rollout again to resume", rep.Journal)
 		}
 		return Exitf(ExitInterrupted, "interrupted before the rollout started: %v", err)
+	case errors.As(err, new(*machineconfig.MCCBackError)):
+		return Exitf(ExitFailed, "stopped: %v", err)
 	case errors.Is(err, machineconfig.ErrJournalConflict):
 		return Exitf(ExitFailed, "stopped: %v; the other run carries on (see coordctl machineconfig status)", err)
 	case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):

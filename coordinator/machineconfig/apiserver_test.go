@@ -630,6 +630,29 @@ func testMCCAlive(t *testing.T, e *env) {
 		t.Fatalf("lapsed lease: %+v %v", m, err)
 	}
 
+	// The MCC comes back after the first node: the rollout stops there.
+	g := e.pool(t, "mccback", 2)
+	_ = e.cs.CoordinationV1().Leases(MCCNamespace).Delete(ctx, MCCLease, metav1.DeleteOptions{})
+	e.daemons(t, ctx, g, nil)
+	ob := e.options(g)
+	ob.Progress = func(ev Event) {
+		if ev.Node == g.nodes[0] && ev.Step == StepDone {
+			e.lease(t, time.Now())
+		}
+	}
+	rep, err = e.d.Rollout(ctx, ob)
+	var back *MCCBackError
+	if !errors.As(err, &back) || rep.State != RolloutStopped {
+		t.Fatalf("MCC back mid-way: want MCCBackError and state Stopped, got %v", err)
+	}
+	if j := e.journal(t, g.pool); j.State != RolloutStopped {
+		t.Errorf("journal: %s", j.State)
+	}
+	n1, _ := e.cs.CoreV1().Nodes().Get(ctx, g.nodes[1], metav1.GetOptions{})
+	if v := ViewOf(n1); v.Desired != g.old {
+		t.Errorf("the second node was started after the MCC came back: %+v", v)
+	}
+
 	// --force runs despite a live MCC.
 	e.lease(t, time.Now())
 	e.daemons(t, ctx, f, nil)

@@ -17,8 +17,9 @@ const (
 	RolloutRunning   = "Running"
 	RolloutSucceeded = "Succeeded"
 	RolloutFailed    = "Failed"
-	// RolloutStopped is a report's state (never journaled) when another
-	// driver wrote the journal meanwhile: this one stopped, that one goes on.
+	// RolloutStopped: this driver stopped for someone else: another driver
+	// wrote the journal meanwhile (then only the report says so), or the
+	// MCC came back and takes over (journaled; resumable like Failed).
 	RolloutStopped = "Stopped"
 )
 

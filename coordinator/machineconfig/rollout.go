@@ -80,6 +80,13 @@ type RefusedError struct{ Why string }
 
 func (e *RefusedError) Error() string { return e.Why }
 
+// MCCBackError stops a rollout when the MCC comes back alive mid-way.
+type MCCBackError struct{ MCC MCC }
+
+func (e *MCCBackError) Error() string {
+	return fmt.Sprintf("the machine-config-controller came back (%s): stopped here, it takes over the rollout (or run again with --force)", e.MCC.Why)
+}
+
 // Driver runs rollouts on a cluster.
 type Driver struct {
 	C   *Cluster
@@ -421,6 +428,14 @@ func (d *Driver) run(ctx context.Context, o Options, p *prepared, rep *Report) (
 		}
 		if done == len(views) {
 			return finish(views, RolloutSucceeded, nil)
+		}
+		if !o.Force {
+			// The MCC came back: it finishes the job itself, and two
+			// controllers answering the same requests would fight.
+			m, err := d.C.MCCState(ctx, d.now())
+			if err == nil && m.Alive {
+				return finish(views, RolloutStopped, &MCCBackError{MCC: m})
+			}
 		}
 		if err := d.act(ctx, o, p, rec, views, emit); err != nil {
 			if ctx.Err() != nil {
