@@ -19,9 +19,9 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// TestAPIServer runs the rollout against a real kube-apiserver; the
+// TestRolloutOnAPIServer runs the rollout against a real kube-apiserver; the
 // subtests share it, each with its own pool and nodes.
-func TestAPIServer(t *testing.T) {
+func TestRolloutOnAPIServer(t *testing.T) {
 	e := startEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

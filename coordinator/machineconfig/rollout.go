@@ -93,7 +93,7 @@ type Driver struct {
 	Now func() time.Time // default time.Now
 
 	// answerWithoutDrain breaks the drain guarantee for the test that
-	// shows the guard test bites (TestAPIServer/DrainGuardBites). Never
+	// shows the guard test bites (TestRolloutOnAPIServer/DrainGuardBites). Never
 	// set outside tests.
 	answerWithoutDrain bool
 }
