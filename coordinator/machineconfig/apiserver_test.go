@@ -493,7 +493,9 @@ func testResume(t *testing.T, e *env) {
 			e.pod(t, "default", "work-"+f.nodes[0], f.nodes[0], nil)
 			rec := e.record(t, ctx, f)
 			guard := e.guardDrains(t, ctx, f)
-			mcds := e.daemons(t, ctx, f, map[string]mcdsim.Options{f.nodes[0]: {Reboot: time.Second}})
+			// A 2 s reboot: the driver, polling every 50 ms, must see the
+			// NotReady to be killed during it, even on a loaded machine.
+			mcds := e.daemons(t, ctx, f, map[string]mcdsim.Options{f.nodes[0]: {Reboot: 2 * time.Second}})
 			dctx, kill1 := context.WithCancel(ctx)
 			killed := false
 			o := e.options(f)
