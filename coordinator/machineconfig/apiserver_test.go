@@ -571,8 +571,8 @@ func testTwoDrivers(t *testing.T, e *env) {
 		switch {
 		case errors.Is(err, ErrJournalConflict):
 			conflicts++
-			if rep := []*Report{r1, r2.rep}[i]; rep.State != RolloutStopped {
-				t.Errorf("the stopped driver's report: state %s", rep.State)
+			if rep := []*Report{r1, r2.rep}[i]; rep == nil || rep.State != RolloutStopped {
+				t.Errorf("the stopped driver's report: %+v", rep)
 			}
 		case err == nil:
 			ok++

@@ -341,6 +341,12 @@ func (d *Driver) run(ctx context.Context, o Options, p *prepared, rep *Report) (
 		rec.Node = map[string]*NodeRecord{}
 	}
 	if err := p.journal.save(ctx, rec); err != nil {
+		if errors.Is(err, ErrJournalConflict) {
+			// Another driver wrote the journal between our read and this
+			// write: it carries on, this one has changed nothing.
+			rep.State, rep.Error = RolloutStopped, err.Error()
+			return rep, err
+		}
 		return nil, err
 	}
 	emit := func(node string, s Step, msg string) {
@@ -364,8 +370,15 @@ func (d *Driver) run(ctx context.Context, o Options, p *prepared, rep *Report) (
 			rec.Error = err.Error()
 		}
 		// The outcome must reach the journal even when ctx is done.
-		if serr := p.journal.save(context.WithoutCancel(ctx), rec); serr != nil && err == nil {
-			err = serr
+		if serr := p.journal.save(context.WithoutCancel(ctx), rec); serr != nil {
+			if errors.Is(serr, ErrJournalConflict) {
+				rep.State, rep.Error = RolloutStopped, serr.Error()
+				d.fill(rep, views, rec)
+				return rep, serr
+			}
+			if err == nil {
+				err = serr
+			}
 		}
 		rep.State, rep.Error = state, rec.Error
 		d.fill(rep, views, rec)
