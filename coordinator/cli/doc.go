@@ -9,7 +9,9 @@
 // as they are, never as a Go dump.
 //
 // It must not reach agents or the dataplane itself: everything goes through
-// the coordinator. Other command groups plug in with AddCommand. The lab is
+// the coordinator. The one exception is machineconfig, which talks to the
+// Kubernetes API server directly (package coordinator/machineconfig): it
+// is needed when the cluster's own controllers cannot reach it. Other command groups plug in with AddCommand. The lab is
 // not one: coordctl ships in the coordinator image, so the lab's commands
 // are their own binary (harness/cmd/cutover-lab), which carries coordctl.
 //

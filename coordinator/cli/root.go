@@ -122,6 +122,7 @@ revert, follow and roll back operations.
 		newRollbackCmd(g),
 		newCertsCmd(g),
 		newVersionCmd(g),
+		newMachineConfigCmd(g),
 		newExitCodesTopic(),
 	)
 	for _, f := range extensions {
