@@ -99,9 +99,9 @@ func TestRenderGolden(t *testing.T) {
 	b.WriteString("== agents\n")
 	renderAgents(&b, sampleAgents())
 	b.WriteString("== plan (problems)\n")
-	renderPlan(&b, samplePlan(true))
+	renderPlan(&b, samplePlan(true), false)
 	b.WriteString("== plan (clean)\n")
-	renderPlan(&b, samplePlan(false))
+	renderPlan(&b, samplePlan(false), false)
 	b.WriteString("== events\n")
 	p := newProgress(&b, false)
 	for _, e := range sampleEvents(coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK) {

@@ -77,33 +77,6 @@ func planProblems(p *coordinatorv1.PlanResponse) int {
 	return n
 }
 
-func renderPlan(w io.Writer, p *coordinatorv1.PlanResponse) {
-	_, _ = fmt.Fprintf(w, "plan: port %d -> %d on %d node(s); nothing was changed\n\n", p.GetCurrentPort(), p.GetTargetPort(), len(p.GetNodes()))
-	t := newTable(w)
-	_, _ = fmt.Fprintln(t, "NODE\tCURRENT\tNEW PORT FREE\tWOULD DO\tPROBLEMS")
-	for _, n := range p.GetNodes() {
-		_, _ = fmt.Fprintf(t, "%s\t%d\t%s\t%s\t%s\n", n.GetNode(), n.GetCurrentPort(), yesNo(n.GetTargetPortFree()),
-			orDash(strings.Join(n.GetActions(), "; ")), orDash(strings.Join(n.GetProblems(), "; ")))
-	}
-	_ = t.Flush()
-	probs := p.GetProblems()
-	if len(probs) == 0 {
-		for _, n := range p.GetNodes() {
-			for _, pr := range n.GetProblems() {
-				probs = append(probs, n.GetNode()+": "+pr)
-			}
-		}
-	}
-	if len(probs) == 0 {
-		_, _ = fmt.Fprintln(w, "\nno problems: the cutover may go")
-		return
-	}
-	_, _ = fmt.Fprintf(w, "\n%d problem(s):\n", len(probs))
-	for _, pr := range probs {
-		_, _ = fmt.Fprintf(w, "  - %s\n", wrap(pr, 100, "    "))
-	}
-}
-
 // wrap breaks s at spaces into lines of at most width runes (a longer
 // word stays whole), the ones after the first led by indent: a refusal
 // that names nodes and says what to do runs long.

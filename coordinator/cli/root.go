@@ -64,7 +64,7 @@ type Globals struct {
 	TLS         pki.Files
 	TLSDir      string
 	Insecure    bool
-	Output      string // text or json
+	Output      string // text, wide, json or html
 	Timeout     time.Duration
 
 	timeoutSet bool        // --timeout given explicitly
@@ -96,7 +96,7 @@ revert, follow and roll back operations.
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			g.timeoutSet = cmd.Flags().Changed("timeout")
-			return g.validate()
+			return g.validate(cmd)
 		},
 	}
 	root.SetOut(stdout)
@@ -111,7 +111,7 @@ revert, follow and roll back operations.
 	pf.StringVar(&g.TLSDir, "tls-dir", "", "directory with coordctl's identity: ca.pem, admin.pem, admin-key.pem (made by coordctl certs) or ca.crt, tls.crt, tls.key (a cert-manager Secret's keys); --tls-* override single files")
 	g.TLS.AddFlags(pf, "the coordinator's certificate", "coordctl (role admin)")
 	pf.BoolVar(&g.Insecure, "insecure", false, "talk to the coordinator WITHOUT TLS: local labs only")
-	pf.StringVarP(&g.Output, "output", "o", "text", "output format: text or json")
+	pf.StringVarP(&g.Output, "output", "o", "text", "output format: text, json, wide (plan: every node's actions) or html (report: the change record page)")
 	pf.DurationVar(&g.Timeout, "timeout", 30*time.Second, "deadline of each request; for cutover and rollback the per-step deadline on the agents (coordctl waits up to 10x for the whole operation)")
 
 	root.AddCommand(
@@ -151,11 +151,15 @@ func TLSDirFiles(dir string) (pki.Files, error) {
 // and the dead-man timers on the agents would be meaningless against it.
 const maxTimeout = time.Hour
 
-func (g *Globals) validate() error {
+func (g *Globals) validate(cmd *cobra.Command) error {
 	switch g.Output {
-	case "text", "json":
+	case "text", "json", "wide":
+	case "html":
+		if cmd.Name() != "report" {
+			return usageError("-o/--output %q: only coordctl report writes html; %s takes text, wide or json", g.Output, cmd.CommandPath())
+		}
 	default:
-		return usageError("-o/--output %q: unknown format, want text or json", g.Output)
+		return usageError("-o/--output %q: unknown format, want text, json, wide or html", g.Output)
 	}
 	if g.Timeout <= 0 {
 		return usageError("--timeout %s: must be positive (e.g. 30s)", g.Timeout)
