@@ -183,7 +183,7 @@ func TestBadInputNoRPC(t *testing.T) {
 		{[]string{"cutover", "--port", "4889", "--timeout", "-5s"}, []string{"--timeout -5s", "must be positive"}},
 		{[]string{"cutover", "--port", "4889", "--timeout", "3000h"}, []string{"--timeout 3000h0m0s", "longer than 1h0m0s"}},
 		{[]string{"cutover", "--port", "4889", "--timeout", "soon"}, []string{`invalid argument "soon" for "--timeout"`}},
-		{[]string{"agents", "-o", "yaml"}, []string{`-o/--output "yaml"`, "text or json"}},
+		{[]string{"agents", "-o", "yaml"}, []string{`-o/--output "yaml"`, "text, json"}},
 		{[]string{"status", "op 1"}, []string{`operation id "op 1"`}},
 		{[]string{"status", "a", "b"}, []string{"accepts at most 1 arg"}},
 		{[]string{"cutover", "--port", "4889", "extra"}, []string{`unknown command "extra"`}},
