@@ -30,6 +30,9 @@ type operation struct {
 	report    *coordinatorv1.Report
 	results   map[string]*coordinatorv1.NodeResult
 	events    []*coordinatorv1.OperationEvent
+	// priorEvents are the events journaled by runs before a coordinator
+	// restart: the report's log keeps them; followers are not replayed them.
+	priorEvents []*coordinatorv1.OperationEvent
 	changed   chan struct{} // closed and replaced at every event
 	done      chan struct{} // closed when a run ends
 	running   bool
@@ -91,6 +94,10 @@ func (op *operation) snapshot() *coordinatorv1.Report {
 
 func (op *operation) snapshotLocked() *coordinatorv1.Report {
 	r := proto.Clone(op.report).(*coordinatorv1.Report)
+	r.Events = op.eventsLocked()
+	if !op.commitAt.IsZero() {
+		r.CommitUnixNano = op.commitAt.UnixNano()
+	}
 	r.Nodes = nil
 	for _, n := range op.nodes {
 		r.Nodes = append(r.Nodes, proto.Clone(op.results[n]).(*coordinatorv1.NodeResult))

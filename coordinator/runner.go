@@ -221,12 +221,7 @@ func (c *Coordinator) endRun(op *operation) (acts []barrier.Action, more bool) {
 		if err != nil {
 			return
 		}
-		op.setResult(n, func(r *coordinatorv1.NodeResult) {
-			r.Port = info.CurrentPort
-			if o := info.Operation; o != nil && o.OperationId == op.rec.ID {
-				r.AgentPhase = o.Phase.String()
-			}
-		})
+		op.noteReadBack(n, info)
 	})
 	cancel()
 	_ = c.save(op)
