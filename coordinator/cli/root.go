@@ -119,6 +119,7 @@ revert, follow and roll back operations.
 		newPlanCmd(g),
 		newCutoverCmd(g),
 		newStatusCmd(g),
+		newReportCmd(g),
 		newRollbackCmd(g),
 		newCertsCmd(g),
 		newVersionCmd(g),
