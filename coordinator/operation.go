@@ -25,21 +25,21 @@ type operation struct {
 	fanout   time.Duration // measured in preflight
 	prepDur  time.Duration // how long the prepare round took
 
-	mu        sync.Mutex
-	rec       Record
-	report    *coordinatorv1.Report
-	results   map[string]*coordinatorv1.NodeResult
-	events    []*coordinatorv1.OperationEvent
+	mu      sync.Mutex
+	rec     Record
+	report  *coordinatorv1.Report
+	results map[string]*coordinatorv1.NodeResult
+	events  []*coordinatorv1.OperationEvent
 	// priorEvents are the events journaled by runs before a coordinator
 	// restart: the report's log keeps them; followers are not replayed them.
 	priorEvents []*coordinatorv1.OperationEvent
-	changed   chan struct{} // closed and replaced at every event
-	done      chan struct{} // closed when a run ends
-	running   bool
-	rollback  chan string
-	stepStart time.Time
-	curStep   barrier.Step
-	applied   map[string]int64 // coordinator clock, by node
+	changed     chan struct{} // closed and replaced at every event
+	done        chan struct{} // closed when a run ends
+	running     bool
+	rollback    chan string
+	stepStart   time.Time
+	curStep     barrier.Step
+	applied     map[string]int64 // coordinator clock, by node
 	// selfUndo is, by node, the instant (coordinator clock) the agent said
 	// it undoes the operation by itself: its prepare deadline while
 	// prepared, its dead-man deadline once committed. A Failed report

@@ -70,7 +70,7 @@ type phaseView struct{ Phase, Took string }
 
 type nodeView struct {
 	Node, Backend, Device, Port, Phase, Applied, ApplyTook, Offset, Reverted, Error string
-	PortClass                                                                     string // ok when on the port the outcome says, else bad
+	PortClass                                                                       string // ok when on the port the outcome says, else bad
 }
 
 type eventView struct {
@@ -87,16 +87,16 @@ type probeTotals struct {
 // chartData is the page script's input. Times are milliseconds since the
 // operation started; -1 means never.
 type chartData struct {
-	EndMs    float64       `json:"endMs"`
-	CommitMs float64       `json:"commitMs"`
-	Phases   []chartPhase  `json:"phases"`
-	Nodes    []chartNode   `json:"nodes"`
+	EndMs    float64      `json:"endMs"`
+	CommitMs float64      `json:"commitMs"`
+	Phases   []chartPhase `json:"phases"`
+	Nodes    []chartNode  `json:"nodes"`
 	// Pairs are [from, to, sent, lost, longest gap ms], from and to
 	// indexes into Names: at 200 nodes a full mesh is 39,800 pairs, and
 	// names spelled out would make the page megabytes.
-	Pairs    [][5]float64  `json:"pairs"`
-	Names    []string      `json:"names"` // heatmap axis: every node, in report order
-	Steps    []chartMarker `json:"steps"` // legend: the step markers, in order
+	Pairs [][5]float64  `json:"pairs"`
+	Names []string      `json:"names"` // heatmap axis: every node, in report order
+	Steps []chartMarker `json:"steps"` // legend: the step markers, in order
 }
 
 type chartPhase struct {
@@ -106,14 +106,14 @@ type chartPhase struct {
 }
 
 type chartNode struct {
-	Node       string  `json:"node"`
-	PreparedMs float64 `json:"preparedMs"`
-	AppliedMs  float64 `json:"appliedMs"`
+	Node        string  `json:"node"`
+	PreparedMs  float64 `json:"preparedMs"`
+	AppliedMs   float64 `json:"appliedMs"`
 	ConfirmedMs float64 `json:"confirmedMs"`
 	FinalizedMs float64 `json:"finalizedMs"`
 	RevertedMs  float64 `json:"revertedMs"`
-	RevertedBy string  `json:"revertedBy"`
-	Error      string  `json:"error"`
+	RevertedBy  string  `json:"revertedBy"`
+	Error       string  `json:"error"`
 }
 
 type chartMarker struct {

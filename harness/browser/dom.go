@@ -59,4 +59,3 @@ func CountColor(path string, c color.RGBA, tol int) (int, error) {
 	}
 	return n, nil
 }
-
