@@ -77,7 +77,9 @@ func run(t testing.TB, bin, url string, extra ...string) []byte {
 		}
 	case <-ctx.Done():
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-done
+		if werr := <-done; werr != nil {
+			t.Logf("%s killed: %v", bin, werr)
+		}
 		t.Fatalf("%s did not finish within %s; killed (process group %d)\nstderr:\n%s", bin, Timeout, pgid, tail(errb.Bytes(), 4000))
 	}
 	return out.Bytes()
