@@ -118,7 +118,7 @@ func (op *operation) setResult(node string, f func(*coordinatorv1.NodeResult)) {
 func (c *Coordinator) save(op *operation) error {
 	op.mu.Lock()
 	rep := op.snapshotLocked()
-	b, err := protojson.Marshal(rep)
+	b, err := journaledReport(rep)
 	if err == nil {
 		op.rec.Report = b
 	}
@@ -213,4 +213,24 @@ func outcomeState(o barrier.Outcome) coordinatorv1.OperationState {
 		return coordinatorv1.OperationState_OPERATION_STATE_FAILED
 	}
 	return coordinatorv1.OperationState_OPERATION_STATE_RUNNING
+}
+
+// maxJournaledRecord bounds the change record's share of a journaled
+// report: past it, the events and the plan's per-node actions (they grow
+// with the cluster, and a Kubernetes journal drops a report whole above
+// its object limit) stay in memory only; the rest, what a restarted
+// coordinator reports, is kept.
+const maxJournaledRecord = 384 << 10
+
+func journaledReport(rep *coordinatorv1.Report) ([]byte, error) {
+	b, err := protojson.Marshal(rep)
+	if err != nil || len(b) <= maxJournaledRecord {
+		return b, err
+	}
+	slim := proto.Clone(rep).(*coordinatorv1.Report)
+	slim.Events = nil
+	for _, n := range slim.GetPlan().GetNodes() {
+		n.Actions = nil
+	}
+	return protojson.Marshal(slim)
 }
