@@ -77,10 +77,15 @@ func (op *operation) finished() <-chan struct{} {
 // emit appends a progress event. A non-nil report marks the last event of
 // a run.
 func (op *operation) emit(phase, node, msg string, failed bool, report *coordinatorv1.Report) {
+	op.emitEvent(&coordinatorv1.OperationEvent{Phase: phase, Node: node, Message: msg, Failed: failed, Report: report})
+}
+
+// emitEvent appends ev, stamped with the operation and the time.
+func (op *operation) emitEvent(ev *coordinatorv1.OperationEvent) {
 	op.mu.Lock()
 	defer op.mu.Unlock()
-	op.events = append(op.events, &coordinatorv1.OperationEvent{OperationId: op.rec.ID, Phase: phase, Node: node,
-		Message: msg, Failed: failed, UnixNano: time.Now().UnixNano(), Report: report})
+	ev.OperationId, ev.UnixNano = op.rec.ID, time.Now().UnixNano()
+	op.events = append(op.events, ev)
 	close(op.changed)
 	op.changed = make(chan struct{})
 }

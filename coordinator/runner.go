@@ -170,7 +170,7 @@ func (c *Coordinator) announce(op *operation, s barrier.Send) {
 	case s.Attempt > 1:
 		msg += fmt.Sprintf(" (attempt %d)", s.Attempt)
 	}
-	op.emit(string(s.Step), "", msg, false, nil)
+	op.emitEvent(&coordinatorv1.OperationEvent{Phase: string(s.Step), Message: msg, StepNodes: s.Nodes})
 }
 
 // phaseDoneLocked records that step lasted d: in the report and the

@@ -135,25 +135,6 @@ func TestRenderGolden(t *testing.T) {
 	}
 }
 
-func TestTTYProgressRedrawsInPlace(t *testing.T) {
-	var b bytes.Buffer
-	p := newProgress(&b, true)
-	for _, e := range sampleEvents(coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED) {
-		p.event(e)
-	}
-	out := b.String()
-	// 6 events, each redraw after the first moves back over what it drew.
-	if n := strings.Count(out, "\x1b[") - strings.Count(out, "\x1b[K"); n != 5 {
-		t.Errorf("%d cursor-up moves, want 5:\n%q", n, out)
-	}
-	last := out[strings.LastIndex(out, "F")+1:]
-	for _, want := range []string{"operation op-20270115-0001:", "n1    commit  ok      applied in 1.523 ms", "n2    verify  ok      probe to n1 lost"} {
-		if !strings.Contains(last, want) {
-			t.Errorf("last frame lacks %q:\n%s", want, last)
-		}
-	}
-}
-
 // TestBadInputNoRPC: every bad input exits 2 with an error naming the flag
 // and the value, and coordctl never even connects.
 func TestBadInputNoRPC(t *testing.T) {

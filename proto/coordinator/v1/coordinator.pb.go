@@ -550,14 +550,19 @@ func (x *PlanResponse) GetProblems() []string {
 }
 
 type OperationEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
-	Phase         string                 `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"` // preflight, prepare, commit, verify, confirm, finalize, rollback, abort
-	Node          string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`   // empty for operation-wide events
-	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	Failed        bool                   `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
-	UnixNano      int64                  `protobuf:"varint,6,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
-	Report        *Report                `protobuf:"bytes,7,opt,name=report,proto3" json:"report,omitempty"` // set on the last event
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	Phase       string                 `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"` // preflight, prepare, commit, verify, confirm, finalize, rollback, abort
+	Node        string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`   // empty for operation-wide events
+	Message     string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Failed      bool                   `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	UnixNano    int64                  `protobuf:"varint,6,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	Report      *Report                `protobuf:"bytes,7,opt,name=report,proto3" json:"report,omitempty"` // set on the last event
+	// Live progress. On the event that sends a step: the nodes it goes to.
+	StepNodes []string `protobuf:"bytes,80,rep,name=step_nodes,json=stepNodes,proto3" json:"step_nodes,omitempty"`
+	// On a node's event: the node answered the step (failed says how), so
+	// a client counts done/total and names the slowest.
+	NodeDone      bool `protobuf:"varint,81,opt,name=node_done,json=nodeDone,proto3" json:"node_done,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -639,6 +644,20 @@ func (x *OperationEvent) GetReport() *Report {
 		return x.Report
 	}
 	return nil
+}
+
+func (x *OperationEvent) GetStepNodes() []string {
+	if x != nil {
+		return x.StepNodes
+	}
+	return nil
+}
+
+func (x *OperationEvent) GetNodeDone() bool {
+	if x != nil {
+		return x.NodeDone
+	}
+	return false
 }
 
 type PhaseDuration struct {
@@ -1378,7 +1397,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\vtarget_port\x18\x02 \x01(\rR\n" +
 	"targetPort\x126\n" +
 	"\x05nodes\x18\x03 \x03(\v2 .cutover.coordinator.v1.NodePlanR\x05nodes\x12\x1a\n" +
-	"\bproblems\x18\x04 \x03(\tR\bproblems\"\xe4\x01\n" +
+	"\bproblems\x18\x04 \x03(\tR\bproblems\"\xa0\x02\n" +
 	"\x0eOperationEvent\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x12\n" +
@@ -1386,7 +1405,10 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x16\n" +
 	"\x06failed\x18\x05 \x01(\bR\x06failed\x12\x1b\n" +
 	"\tunix_nano\x18\x06 \x01(\x03R\bunixNano\x126\n" +
-	"\x06report\x18\a \x01(\v2\x1e.cutover.coordinator.v1.ReportR\x06report\";\n" +
+	"\x06report\x18\a \x01(\v2\x1e.cutover.coordinator.v1.ReportR\x06report\x12\x1d\n" +
+	"\n" +
+	"step_nodes\x18P \x03(\tR\tstepNodes\x12\x1b\n" +
+	"\tnode_done\x18Q \x01(\bR\bnodeDone\";\n" +
 	"\rPhaseDuration\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x14\n" +
 	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\"\xf5\x03\n" +
