@@ -113,6 +113,9 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 		_, _ = fmt.Fprintf(w, " in %s ms", fmtMillis(r.GetEndedUnixNano()-r.GetStartedUnixNano()))
 	}
 	_, _ = fmt.Fprintln(w)
+	if r.GetRequestedBy() != "" {
+		_, _ = fmt.Fprintf(w, "requested by %s\n", r.GetRequestedBy())
+	}
 	if r.GetError() != "" {
 		_, _ = fmt.Fprintf(w, "error: %s\n", r.GetError())
 	}
