@@ -52,6 +52,49 @@ func TestChangeRecordInBrowser(t *testing.T) {
 	}
 }
 
+// TestChangeRecordInBrowserStates: a running (partial), an aborted and a
+// rolled-back operation's records draw in the browser too: every node on
+// the timeline, every pair in the heatmap, the commit line only when a
+// commit was sent.
+func TestChangeRecordInBrowserStates(t *testing.T) {
+	bin := browser.Require(t)
+	for _, st := range []coordinatorv1.OperationState{
+		coordinatorv1.OperationState_OPERATION_STATE_RUNNING,
+		coordinatorv1.OperationState_OPERATION_STATE_ABORTED,
+		coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK,
+	} {
+		t.Run(stateName(st), func(t *testing.T) {
+			rep := sampleRecord(4, st)
+			for _, n := range rep.Nodes {
+				n.FinalizedUnixNano, n.ConfirmedUnixNano = 0, 0
+				switch st {
+				case coordinatorv1.OperationState_OPERATION_STATE_RUNNING:
+					rep.EndedUnixNano = 0
+				case coordinatorv1.OperationState_OPERATION_STATE_ABORTED:
+					n.AppliedUnixNano, n.RevertedUnixNano, n.RevertedBy, n.Port = 0, n.PreparedUnixNano+200_000_000, "abort", 4789
+					rep.CommitUnixNano, rep.Disruption = 0, nil
+				default:
+					n.RevertedUnixNano, n.RevertedBy, n.Port = rep.CommitUnixNano+700_000_000, "rollback", 4789
+				}
+			}
+			page := filepath.Join(t.TempDir(), "change.html")
+			var b bytes.Buffer
+			if err := writeRecordHTML(&b, rep, time.Unix(0, t0+3e9)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(page, b.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			dom := browser.DumpDOM(t, bin, browser.FileURL(t, page))
+			browser.CheckChangeRecord(t, dom, rep)
+			marks := len(browser.Elements(dom, "circle", "mk-reverted"))
+			if want := map[bool]int{true: 0, false: 4}[st == coordinatorv1.OperationState_OPERATION_STATE_RUNNING]; marks != want {
+				t.Errorf("%d reverted markers drawn, want %d", marks, want)
+			}
+		})
+	}
+}
+
 // recordingTB notes failures instead of failing the test.
 type recordingTB struct {
 	testing.TB
