@@ -67,6 +67,11 @@ type Globals struct {
 	Output      string // text, wide, json or html
 	Timeout     time.Duration
 
+	// Resolve, when set, runs before every connection: it may set
+	// Coordinator and the TLS identity (the kubectl plugin finds them in
+	// the cluster) and returns what to close with the connection.
+	Resolve func(g *Globals) (io.Closer, error)
+
 	timeoutSet bool        // --timeout given explicitly
 	tlsConfig  *tls.Config // set by Dial; used to diagnose handshake failures
 }
