@@ -76,4 +76,17 @@ func TestChangeRecordOfLabCutover(t *testing.T) {
 		t.Errorf("screenshot: %d pixels of the commit line's red (%v)", k, err)
 	}
 	t.Logf("change record of %s: %d bytes, screenshot %s", rep.GetOperationId(), len(page), png)
+	if keep := os.Getenv("COT_CHANGE_RECORD_DIR"); keep != "" {
+		// To look at: the page and its screenshot outlive the test.
+		shot, err := os.ReadFile(png)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(keep, "change.png"), shot, 0o644)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(keep, "change.html"), []byte(page), 0o644)
+		}
+		if err != nil {
+			t.Errorf("COT_CHANGE_RECORD_DIR: %v", err)
+		}
+	}
 }
