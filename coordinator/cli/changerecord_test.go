@@ -61,6 +61,14 @@ func sampleRecord(n int, state coordinatorv1.OperationState) *coordinatorv1.Repo
 var externalRef = regexp.MustCompile(`(?i)(\b(src|href|action|srcset|poster|data)\s*=\s*["']?\s*(https?:|//|ftp:))|url\(|@import|<link\b|<iframe\b|<object\b|<embed\b|<img\b`)
 
 func TestChangeRecordHTMLSelfContained(t *testing.T) {
+	// The scan bites: each way a page could fetch is caught.
+	for _, bad := range []string{`<script src="https://cdn.example/d3.js">`, `<link rel=stylesheet href="http://x/y.css">`,
+		`<a href='//evil/x'>`, `background: url(https://x/p.png)`, `@import "x.css"`, `<img src="data:,">`} {
+		if !externalRef.MatchString(bad) {
+			t.Errorf("the scan misses %q", bad)
+		}
+	}
+
 	for _, st := range []coordinatorv1.OperationState{
 		coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED, coordinatorv1.OperationState_OPERATION_STATE_RUNNING,
 		coordinatorv1.OperationState_OPERATION_STATE_ABORTED, coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK,

@@ -193,7 +193,8 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 		// wrong number of arguments. Those are usage errors.
 		ee = &ExitError{Code: ExitUsage, Err: err}
 	}
-	_, _ = fmt.Fprintf(stderr, "coordctl: %v\n", ee.Err)
+	// The command's own name: coordctl, or kubectl-cutover for the plugin.
+	_, _ = fmt.Fprintf(stderr, "%s: %v\n", root.Name(), ee.Err)
 	return ee.Code
 }
 

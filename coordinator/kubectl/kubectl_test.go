@@ -154,7 +154,7 @@ func TestDiscoveryOnAPIServer(t *testing.T) {
 func TestPluginBadInput(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := cli.Execute([]string{"--admin-secret", "", "agents"}, &out, &errb)
-	if code != cli.ExitUsage || !strings.Contains(errb.String(), "--admin-secret is empty") {
+	if code != cli.ExitUsage || !strings.HasPrefix(errb.String(), "kubectl-cutover: --admin-secret is empty") {
 		t.Errorf("empty --admin-secret: exit %d: %s", code, errb.String())
 	}
 	errb.Reset()
