@@ -34,12 +34,16 @@ const Timeout = 90 * time.Second
 // installed, and returns its path.
 func Require(t testing.TB) string {
 	t.Helper()
-	testenv.RequireBinaries(t, Binary)
 	p, err := exec.LookPath(Binary)
-	if err != nil {
-		t.Fatal(err)
+	if err == nil {
+		return p
 	}
-	return p
+	why := Binary + " is not installed; .ci/run installs it (apt-get install chromium)"
+	if testenv.InCI() {
+		t.Fatalf("browser test prerequisite missing in CI: %s", why)
+	}
+	t.Skip("skipped: " + why)
+	return ""
 }
 
 // run runs chromium headless on url with extra flags and returns stdout.
