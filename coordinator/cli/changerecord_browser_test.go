@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,6 +88,9 @@ func TestChangeRecordInBrowserStates(t *testing.T) {
 			}
 			dom := browser.DumpDOM(t, bin, browser.FileURL(t, page))
 			browser.CheckChangeRecord(t, dom, rep)
+			if say := strings.Contains(dom, `id="no-probe-figures"`); say != (len(rep.Disruption) == 0) {
+				t.Errorf("no-probe-figures note shown=%v with %d pairs", say, len(rep.Disruption))
+			}
 			marks := len(browser.Elements(dom, "circle", "mk-reverted"))
 			if want := map[bool]int{true: 0, false: 4}[st == coordinatorv1.OperationState_OPERATION_STATE_RUNNING]; marks != want {
 				t.Errorf("%d reverted markers drawn, want %d", marks, want)

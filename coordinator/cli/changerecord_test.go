@@ -89,6 +89,9 @@ func TestChangeRecordHTMLSelfContained(t *testing.T) {
 					t.Errorf("page lacks %q", want)
 				}
 			}
+			if noFigures := strings.Contains(page, `id="no-probe-figures"`); noFigures {
+				t.Errorf("a record with %d pairs says it has no probe figures", len(sampleRecord(4, st).Disruption))
+			}
 			if partial := strings.Contains(page, "this record is partial"); partial != (st == coordinatorv1.OperationState_OPERATION_STATE_RUNNING) {
 				t.Errorf("partial banner shown=%v for %s", partial, stateName(st))
 			}
