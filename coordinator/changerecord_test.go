@@ -115,3 +115,29 @@ func TestJournaledReportSlimmed(t *testing.T) {
 		t.Errorf("a small report lost its events")
 	}
 }
+
+// TestProgressEvents: a cutover's stream says each step's nodes and every
+// node's answer, preflight included (live, before the run starts), and a
+// refused cutover still streams its preflight progress before the error.
+func TestProgressEvents(t *testing.T) {
+	l := newLab(t, 3, nil)
+	_, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(msgs, "\n")
+	for _, want := range []string{"preflight: preflight: asking 3 agent(s)", "preflight n2: preflight: ok", "prepare n3: prepare: ok", "commit n1: commit: ok", "finalize n2: finalize: ok"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("stream lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Index(got, "preflight n1: preflight: ok") > strings.Index(got, "preflight passed") {
+		t.Errorf("preflight progress after the preflight result:\n%s", got)
+	}
+
+	l.fakes["n2"].HoldPort(4890, "dnsmasq")
+	_, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4890, OperationId: "op2"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(strings.Join(msgs, "\n"), "preflight n3: preflight: ok") {
+		t.Errorf("refused cutover: %v\n%s", err, strings.Join(msgs, "\n"))
+	}
+}

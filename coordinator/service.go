@@ -100,6 +100,14 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	if reverts != "" {
 		kind = "rollback"
 	}
+	// Preflight at hundreds of nodes takes a while: its progress goes out
+	// on the stream as it happens (a refusal then ends the stream).
+	var sendMu sync.Mutex
+	r.progress = func(ev *coordinatorv1.OperationEvent) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		_ = stream.Send(ev) // a client gone is noticed when the run is followed
+	}
 	if req.DryRun {
 		pf := c.fullPreflight(ctx, r, kind)
 		if len(pf.problems) > 0 {
