@@ -15,9 +15,9 @@ GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-build: ## build agent, coordinator and coordctl into bin/
+build: ## build agent, coordinator, coordctl and the kubectl-cutover plugin into bin/
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./agent/cmd/agent ./coordinator/cmd/coordinator ./coordinator/cmd/coordctl
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./agent/cmd/agent ./coordinator/cmd/coordinator ./coordinator/cmd/coordctl ./coordinator/cmd/kubectl-cutover
 
 RELEASE_DIR ?= $(BIN)/release
 RELEASE_OVERLAYS := openshift flannel calico full

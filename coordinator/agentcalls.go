@@ -59,6 +59,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			ph := r.GetStatus().GetPhase()
 			op.noteSelfUndo(n, r.GetStatus())
 			ev = callResult(n, s, err, ph == agentv1.Phase_PHASE_PREPARED, fmt.Sprintf("agent answered %s: %s", ph, r.GetStatus().GetError()))
+			op.noteTimeline(n, s, ev, r.GetStatus())
 		case barrier.Commit:
 			at := commitAt.Add(op.offsets[n].offset)
 			r, err := cl.Commit(ctx, &agentv1.CommitRequest{OperationId: id, AtUnixNano: at.UnixNano(), DeadmanMillis: op.deadman.Milliseconds(),
@@ -100,9 +101,11 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			r, err := cl.Confirm(ctx, &agentv1.ConfirmRequest{OperationId: id})
 			ok := phaseIn(r.GetPhase(), agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
 			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
+			op.noteTimeline(n, s, ev, r)
 		case barrier.Finalize:
 			r, err := cl.Finalize(ctx, &agentv1.FinalizeRequest{OperationId: id})
 			ev = callResult(n, s, err, r.GetPhase() == agentv1.Phase_PHASE_FINALIZED, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
+			op.noteTimeline(n, s, ev, r)
 		case barrier.Abort, barrier.Rollback:
 			r, err := cl.Rollback(ctx, &agentv1.RollbackRequest{OperationId: id, Reason: op.core.Reason()})
 			if err != nil && status.Code(err) != codes.NotFound && ctx.Err() == nil {
@@ -121,6 +124,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 				r = &agentv1.OperationStatus{Phase: agentv1.Phase_PHASE_IDLE}
 			}
 			ev = callResult(n, s, err, undone(r), fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
+			op.noteTimeline(n, s, ev, r)
 		}
 		c.noteNode(op, n, ev)
 		post(ev)

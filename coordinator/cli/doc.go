@@ -1,6 +1,7 @@
 // Package cli is coordctl: the command-line client of the coordinator's
 // gRPC API (CoordinatorService) over mutual TLS, one file per subcommand
-// (agents, plan, cutover, status, rollback, certs, version).
+// (agents, plan, cutover, status, report, rollback, certs, version); the
+// change record page is a template embedded from changerecord/.
 //
 // It owns flag parsing and validation, rendering (text tables, live
 // progress, protojson) and exit codes. Every bad input is rejected here,

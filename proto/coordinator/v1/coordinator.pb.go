@@ -550,14 +550,19 @@ func (x *PlanResponse) GetProblems() []string {
 }
 
 type OperationEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
-	Phase         string                 `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"` // preflight, prepare, commit, verify, confirm, finalize, rollback, abort
-	Node          string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`   // empty for operation-wide events
-	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	Failed        bool                   `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
-	UnixNano      int64                  `protobuf:"varint,6,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
-	Report        *Report                `protobuf:"bytes,7,opt,name=report,proto3" json:"report,omitempty"` // set on the last event
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	Phase       string                 `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"` // preflight, prepare, commit, verify, confirm, finalize, rollback, abort
+	Node        string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`   // empty for operation-wide events
+	Message     string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Failed      bool                   `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	UnixNano    int64                  `protobuf:"varint,6,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	Report      *Report                `protobuf:"bytes,7,opt,name=report,proto3" json:"report,omitempty"` // set on the last event
+	// Live progress. On the event that sends a step: the nodes it goes to.
+	StepNodes []string `protobuf:"bytes,80,rep,name=step_nodes,json=stepNodes,proto3" json:"step_nodes,omitempty"`
+	// On a node's event: the node answered the step (failed says how), so
+	// a client counts done/total and names the slowest.
+	NodeDone      bool `protobuf:"varint,81,opt,name=node_done,json=nodeDone,proto3" json:"node_done,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -641,6 +646,20 @@ func (x *OperationEvent) GetReport() *Report {
 	return nil
 }
 
+func (x *OperationEvent) GetStepNodes() []string {
+	if x != nil {
+		return x.StepNodes
+	}
+	return nil
+}
+
+func (x *OperationEvent) GetNodeDone() bool {
+	if x != nil {
+		return x.NodeDone
+	}
+	return false
+}
+
 type PhaseDuration struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Phase         string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
@@ -707,8 +726,21 @@ type NodeResult struct {
 	// the dataplane confirmed it. applied_unix_nano is the wake-up.
 	WrittenUnixNano   int64 `protobuf:"varint,90,opt,name=written_unix_nano,json=writtenUnixNano,proto3" json:"written_unix_nano,omitempty"`
 	EffectiveUnixNano int64 `protobuf:"varint,91,opt,name=effective_unix_nano,json=effectiveUnixNano,proto3" json:"effective_unix_nano,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The node's timeline for the change record (coordinator clock, 0 =
+	// never): when the agent answered prepared (the new port open in its
+	// firewall, the transaction staged), confirmed, finalized, and when the
+	// operation was undone on it and by what ("abort", "rollback", or the
+	// agent's own "deadman"/"prepare-timeout" as it reported).
+	PreparedUnixNano  int64  `protobuf:"varint,80,opt,name=prepared_unix_nano,json=preparedUnixNano,proto3" json:"prepared_unix_nano,omitempty"`
+	ConfirmedUnixNano int64  `protobuf:"varint,81,opt,name=confirmed_unix_nano,json=confirmedUnixNano,proto3" json:"confirmed_unix_nano,omitempty"`
+	FinalizedUnixNano int64  `protobuf:"varint,82,opt,name=finalized_unix_nano,json=finalizedUnixNano,proto3" json:"finalized_unix_nano,omitempty"`
+	RevertedUnixNano  int64  `protobuf:"varint,83,opt,name=reverted_unix_nano,json=revertedUnixNano,proto3" json:"reverted_unix_nano,omitempty"`
+	RevertedBy        string `protobuf:"bytes,84,opt,name=reverted_by,json=revertedBy,proto3" json:"reverted_by,omitempty"`
+	// Read back from the agent at the end, with port: the dataplane it runs.
+	Backend       string `protobuf:"bytes,85,opt,name=backend,proto3" json:"backend,omitempty"`
+	Device        string `protobuf:"bytes,86,opt,name=device,proto3" json:"device,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeResult) Reset() {
@@ -802,6 +834,55 @@ func (x *NodeResult) GetEffectiveUnixNano() int64 {
 		return x.EffectiveUnixNano
 	}
 	return 0
+}
+
+func (x *NodeResult) GetPreparedUnixNano() int64 {
+	if x != nil {
+		return x.PreparedUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetConfirmedUnixNano() int64 {
+	if x != nil {
+		return x.ConfirmedUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetFinalizedUnixNano() int64 {
+	if x != nil {
+		return x.FinalizedUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetRevertedUnixNano() int64 {
+	if x != nil {
+		return x.RevertedUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetRevertedBy() string {
+	if x != nil {
+		return x.RevertedBy
+	}
+	return ""
+}
+
+func (x *NodeResult) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *NodeResult) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
 }
 
 type PairDisruption struct {
@@ -917,8 +998,22 @@ type Report struct {
 	// overlay saw, where commit_spread_nanos is when the agents woke.
 	WriteSpreadNanos  int64 `protobuf:"varint,90,opt,name=write_spread_nanos,json=writeSpreadNanos,proto3" json:"write_spread_nanos,omitempty"`
 	EffectSpreadNanos int64 `protobuf:"varint,91,opt,name=effect_spread_nanos,json=effectSpreadNanos,proto3" json:"effect_spread_nanos,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The change record (coordctl report). Who asked: the client
+	// certificate's subject and role, or "unauthenticated" without TLS, and
+	// the address it came from.
+	RequestedBy string `protobuf:"bytes,80,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	// The request as the coordinator received it.
+	Request *CutoverRequest `protobuf:"bytes,81,opt,name=request,proto3" json:"request,omitempty"`
+	// The preflight the operation passed: per node the port, the new port
+	// free, the actions, and the problems (none, or it would not have run).
+	Plan *PlanResponse `protobuf:"bytes,82,opt,name=plan,proto3" json:"plan,omitempty"`
+	// The commit instant sent to every agent (coordinator clock); 0 when no
+	// commit was sent.
+	CommitUnixNano int64 `protobuf:"varint,83,opt,name=commit_unix_nano,json=commitUnixNano,proto3" json:"commit_unix_nano,omitempty"`
+	// Every progress event of the operation, in order (their report unset).
+	Events        []*OperationEvent `protobuf:"bytes,84,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Report) Reset() {
@@ -1103,6 +1198,41 @@ func (x *Report) GetEffectSpreadNanos() int64 {
 		return x.EffectSpreadNanos
 	}
 	return 0
+}
+
+func (x *Report) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *Report) GetRequest() *CutoverRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *Report) GetPlan() *PlanResponse {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+func (x *Report) GetCommitUnixNano() int64 {
+	if x != nil {
+		return x.CommitUnixNano
+	}
+	return 0
+}
+
+func (x *Report) GetEvents() []*OperationEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
 }
 
 // LateNode is a node that had not applied the commit by the instant plus
@@ -1305,7 +1435,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\vtarget_port\x18\x02 \x01(\rR\n" +
 	"targetPort\x126\n" +
 	"\x05nodes\x18\x03 \x03(\v2 .cutover.coordinator.v1.NodePlanR\x05nodes\x12\x1a\n" +
-	"\bproblems\x18\x04 \x03(\tR\bproblems\"\xe4\x01\n" +
+	"\bproblems\x18\x04 \x03(\tR\bproblems\"\xa0\x02\n" +
 	"\x0eOperationEvent\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x12\n" +
@@ -1313,10 +1443,13 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x16\n" +
 	"\x06failed\x18\x05 \x01(\bR\x06failed\x12\x1b\n" +
 	"\tunix_nano\x18\x06 \x01(\x03R\bunixNano\x126\n" +
-	"\x06report\x18\a \x01(\v2\x1e.cutover.coordinator.v1.ReportR\x06report\";\n" +
+	"\x06report\x18\a \x01(\v2\x1e.cutover.coordinator.v1.ReportR\x06report\x12\x1d\n" +
+	"\n" +
+	"step_nodes\x18P \x03(\tR\tstepNodes\x12\x1b\n" +
+	"\tnode_done\x18Q \x01(\bR\bnodeDone\";\n" +
 	"\rPhaseDuration\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x14\n" +
-	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\"\xc2\x02\n" +
+	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\"\xd1\x04\n" +
 	"\n" +
 	"NodeResult\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1f\n" +
@@ -1329,13 +1462,21 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x12clock_offset_nanos\x18\x06 \x01(\x03R\x10clockOffsetNanos\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x12*\n" +
 	"\x11written_unix_nano\x18Z \x01(\x03R\x0fwrittenUnixNano\x12.\n" +
-	"\x13effective_unix_nano\x18[ \x01(\x03R\x11effectiveUnixNano\"\x8a\x01\n" +
+	"\x13effective_unix_nano\x18[ \x01(\x03R\x11effectiveUnixNano\x12,\n" +
+	"\x12prepared_unix_nano\x18P \x01(\x03R\x10preparedUnixNano\x12.\n" +
+	"\x13confirmed_unix_nano\x18Q \x01(\x03R\x11confirmedUnixNano\x12.\n" +
+	"\x13finalized_unix_nano\x18R \x01(\x03R\x11finalizedUnixNano\x12,\n" +
+	"\x12reverted_unix_nano\x18S \x01(\x03R\x10revertedUnixNano\x12\x1f\n" +
+	"\vreverted_by\x18T \x01(\tR\n" +
+	"revertedBy\x12\x18\n" +
+	"\abackend\x18U \x01(\tR\abackend\x12\x16\n" +
+	"\x06device\x18V \x01(\tR\x06device\"\x8a\x01\n" +
 	"\x0ePairDisruption\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
 	"\x04sent\x18\x03 \x01(\x04R\x04sent\x12\x12\n" +
 	"\x04lost\x18\x04 \x01(\x04R\x04lost\x12,\n" +
-	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\"\xb8\a\n" +
+	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\"\xc1\t\n" +
 	"\x06Report\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12<\n" +
 	"\x05state\x18\x02 \x01(\x0e2&.cutover.coordinator.v1.OperationStateR\x05state\x12\x1b\n" +
@@ -1365,7 +1506,12 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\vlate_policy\x18> \x01(\tR\n" +
 	"latePolicy\x12,\n" +
 	"\x12write_spread_nanos\x18Z \x01(\x03R\x10writeSpreadNanos\x12.\n" +
-	"\x13effect_spread_nanos\x18[ \x01(\x03R\x11effectSpreadNanos\"_\n" +
+	"\x13effect_spread_nanos\x18[ \x01(\x03R\x11effectSpreadNanos\x12!\n" +
+	"\frequested_by\x18P \x01(\tR\vrequestedBy\x12@\n" +
+	"\arequest\x18Q \x01(\v2&.cutover.coordinator.v1.CutoverRequestR\arequest\x128\n" +
+	"\x04plan\x18R \x01(\v2$.cutover.coordinator.v1.PlanResponseR\x04plan\x12(\n" +
+	"\x10commit_unix_nano\x18S \x01(\x03R\x0ecommitUnixNano\x12>\n" +
+	"\x06events\x18T \x03(\v2&.cutover.coordinator.v1.OperationEventR\x06events\"_\n" +
 	"\bLateNode\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12%\n" +
 	"\x0elateness_nanos\x18\x02 \x01(\x03R\rlatenessNanos\x12\x18\n" +
@@ -1431,21 +1577,24 @@ var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
 	9,  // 6: cutover.coordinator.v1.Report.nodes:type_name -> cutover.coordinator.v1.NodeResult
 	10, // 7: cutover.coordinator.v1.Report.disruption:type_name -> cutover.coordinator.v1.PairDisruption
 	12, // 8: cutover.coordinator.v1.Report.late_nodes:type_name -> cutover.coordinator.v1.LateNode
-	1,  // 9: cutover.coordinator.v1.CoordinatorService.ListAgents:input_type -> cutover.coordinator.v1.ListAgentsRequest
-	4,  // 10: cutover.coordinator.v1.CoordinatorService.Plan:input_type -> cutover.coordinator.v1.CutoverRequest
-	4,  // 11: cutover.coordinator.v1.CoordinatorService.Cutover:input_type -> cutover.coordinator.v1.CutoverRequest
-	13, // 12: cutover.coordinator.v1.CoordinatorService.Status:input_type -> cutover.coordinator.v1.StatusRequest
-	14, // 13: cutover.coordinator.v1.CoordinatorService.Rollback:input_type -> cutover.coordinator.v1.RollbackRequest
-	3,  // 14: cutover.coordinator.v1.CoordinatorService.ListAgents:output_type -> cutover.coordinator.v1.ListAgentsResponse
-	6,  // 15: cutover.coordinator.v1.CoordinatorService.Plan:output_type -> cutover.coordinator.v1.PlanResponse
-	7,  // 16: cutover.coordinator.v1.CoordinatorService.Cutover:output_type -> cutover.coordinator.v1.OperationEvent
-	11, // 17: cutover.coordinator.v1.CoordinatorService.Status:output_type -> cutover.coordinator.v1.Report
-	7,  // 18: cutover.coordinator.v1.CoordinatorService.Rollback:output_type -> cutover.coordinator.v1.OperationEvent
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	4,  // 9: cutover.coordinator.v1.Report.request:type_name -> cutover.coordinator.v1.CutoverRequest
+	6,  // 10: cutover.coordinator.v1.Report.plan:type_name -> cutover.coordinator.v1.PlanResponse
+	7,  // 11: cutover.coordinator.v1.Report.events:type_name -> cutover.coordinator.v1.OperationEvent
+	1,  // 12: cutover.coordinator.v1.CoordinatorService.ListAgents:input_type -> cutover.coordinator.v1.ListAgentsRequest
+	4,  // 13: cutover.coordinator.v1.CoordinatorService.Plan:input_type -> cutover.coordinator.v1.CutoverRequest
+	4,  // 14: cutover.coordinator.v1.CoordinatorService.Cutover:input_type -> cutover.coordinator.v1.CutoverRequest
+	13, // 15: cutover.coordinator.v1.CoordinatorService.Status:input_type -> cutover.coordinator.v1.StatusRequest
+	14, // 16: cutover.coordinator.v1.CoordinatorService.Rollback:input_type -> cutover.coordinator.v1.RollbackRequest
+	3,  // 17: cutover.coordinator.v1.CoordinatorService.ListAgents:output_type -> cutover.coordinator.v1.ListAgentsResponse
+	6,  // 18: cutover.coordinator.v1.CoordinatorService.Plan:output_type -> cutover.coordinator.v1.PlanResponse
+	7,  // 19: cutover.coordinator.v1.CoordinatorService.Cutover:output_type -> cutover.coordinator.v1.OperationEvent
+	11, // 20: cutover.coordinator.v1.CoordinatorService.Status:output_type -> cutover.coordinator.v1.Report
+	7,  // 21: cutover.coordinator.v1.CoordinatorService.Rollback:output_type -> cutover.coordinator.v1.OperationEvent
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }
