@@ -565,8 +565,10 @@ func TestClusterInventoryFollows(t *testing.T) {
 		t.Fatalf("plan with n3's agent Pending: problems %q, want %q", p.Problems, want)
 	}
 	st, err := a.api.Cutover(ctx, &coordinatorv1.CutoverRequest{Port: 4889})
-	if err == nil {
-		_, err = st.Recv() // the refusal comes as the stream's first answer
+	for err == nil {
+		// Preflight's progress events may come first; the refusal ends
+		// the stream.
+		_, err = st.Recv()
 	}
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "node n3 is Ready but has no ready cutover agent") {
 		t.Fatalf("cutover with n3's agent Pending: %v", err)
