@@ -86,6 +86,10 @@ func renderPlan(w io.Writer, p *coordinatorv1.PlanResponse) {
 			orDash(strings.Join(n.GetActions(), "; ")), orDash(strings.Join(n.GetProblems(), "; ")))
 	}
 	_ = t.Flush()
+	if pc := p.GetPathCheck(); pc != nil {
+		_, _ = fmt.Fprintln(w)
+		renderPathCheck(w, pc, false)
+	}
 	probs := p.GetProblems()
 	if len(probs) == 0 {
 		for _, n := range p.GetNodes() {
