@@ -1,0 +1,121 @@
+package faults_test
+
+import (
+	"encoding/json"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/cutover-dev/cutover/harness/lab"
+	"github.com/cutover-dev/cutover/pkg/netns"
+)
+
+// The underlay path check (issue 14) against an NSX-like filter in the
+// lab's underlay (nftables on the hub's side of the nodes' links): UDP to
+// the new port dropped between two nodes; only VXLAN frames with the
+// overlay's VNI dropped; frames above a size dropped. Each: plan and
+// cutover name the pairs or the size, exit 4 (preflight), and OVS,
+// iptables, flows, state files and the journal are unchanged. A clean
+// underlay passes; the port bound on a node is a clear error.
+func TestPathCheckOVS(t *testing.T) { pathCheckCases(t, newEnv(t, "path"), 0) }
+
+// The same on the kernel VXLAN backend (flannel.1, VNI 1).
+func TestPathCheckKernel(t *testing.T) {
+	pathCheckCases(t, newEnv(t, "pathk", func(c *lab.Config) { c.Backend = lab.BackendKernelVXLAN }), 1)
+}
+
+func pathCheckCases(t *testing.T, e *env, vni uint32) {
+	const port = "4889"
+	// Clean: every direction of the 3 nodes passes, at full size.
+	r := e.coordctl("-o", "json", "pathcheck", "--port", port)
+	var res struct {
+		Vnis         []uint32 `json:"vnis"`
+		Sizes        []uint32 `json:"sizes"`
+		PairsChecked uint32   `json:"pairs_checked"`
+		Pairs        []struct {
+			Verdict     string `json:"verdict"`
+			LargestSize uint32 `json:"largest_size"`
+		} `json:"pairs"`
+		Problems []string `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); r.code != 0 || err != nil {
+		t.Fatalf("clean underlay: exit %d, %v:\n%s", r.code, err, r.out)
+	}
+	if res.PairsChecked != 6 || len(res.Problems) != 0 || len(res.Vnis) != 1 || res.Vnis[0] != vni || res.Sizes[len(res.Sizes)-1] != 1500 {
+		t.Fatalf("clean underlay: %+v", res)
+	}
+	for _, p := range res.Pairs {
+		if p.Verdict != "ok" || p.LargestSize != 1500 {
+			t.Errorf("clean underlay: pair %+v", p)
+		}
+	}
+	if r := e.coordctl("plan", "--port", port); r.code != 0 || !strings.Contains(r.out, "6 of 6 direction(s) pass") {
+		t.Fatalf("clean plan: exit %d:\n%s", r.code, r.out)
+	}
+
+	cases := []struct {
+		name   string
+		filter lab.UnderlayFilter
+		want   []string
+	}{
+		{"udp/4889 dropped between n1 and n3", lab.UnderlayFilter{Port: 4889, Between: [2]string{"n1", "n3"}},
+			[]string{"udp/4889 blocked between 2 node pair(s)", "n1→n3", "n3→n1"}},
+		{"VXLAN with the overlay's VNI dropped", lab.UnderlayFilter{Port: 4889, VNI: vni, VNISet: true},
+			[]string{"overlay's VNI dropped", "n1→n2 (VNI " + itoa(int(vni)) + ")", "n3→n2 (VNI"}},
+		{"frames above 1400 bytes dropped", lab.UnderlayFilter{Port: 4889, Above: 1400},
+			[]string{"full-size VXLAN frames (1500 bytes, DF) dropped", "n1→n2 (largest passed 1400)"}},
+	}
+	for _, tc := range cases {
+		if err := e.l.FilterUnderlay(e.ctx, tc.filter); err != nil {
+			t.Fatal(err)
+		}
+		before := e.snap()
+		for _, cmd := range []string{"plan", "cutover"} {
+			r := e.coordctl(cmd, "--port", port)
+			if r.code != 4 {
+				t.Errorf("%s: %s: exit %d, want 4 (preflight):\n%s", tc.name, cmd, r.code, r.out)
+			}
+			out := strings.Join(strings.Fields(r.out), " ") // coordctl wraps long lines
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("%s: %s does not say %q:\n%s", tc.name, cmd, w, r.out)
+				}
+			}
+			e.assertUnchanged(before)
+		}
+		rules, _ := e.l.UnderlayFilterRules(e.ctx)
+		t.Logf("%s: refused; filter:\n%s", tc.name, rules)
+		e.fact("underlay: "+tc.name, "plan, cutover", "refused naming the pairs/size, exit 4, nothing changed", "exit 4, unchanged", 0)
+	}
+	if err := e.l.ClearUnderlayFilter(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The port bound on n2's underlay address: a clear error, by node
+	// and port; the other pair is still judged.
+	n2, _ := e.l.Node("n2")
+	var held net.PacketConn
+	if err := netns.Do(n2.Netns, func() error {
+		var err error
+		held, err = net.ListenPacket("udp4", netip.AddrPortFrom(n2.UnderlayIP, 4889).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r = e.coordctl("pathcheck", "--port", port)
+	_ = held.Close()
+	out := strings.Join(strings.Fields(r.out), " ")
+	for _, w := range []string{"underlay path check not run on n2", "udp port 4889 on " + n2.UnderlayIP.String() + " is not free", "address already in use"} {
+		if r.code != 4 || !strings.Contains(out, w) {
+			t.Errorf("port held on n2: exit %d, does not say %q:\n%s", r.code, w, r.out)
+		}
+	}
+	if !strings.Contains(r.out, "2 of 6 direction(s) pass") {
+		t.Errorf("port held on n2: n1↔n3 not judged:\n%s", r.out)
+	}
+	// And once the filter is gone and the port free, the plan passes.
+	if r := e.coordctl("plan", "--port", port); r.code != 0 {
+		t.Fatalf("plan after clearing: exit %d:\n%s", r.code, r.out)
+	}
+}
