@@ -148,6 +148,11 @@ func (s *Service) PathCheck(ctx context.Context, req *agentv1.PathCheckRequest) 
 	}
 	resp := &agentv1.PathCheckResponse{Node: s.cfg.NodeName, Address: netip.AddrPortFrom(cfg.Local, cfg.Port).String(), TookMicros: time.Since(start).Microseconds()}
 	passed := map[string]bool{}
+	for i := range res {
+		if pathAlwaysPasses(s.cfg.NodeName) { // test-only build: faultinject.go
+			res[i].Answered, res[i].Received = true, true
+		}
+	}
 	for _, r := range res {
 		passed[r.Peer] = passed[r.Peer] || r.Answered || r.Received
 		resp.Results = append(resp.Results, &agentv1.PathProbeResult{Peer: r.Peer, Vni: r.VNI, Size: uint32(r.Size),

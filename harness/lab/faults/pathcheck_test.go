@@ -2,12 +2,14 @@ package faults_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/cutover-dev/cutover/harness/lab"
+	"github.com/cutover-dev/cutover/harness/lab/labtest"
 	"github.com/cutover-dev/cutover/pkg/netns"
 )
 
@@ -72,15 +74,8 @@ func pathCheckCases(t *testing.T, e *env, vni uint32) {
 		}
 		before := e.snap()
 		for _, cmd := range []string{"plan", "cutover"} {
-			r := e.coordctl(cmd, "--port", port)
-			if r.code != 4 {
-				t.Errorf("%s: %s: exit %d, want 4 (preflight):\n%s", tc.name, cmd, r.code, r.out)
-			}
-			out := strings.Join(strings.Fields(r.out), " ") // coordctl wraps long lines
-			for _, w := range tc.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("%s: %s does not say %q:\n%s", tc.name, cmd, w, r.out)
-				}
+			if err := refusedNaming(e, cmd, port, tc.want); err != nil {
+				t.Errorf("%s: %v", tc.name, err)
 			}
 			e.assertUnchanged(before)
 		}
@@ -118,4 +113,37 @@ func pathCheckCases(t *testing.T, e *env, vni uint32) {
 	if r := e.coordctl("plan", "--port", port); r.code != 0 {
 		t.Fatalf("plan after clearing: exit %d:\n%s", r.code, r.out)
 	}
+}
+
+// refusedNaming is the guard of the cases above: coordctl cmd exits 4
+// (preflight) and its output says every one of want.
+func refusedNaming(e *env, cmd, port string, want []string) error {
+	r := e.coordctl(cmd, "--port", port)
+	if r.code != 4 {
+		return fmt.Errorf("%s: exit %d, want 4 (preflight):\n%s", cmd, r.code, r.out)
+	}
+	out := strings.Join(strings.Fields(r.out), " ") // coordctl wraps long lines
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			return fmt.Errorf("%s does not say %q:\n%s", cmd, w, r.out)
+		}
+	}
+	return nil
+}
+
+// TestPathCheckBites is the test of the test (STYLE.md "a safety test
+// must bite"): with n1's agent built with the test-only tag
+// cutover_faultinject and told to report every frame as passed, the
+// blocked n1↔n3 pair goes unseen, and the guard must fail.
+func TestPathCheckBites(t *testing.T) {
+	t.Setenv("COT_FAULTINJECT_PATH_PASSES", "n1") // agent.FaultInjectPathEnv; // the lab's agents inherit it; only the tagged build reads it
+	e := newEnv(t, "pathb", func(c *lab.Config) { c.AgentBin = labtest.FaultInjectAgent(t) })
+	if err := e.l.FilterUnderlay(e.ctx, lab.UnderlayFilter{Port: 4889, Between: [2]string{"n1", "n3"}}); err != nil {
+		t.Fatal(err)
+	}
+	err := refusedNaming(e, "plan", "4889", []string{"n1→n3"})
+	if err == nil {
+		t.Fatal("n1's agent reports frames that never passed, yet the guard saw the blocked pair")
+	}
+	t.Logf("the guard failed as it must: %v", firstLines(err.Error(), 2))
 }
