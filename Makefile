@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit lab-late lab-meter
+.PHONY: release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-pathcheck lab-late lab-meter
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -102,6 +102,10 @@ bench-lab-n32: lab ## lab cutover at N=32 with probes every 10 ms (above the 2-c
 	@mkdir -p results
 	set -o pipefail; cd harness/lab && COT_LAB_BENCH_NAME=lab_cutover_n32_10ms COT_LAB_BENCH_SIZES=32 COT_LAB_BENCH_INTERVAL=10ms \
 		$(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab-n32.txt
+
+bench-pathcheck: ## underlay path check time (coordctl pathcheck) at N=8 and 32, both backends: results/path_check.json, docs/benchmarks.md
+	@mkdir -p results
+	set -o pipefail; cd harness/lab && CI=true flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkPathCheck -benchtime 1x -timeout 30m . | tee ../../results/bench-pathcheck.txt
 
 bench-kernel-commit: ## kernel-vxlan backend commit window (BenchmarkBackendCommit): results/kernel_backend_commit.json, docs/kernel-vxlan.md
 	$(GO) test -run '^$$' -bench BenchmarkBackendCommit -benchtime 1x -timeout 20m ./agent/dataplane/kernelvxlan/
