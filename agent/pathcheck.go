@@ -154,9 +154,12 @@ func (s *Service) PathCheck(ctx context.Context, req *agentv1.PathCheckRequest) 
 		}
 	}
 	for _, r := range res {
-		passed[r.Peer] = passed[r.Peer] || r.Answered || r.Received
+		if !r.Control {
+			passed[r.Peer] = passed[r.Peer] || r.Answered || r.Received
+		}
 		resp.Results = append(resp.Results, &agentv1.PathProbeResult{Peer: r.Peer, Vni: r.VNI, Size: uint32(r.Size),
-			Sent: uint32(r.Sent), Answered: r.Answered, Received: r.Received, SendError: r.SendErr})
+			Sent: uint32(r.Sent), Answered: r.Answered, Received: r.Received, SendError: r.SendErr,
+			Control: r.Control, ControlError: r.ControlErr})
 	}
 	silent := 0
 	for _, ok := range passed {
@@ -213,6 +216,13 @@ func (s *Service) pathConfig(req *agentv1.PathCheckRequest) (pathprobe.Config, e
 		return cfg, bad("peers", len(req.GetPeers())+len(req.GetListenFor()), fmt.Sprintf("too many: at most %d", maxPathPeers))
 	}
 	cfg.VNIs = req.GetVnis()
+	if req.GetControlPort() != 0 {
+		cp, err := checkPort("control_port", req.GetControlPort())
+		if err != nil {
+			return cfg, err
+		}
+		cfg.ControlPort, cfg.ControlVNI = cp, req.GetControlVni()
+	}
 	for _, z := range req.GetSizes() {
 		cfg.Sizes = append(cfg.Sizes, int(z))
 	}

@@ -125,12 +125,27 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 	m.peers, sampling = pathPeers(checked, c.cfg.PathSampleAbove, c.cfg.PathPeersK)
 	res.Vnis, res.ReferenceVni, res.OverlayMtu, res.Sizes, res.Sampling = m.vnis, m.reference, mtu, m.sizes, sampling
 	res.Nodes = uint32(len(checked))
+	// The control: the current port most checked nodes report.
+	ports := map[uint32]int{}
+	for _, n := range checked {
+		if p := infos[n].CurrentPort; p != 0 && p != port {
+			ports[p]++
+		}
+	}
+	for p, k := range ports {
+		if k > ports[m.control] || (k == ports[m.control] && p < m.control) {
+			m.control = p
+		}
+	}
+	m.controlVNI = m.vnis[0]
+	res.ControlPort = m.control
 
 	var mu sync.Mutex
 	window := c.cfg.PathWindow
 	fanOut(checked, func(n string) {
 		req := &agentv1.PathCheckRequest{CheckId: id + "/path", Port: port, Vnis: append(slices.Clone(m.vnis), m.reference), Sizes: m.sizes,
-			WindowMillis: window.Milliseconds(), IntervalMillis: c.cfg.PathInterval.Milliseconds()}
+			WindowMillis: window.Milliseconds(), IntervalMillis: c.cfg.PathInterval.Milliseconds(),
+			ControlPort: m.control, ControlVni: m.controlVNI}
 		for _, p := range m.peers[n] {
 			req.Peers = append(req.Peers, &agentv1.PathPeer{Name: p, Address: addr[p]})
 		}
@@ -146,6 +161,18 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 		m.sides[n] = sideOf(resp)
 	})
 	res.Pairs, res.Problems = m.judge()
+	var noCapture []string
+	for _, n := range checked {
+		for _, byFrame := range m.sides[n] {
+			if r := byFrame[pathFrame{m.controlVNI, m.sizes[0], true}]; r != nil && r.ControlError != "" {
+				noCapture = append(noCapture, n+": "+r.ControlError)
+				break
+			}
+		}
+	}
+	if len(noCapture) > 0 {
+		res.Notes = append(res.Notes, "no control on the current port on "+abbreviate(noCapture, 5)+": a pair blocked there is reported blocked, not inconclusive")
+	}
 	for _, p := range res.Pairs {
 		if p.Verdict != "not_checked" {
 			res.PairsChecked++

@@ -191,3 +191,34 @@ func TestPathPeersSampled(t *testing.T) {
 		t.Errorf("5 nodes: %q %v", how, all)
 	}
 }
+
+// TestPathCheckControl: a pair blocked on the new port whose control
+// frames pass on the current port is blocked, said so; one that passes
+// nothing on either port is inconclusive, not a verdict on the new port.
+func TestPathCheckControl(t *testing.T) {
+	l, u := pathLab(t, 3)
+	u.SetDrop(func(from, to string, _, _ uint32) bool { return between("n1", "n3")(from, to) || between("n2", "n3")(from, to) })
+	u.SetDropControl(between("n2", "n3"))
+	res, err := l.client.PathCheck(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ControlPort != fromPort {
+		t.Fatalf("control port %d, want %d", res.ControlPort, fromPort)
+	}
+	want := map[string]string{"n1→n3": "blocked", "n3→n1": "blocked", "n2→n3": "inconclusive", "n3→n2": "inconclusive", "n1→n2": "ok", "n2→n1": "ok"}
+	for _, p := range res.Pairs {
+		if w := want[p.From+"→"+p.To]; p.Verdict != w {
+			t.Errorf("%s→%s: %s (%s), want %s", p.From, p.To, p.Verdict, p.Detail, w)
+		}
+		if p.Verdict == "blocked" && !strings.Contains(p.Detail, "while the current port udp/4789 passes") {
+			t.Errorf("%s→%s: detail %q does not say the control passed", p.From, p.To, p.Detail)
+		}
+	}
+	all := strings.Join(res.Problems, lines)
+	for _, w := range []string{"blocked between 2 node pair(s), nothing passed: n1→n3,n3→n1", "cannot conclude for 2 node pair(s)", "n2→n3,n3→n2"} {
+		if !strings.Contains(all, w) {
+			t.Errorf("problems do not say %q:\n%s", w, all)
+		}
+	}
+}

@@ -13,8 +13,9 @@ import (
 
 // pathFrame is one (VNI, size) of a path check.
 type pathFrame struct {
-	vni  uint32
-	size uint32
+	vni     uint32
+	size    uint32
+	control bool // sent to the current port (pathMatrix.control)
 }
 
 // pathSide is what one node's agent answered, by peer and frame.
@@ -26,7 +27,7 @@ func sideOf(resp *agentv1.PathCheckResponse) pathSide {
 		if s[r.Peer] == nil {
 			s[r.Peer] = map[pathFrame]*agentv1.PathProbeResult{}
 		}
-		s[r.Peer][pathFrame{r.Vni, r.Size}] = r
+		s[r.Peer][pathFrame{r.Vni, r.Size, r.Control}] = r
 	}
 	return s
 }
@@ -43,6 +44,23 @@ type pathMatrix struct {
 	peers     map[string][]string
 	sides     map[string]pathSide
 	failed    map[string]string
+	// control is the current port the control frames went to (0: none),
+	// with the VNI they carried.
+	control    uint32
+	controlVNI uint32
+}
+
+// controlSeen reports whether to saw from's control frames on the
+// current port; ran is false when to's capture could not run.
+func (m *pathMatrix) controlSeen(from, to string) (seen, ran bool) {
+	if m.control == 0 {
+		return false, false
+	}
+	r := m.sides[to][from][pathFrame{m.controlVNI, m.sizes[0], true}]
+	if r == nil || r.ControlError != "" {
+		return false, false
+	}
+	return r.Received, true
 }
 
 // passed reports whether frame f went from → to: to received from's
@@ -82,7 +100,7 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 	}, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
 	full := m.sizes[len(m.sizes)-1]
 	small := m.sizes[0]
-	var blocked, vniDrops, mtu []string
+	var blocked, vniDrops, mtu, inconclusive []string
 	for _, k := range keys {
 		from, to := k[0], k[1]
 		p := &coordinatorv1.PathPair{From: from, To: to}
@@ -98,21 +116,31 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 		passedAny := false
 		for _, v := range append(slices.Clone(m.vnis), m.reference) {
 			for _, z := range m.sizes {
-				if m.passed(from, to, pathFrame{v, z}) {
+				if m.passed(from, to, pathFrame{vni: v, size: z}) {
 					passedAny = true
 					p.LargestSize = max(p.LargestSize, z)
 				}
 			}
 		}
 		if !passedAny {
+			seen, ran := m.controlSeen(from, to)
+			if ran && !seen {
+				p.Verdict = "inconclusive"
+				p.Detail = fmt.Sprintf("nothing passed %s→%s on udp/%d, nor on the current port udp/%d: the pair's underlay or the check is down, this says nothing about udp/%d", from, to, m.port, m.control, m.port)
+				inconclusive = append(inconclusive, from+"→"+to)
+				continue
+			}
 			p.Verdict = "blocked"
 			p.Detail = fmt.Sprintf("no VXLAN frame passed %s→%s on udp/%d (no VNI, no size)", from, to, m.port)
+			if seen {
+				p.Detail += fmt.Sprintf(" while the current port udp/%d passes", m.control)
+			}
 			blocked = append(blocked, from+"→"+to)
 			continue
 		}
-		refOK := m.passed(from, to, pathFrame{m.reference, small})
+		refOK := m.passed(from, to, pathFrame{vni: m.reference, size: small})
 		for _, v := range m.vnis {
-			if refOK && !m.passed(from, to, pathFrame{v, small}) {
+			if refOK && !m.passed(from, to, pathFrame{vni: v, size: small}) {
 				p.DroppedVnis = append(p.DroppedVnis, v)
 			}
 		}
@@ -126,10 +154,10 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 		fullOK := false
 		var local string
 		for _, v := range append(slices.Clone(m.vnis), m.reference) {
-			if m.passed(from, to, pathFrame{v, small}) && m.passed(from, to, pathFrame{v, full}) {
+			if m.passed(from, to, pathFrame{vni: v, size: small}) && m.passed(from, to, pathFrame{vni: v, size: full}) {
 				fullOK = true
 			}
-			if e := m.sendErr(from, to, pathFrame{v, full}); e != "" {
+			if e := m.sendErr(from, to, pathFrame{vni: v, size: full}); e != "" {
 				local = e
 			}
 		}
@@ -155,6 +183,10 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 	if len(mtu) > 0 {
 		problems = append(problems, fmt.Sprintf("underlay path check: full-size VXLAN frames (%d bytes, DF) dropped on udp/%d (MTU black hole): %s; raise the underlay MTU or lower the overlay MTU to fit",
 			full, m.port, abbreviate(mtu, 20)))
+	}
+	if len(inconclusive) > 0 {
+		problems = append(problems, fmt.Sprintf("underlay path check cannot conclude for %d node pair(s): nothing passed on udp/%d nor on the current port udp/%d (the control): %s; is the overlay itself up between them?",
+			len(inconclusive), m.port, m.control, abbreviate(inconclusive, 20)))
 	}
 	var nc []string
 	for _, n := range slices.Sorted(maps.Keys(m.failed)) {

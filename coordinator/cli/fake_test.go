@@ -28,7 +28,7 @@ type fakeCoord struct {
 
 	agents []*coordinatorv1.Agent
 	plan   *coordinatorv1.PlanResponse
-	path   *coordinatorv1.PathCheckResult // PathCheck
+	path   *coordinatorv1.PathCheckResult  // PathCheck
 	events []*coordinatorv1.OperationEvent // streamed by Cutover and Rollback
 	report *coordinatorv1.Report           // Status
 	err    error                           // returned by every RPC when set

@@ -51,6 +51,9 @@ type Kind byte
 const (
 	Request Kind = 1
 	Answer  Kind = 2
+	// Control is a frame sent to the current port, which the overlay
+	// holds: nobody answers it; a Capture sees it arrive.
+	Control Kind = 3
 )
 
 var magic = [8]byte{'C', 'U', 'T', 'O', 'V', 'E', 'R', 'P'}
@@ -158,7 +161,7 @@ func Unmarshal(b []byte) (Frame, error) {
 	if f.Size != len(b)+OuterOverhead {
 		return f, fmt.Errorf("%w: %d bytes, inner says %d (truncated on the way?)", errNotProbe, len(b)+OuterOverhead, f.Size)
 	}
-	if f.Kind != Request && f.Kind != Answer {
+	if f.Kind != Request && f.Kind != Answer && f.Kind != Control {
 		return f, fmt.Errorf("%w: kind %d", errNotProbe, f.Kind)
 	}
 	return f, nil

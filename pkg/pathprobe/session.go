@@ -31,6 +31,12 @@ type Config struct {
 	Sizes     []int // outer IPv4 packet sizes
 	Window    time.Duration
 	Interval  time.Duration
+	// ControlPort, when set, is the current port, held by the overlay:
+	// frames with ControlVNI at the smallest size are sent to every peer
+	// on it too, and a Capture sees the peers' arrive. A pair that passes
+	// nothing on either port says nothing about the new one.
+	ControlPort uint16
+	ControlVNI  uint32
 }
 
 // Result is one (peer, VNI, size) as seen by this node.
@@ -42,6 +48,11 @@ type Result struct {
 	Answered bool   // our request came back answered: both directions pass
 	Received bool   // the peer's request arrived: peer → here passes
 	SendErr  string // the local send failed (EMSGSIZE: the local MTU)
+	// Control marks the result of the control frames on ControlPort:
+	// Received says the peer's control frames were seen arriving here;
+	// ControlErr why no capture could run (Received then means nothing).
+	Control    bool
+	ControlErr string
 }
 
 // BindError is the port under test not bindable on this node: held by
@@ -73,6 +84,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("vnis empty: want at least one VNI")
 	case len(c.Sizes) == 0:
 		return fmt.Errorf("sizes empty: want at least one packet size")
+	case c.ControlPort != 0 && c.ControlPort == c.Port:
+		return fmt.Errorf("control port %d: the port under test itself; want the current port", c.ControlPort)
+	case c.ControlVNI >= 1<<24:
+		return fmt.Errorf("control vni %d: want 0–%d (24 bits)", c.ControlVNI, 1<<24-1)
 	case c.Window <= 0 || c.Window > time.Minute:
 		return fmt.Errorf("window %s: want more than 0 and at most 1m", c.Window)
 	case c.Interval <= 0 || c.Interval > c.Window:
@@ -143,6 +158,39 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		deadline = d
 	}
 	_ = conn.SetReadDeadline(deadline)
+
+	small := slices.Min(cfg.Sizes)
+	control := map[string]*Result{}
+	stopCapture := make(chan struct{})
+	captured := make(chan struct{})
+	close(captured)
+	if cfg.ControlPort != 0 {
+		var cerr string
+		capt, err := OpenCapture(cfg.ControlPort)
+		if err != nil {
+			cerr = err.Error()
+		}
+		for _, p := range append(slices.Clone(cfg.Peers), cfg.ListenFor...) {
+			control[p.Name] = &Result{Peer: p.Name, VNI: cfg.ControlVNI, Size: small, Control: true, ControlErr: cerr}
+		}
+		if capt != nil {
+			captured = make(chan struct{})
+			go func() {
+				defer close(captured)
+				defer capt.Close()
+				capt.Run(deadline, stopCapture, nonce, func(from netip.Addr, f Frame) {
+					name, ok := byAddr[from]
+					if !ok || f.Kind != Control {
+						return
+					}
+					mu.Lock()
+					control[name].Received = true
+					mu.Unlock()
+				})
+			}()
+		}
+	}
+	defer func() { close(stopCapture); <-captured }()
 
 	done := make(chan struct{})
 	go func() {
@@ -217,6 +265,22 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 				}
 			}
 		}
+		if cfg.ControlPort != 0 {
+			for _, p := range cfg.Peers {
+				seq++
+				b, err := Frame{Kind: Control, Nonce: nonce, VNI: cfg.ControlVNI, Size: small, Seq: seq}.Marshal()
+				if err == nil {
+					_, err = conn.WriteToUDPAddrPort(b, netip.AddrPortFrom(p.Addr, cfg.ControlPort))
+				}
+				mu.Lock()
+				if err != nil {
+					control[p.Name].SendErr = err.Error()
+				} else {
+					control[p.Name].Sent++
+				}
+				mu.Unlock()
+			}
+		}
 		// The last round leaves one interval for its answers.
 		if time.Until(deadline) < 2*cfg.Interval {
 			break
@@ -230,14 +294,24 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}
 	<-done
-	out := make([]Result, 0, len(res))
+	out := make([]Result, 0, len(res)+len(control))
+	mu.Lock()
 	for _, r := range res {
 		out = append(out, *r)
 	}
+	for _, r := range control {
+		out = append(out, *r)
+	}
+	mu.Unlock()
 	slices.SortFunc(out, func(a, b Result) int {
 		switch {
 		case a.Peer != b.Peer:
 			return cmpStr(a.Peer, b.Peer)
+		case a.Control != b.Control:
+			if a.Control {
+				return 1
+			}
+			return -1
 		case a.VNI != b.VNI:
 			return int(a.VNI) - int(b.VNI)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sync"
 
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
@@ -17,6 +18,9 @@ import (
 type Underlay struct {
 	mu   sync.Mutex
 	Drop func(from, to string, vni, size uint32) bool
+	// DropControl drops the control frames from → to on the current
+	// port; nil drops none.
+	DropControl func(from, to string) bool
 }
 
 func (u *Underlay) drops(from, to string, vni, size uint32) bool {
@@ -33,6 +37,22 @@ func (u *Underlay) SetDrop(f func(from, to string, vni, size uint32) bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.Drop = f
+}
+
+// SetDropControl replaces the control drop rule.
+func (u *Underlay) SetDropControl(f func(from, to string) bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.DropControl = f
+}
+
+func (u *Underlay) dropsControl(from, to string) bool {
+	if u == nil {
+		return false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.DropControl != nil && u.DropControl(from, to)
 }
 
 // SetUnderlay makes the agent's path checks cross u.
@@ -74,6 +94,11 @@ func (a *Agent) PathCheck(ctx context.Context, req *agentv1.PathCheckRequest) (*
 				resp.Results = append(resp.Results, &agentv1.PathProbeResult{Peer: p.Name, Vni: v, Size: z, Sent: 1,
 					Answered: there && back, Received: back})
 			}
+		}
+		if req.ControlPort != 0 {
+			small := slices.Min(req.Sizes)
+			resp.Results = append(resp.Results, &agentv1.PathProbeResult{Peer: p.Name, Vni: req.ControlVni, Size: small, Sent: 1,
+				Control: true, Received: !a.underlay.dropsControl(p.Name, a.node)})
 		}
 	}
 	return resp, nil

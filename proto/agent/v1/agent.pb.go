@@ -1384,7 +1384,12 @@ type PathCheckRequest struct {
 	IntervalMillis int64                  `protobuf:"varint,7,opt,name=interval_millis,json=intervalMillis,proto3" json:"interval_millis,omitempty"` // resend unanswered frames this often
 	// Nodes that send to this one but are not in peers (a sampled check):
 	// their frames are answered and counted too.
-	ListenFor     []*PathPeer `protobuf:"bytes,8,rep,name=listen_for,json=listenFor,proto3" json:"listen_for,omitempty"`
+	ListenFor []*PathPeer `protobuf:"bytes,8,rep,name=listen_for,json=listenFor,proto3" json:"listen_for,omitempty"`
+	// The current port, held by the overlay, as a control: small frames
+	// with control_vni are sent to every peer on it too, and a packet
+	// capture sees the peers' arrive (answered by nobody). 0: no control.
+	ControlPort   uint32 `protobuf:"varint,9,opt,name=control_port,json=controlPort,proto3" json:"control_port,omitempty"`
+	ControlVni    uint32 `protobuf:"varint,10,opt,name=control_vni,json=controlVni,proto3" json:"control_vni,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1473,6 +1478,20 @@ func (x *PathCheckRequest) GetListenFor() []*PathPeer {
 		return x.ListenFor
 	}
 	return nil
+}
+
+func (x *PathCheckRequest) GetControlPort() uint32 {
+	if x != nil {
+		return x.ControlPort
+	}
+	return 0
+}
+
+func (x *PathCheckRequest) GetControlVni() uint32 {
+	if x != nil {
+		return x.ControlVni
+	}
+	return 0
 }
 
 type PathPeer struct {
@@ -1597,14 +1616,18 @@ func (x *PathCheckResponse) GetTookMicros() int64 {
 
 // PathProbeResult is one (peer, VNI, size) as seen by this node.
 type PathProbeResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Peer          string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
-	Vni           uint32                 `protobuf:"varint,2,opt,name=vni,proto3" json:"vni,omitempty"`
-	Size          uint32                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
-	Sent          uint32                 `protobuf:"varint,4,opt,name=sent,proto3" json:"sent,omitempty"`                           // requests sent to the peer
-	Answered      bool                   `protobuf:"varint,5,opt,name=answered,proto3" json:"answered,omitempty"`                   // the peer's answer came back: both directions passed
-	Received      bool                   `protobuf:"varint,6,opt,name=received,proto3" json:"received,omitempty"`                   // the peer's own request got here: peer → this node passed
-	SendError     string                 `protobuf:"bytes,7,opt,name=send_error,json=sendError,proto3" json:"send_error,omitempty"` // the send failed locally (EMSGSIZE: local MTU too small)
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Peer      string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Vni       uint32                 `protobuf:"varint,2,opt,name=vni,proto3" json:"vni,omitempty"`
+	Size      uint32                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Sent      uint32                 `protobuf:"varint,4,opt,name=sent,proto3" json:"sent,omitempty"`                           // requests sent to the peer
+	Answered  bool                   `protobuf:"varint,5,opt,name=answered,proto3" json:"answered,omitempty"`                   // the peer's answer came back: both directions passed
+	Received  bool                   `protobuf:"varint,6,opt,name=received,proto3" json:"received,omitempty"`                   // the peer's own request got here: peer → this node passed
+	SendError string                 `protobuf:"bytes,7,opt,name=send_error,json=sendError,proto3" json:"send_error,omitempty"` // the send failed locally (EMSGSIZE: local MTU too small)
+	// The control on control_port (one per peer): received says the peer's
+	// control frames were seen arriving; control_error why no capture ran.
+	Control       bool   `protobuf:"varint,8,opt,name=control,proto3" json:"control,omitempty"`
+	ControlError  string `protobuf:"bytes,9,opt,name=control_error,json=controlError,proto3" json:"control_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1684,6 +1707,20 @@ func (x *PathProbeResult) GetReceived() bool {
 func (x *PathProbeResult) GetSendError() string {
 	if x != nil {
 		return x.SendError
+	}
+	return ""
+}
+
+func (x *PathProbeResult) GetControl() bool {
+	if x != nil {
+		return x.Control
+	}
+	return false
+}
+
+func (x *PathProbeResult) GetControlError() string {
+	if x != nil {
+		return x.ControlError
 	}
 	return ""
 }
@@ -1793,7 +1830,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x12longest_gap_micros\x18\x06 \x01(\x03R\x10longestGapMicros\x125\n" +
 	"\x17probing_since_unix_nano\x18\a \x01(\x03R\x14probingSinceUnixNano\x121\n" +
 	"\x15last_answer_unix_nano\x18\b \x01(\x03R\x12lastAnswerUnixNano\x12>\n" +
-	"\x1clast_answered_sent_unix_nano\x18\t \x01(\x03R\x18lastAnsweredSentUnixNano\"\xa6\x02\n" +
+	"\x1clast_answered_sent_unix_nano\x18\t \x01(\x03R\x18lastAnsweredSentUnixNano\"\xea\x02\n" +
 	"\x10PathCheckRequest\x12\x19\n" +
 	"\bcheck_id\x18\x01 \x01(\tR\acheckId\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x120\n" +
@@ -1803,7 +1840,11 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\rwindow_millis\x18\x06 \x01(\x03R\fwindowMillis\x12'\n" +
 	"\x0finterval_millis\x18\a \x01(\x03R\x0eintervalMillis\x129\n" +
 	"\n" +
-	"listen_for\x18\b \x03(\v2\x1a.cutover.agent.v1.PathPeerR\tlistenFor\"8\n" +
+	"listen_for\x18\b \x03(\v2\x1a.cutover.agent.v1.PathPeerR\tlistenFor\x12!\n" +
+	"\fcontrol_port\x18\t \x01(\rR\vcontrolPort\x12\x1f\n" +
+	"\vcontrol_vni\x18\n" +
+	" \x01(\rR\n" +
+	"controlVni\"8\n" +
 	"\bPathPeer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x9f\x01\n" +
@@ -1812,7 +1853,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12;\n" +
 	"\aresults\x18\x03 \x03(\v2!.cutover.agent.v1.PathProbeResultR\aresults\x12\x1f\n" +
 	"\vtook_micros\x18\x04 \x01(\x03R\n" +
-	"tookMicros\"\xb6\x01\n" +
+	"tookMicros\"\xf5\x01\n" +
 	"\x0fPathProbeResult\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x10\n" +
 	"\x03vni\x18\x02 \x01(\rR\x03vni\x12\x12\n" +
@@ -1821,7 +1862,9 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\banswered\x18\x05 \x01(\bR\banswered\x12\x1a\n" +
 	"\breceived\x18\x06 \x01(\bR\breceived\x12\x1d\n" +
 	"\n" +
-	"send_error\x18\a \x01(\tR\tsendError*\xba\x01\n" +
+	"send_error\x18\a \x01(\tR\tsendError\x12\x18\n" +
+	"\acontrol\x18\b \x01(\bR\acontrol\x12#\n" +
+	"\rcontrol_error\x18\t \x01(\tR\fcontrolError*\xba\x01\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +

@@ -579,14 +579,17 @@ type PathCheckResult struct {
 	Sizes        []uint32               `protobuf:"varint,5,rep,packed,name=sizes,proto3" json:"sizes,omitempty"` // outer IPv4 packet sizes sent (DF set); the largest is overlay MTU + 50
 	// "every pair", or how the pairs were sampled (every node sends to and
 	// receives from the same k peers).
-	Sampling      string      `protobuf:"bytes,6,opt,name=sampling,proto3" json:"sampling,omitempty"`
-	Nodes         uint32      `protobuf:"varint,7,opt,name=nodes,proto3" json:"nodes,omitempty"`                                   // nodes checked
-	PairsChecked  uint32      `protobuf:"varint,8,opt,name=pairs_checked,json=pairsChecked,proto3" json:"pairs_checked,omitempty"` // ordered pairs (directions) with a verdict
-	Pairs         []*PathPair `protobuf:"bytes,9,rep,name=pairs,proto3" json:"pairs,omitempty"`                                    // every checked direction, sorted by from, to
-	Problems      []string    `protobuf:"bytes,10,rep,name=problems,proto3" json:"problems,omitempty"`                             // blocked pairs, VNI drops, MTU, nodes not checked: each names the nodes
-	Notes         []string    `protobuf:"bytes,11,rep,name=notes,proto3" json:"notes,omitempty"`
-	TookMicros    int64       `protobuf:"varint,12,opt,name=took_micros,json=tookMicros,proto3" json:"took_micros,omitempty"`
-	BlockedPairs  uint32      `protobuf:"varint,13,opt,name=blocked_pairs,json=blockedPairs,proto3" json:"blocked_pairs,omitempty"`
+	Sampling     string      `protobuf:"bytes,6,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	Nodes        uint32      `protobuf:"varint,7,opt,name=nodes,proto3" json:"nodes,omitempty"`                                   // nodes checked
+	PairsChecked uint32      `protobuf:"varint,8,opt,name=pairs_checked,json=pairsChecked,proto3" json:"pairs_checked,omitempty"` // ordered pairs (directions) with a verdict
+	Pairs        []*PathPair `protobuf:"bytes,9,rep,name=pairs,proto3" json:"pairs,omitempty"`                                    // every checked direction, sorted by from, to
+	Problems     []string    `protobuf:"bytes,10,rep,name=problems,proto3" json:"problems,omitempty"`                             // blocked pairs, VNI drops, MTU, nodes not checked: each names the nodes
+	Notes        []string    `protobuf:"bytes,11,rep,name=notes,proto3" json:"notes,omitempty"`
+	TookMicros   int64       `protobuf:"varint,12,opt,name=took_micros,json=tookMicros,proto3" json:"took_micros,omitempty"`
+	BlockedPairs uint32      `protobuf:"varint,13,opt,name=blocked_pairs,json=blockedPairs,proto3" json:"blocked_pairs,omitempty"`
+	// The current port, checked as a control: a direction that passes
+	// nothing on either port is "inconclusive", not "blocked". 0: none.
+	ControlPort   uint32 `protobuf:"varint,14,opt,name=control_port,json=controlPort,proto3" json:"control_port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -712,13 +715,21 @@ func (x *PathCheckResult) GetBlockedPairs() uint32 {
 	return 0
 }
 
+func (x *PathCheckResult) GetControlPort() uint32 {
+	if x != nil {
+		return x.ControlPort
+	}
+	return 0
+}
+
 type PathPair struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
 	To    string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
 	// "ok", "blocked" (nothing passed), "vni" (the overlay's VNI dropped,
 	// the reference VNI passed), "mtu" (small frames passed, full-size ones
-	// did not), "not_checked" (a node's side of the check failed).
+	// did not), "inconclusive" (nothing passed on the current port either),
+	// "not_checked" (a node's side of the check failed).
 	Verdict       string   `protobuf:"bytes,3,opt,name=verdict,proto3" json:"verdict,omitempty"`
 	DroppedVnis   []uint32 `protobuf:"varint,4,rep,packed,name=dropped_vnis,json=droppedVnis,proto3" json:"dropped_vnis,omitempty"`
 	LargestSize   uint32   `protobuf:"varint,5,opt,name=largest_size,json=largestSize,proto3" json:"largest_size,omitempty"` // the largest outer packet that passed (0: none)
@@ -1520,7 +1531,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x05nodes\x18\x03 \x03(\v2 .cutover.coordinator.v1.NodePlanR\x05nodes\x12\x1a\n" +
 	"\bproblems\x18\x04 \x03(\tR\bproblems\x12F\n" +
 	"\n" +
-	"path_check\x18F \x01(\v2'.cutover.coordinator.v1.PathCheckResultR\tpathCheck\"\x9c\x03\n" +
+	"path_check\x18F \x01(\v2'.cutover.coordinator.v1.PathCheckResultR\tpathCheck\"\xbf\x03\n" +
 	"\x0fPathCheckResult\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x12\n" +
 	"\x04vnis\x18\x02 \x03(\rR\x04vnis\x12#\n" +
@@ -1537,7 +1548,8 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x05notes\x18\v \x03(\tR\x05notes\x12\x1f\n" +
 	"\vtook_micros\x18\f \x01(\x03R\n" +
 	"tookMicros\x12#\n" +
-	"\rblocked_pairs\x18\r \x01(\rR\fblockedPairs\"\xa6\x01\n" +
+	"\rblocked_pairs\x18\r \x01(\rR\fblockedPairs\x12!\n" +
+	"\fcontrol_port\x18\x0e \x01(\rR\vcontrolPort\"\xa6\x01\n" +
 	"\bPathPair\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x18\n" +
