@@ -30,6 +30,7 @@ const (
 	maxPathPeers  = 4096
 	maxPathVNIs   = 8
 	maxPathSizes  = 8
+	maxPathDelay  = 5 * time.Second
 )
 
 // underlayAddress is where PathCheck binds: --underlay-address, else the
@@ -212,10 +213,15 @@ func (s *Service) pathConfig(req *agentv1.PathCheckRequest) (pathprobe.Config, e
 		return cfg, bad("vnis", req.GetVnis(), fmt.Sprintf("want 1–%d VNIs", maxPathVNIs))
 	case len(req.GetSizes()) == 0 || len(req.GetSizes()) > maxPathSizes:
 		return cfg, bad("sizes", req.GetSizes(), fmt.Sprintf("want 1–%d sizes", maxPathSizes))
+	case req.GetStartUnixNano() > s.clock.Now().Add(maxPathDelay).UnixNano():
+		return cfg, bad("start_unix_nano", req.GetStartUnixNano(), fmt.Sprintf("more than %s ahead of this agent's clock (%d)", maxPathDelay, s.clock.Now().UnixNano()))
 	case len(req.GetPeers())+len(req.GetListenFor()) > maxPathPeers:
 		return cfg, bad("peers", len(req.GetPeers())+len(req.GetListenFor()), fmt.Sprintf("too many: at most %d", maxPathPeers))
 	}
 	cfg.VNIs = req.GetVnis()
+	if at := req.GetStartUnixNano(); at > 0 {
+		cfg.Delay = max(0, time.Unix(0, at).Sub(s.clock.Now()))
+	}
 	if req.GetControlPort() != 0 {
 		cp, err := checkPort("control_port", req.GetControlPort())
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -40,9 +41,11 @@ func TestPathCheckPair(t *testing.T) {
 		t.Fatalf("Info = %v, %v: want underlay 127.0.0.1, VNIs [0]", info, err)
 	}
 	port := freeUDPPort(t)
+	start := time.Now().Add(100 * time.Millisecond).UnixNano()
 	req := func(peer, addr string) *agentv1.PathCheckRequest {
+		// A common start 100 ms ahead: both windows run together.
 		return &agentv1.PathCheckRequest{CheckId: "c1", Port: port, Vnis: []uint32{0, 7}, Sizes: []uint32{200, 1400},
-			WindowMillis: 300, IntervalMillis: 50, Peers: []*agentv1.PathPeer{{Name: peer, Address: addr}}}
+			WindowMillis: 300, IntervalMillis: 50, Peers: []*agentv1.PathPeer{{Name: peer, Address: addr}}, StartUnixNano: start}
 	}
 	var wg sync.WaitGroup
 	var ra, rb *agentv1.PathCheckResponse
@@ -107,6 +110,8 @@ func TestPathCheckBadInput(t *testing.T) {
 	}
 	for field, mod := range map[string]func(*agentv1.PathCheckRequest){
 		"port":             func(r *agentv1.PathCheckRequest) { r.Port = 70000 },
+		"start_unix_nano":  func(r *agentv1.PathCheckRequest) { r.StartUnixNano = time.Now().Add(time.Hour).UnixNano() },
+		"control_port":     func(r *agentv1.PathCheckRequest) { r.ControlPort = 70000 },
 		"check_id":         func(r *agentv1.PathCheckRequest) { r.CheckId = "" },
 		"window_millis":    func(r *agentv1.PathCheckRequest) { r.WindowMillis = 60000 },
 		"interval_millis":  func(r *agentv1.PathCheckRequest) { r.IntervalMillis = 0 },

@@ -24,6 +24,13 @@ import (
 // openshift-sdn's and flannel's default on a 1500-byte underlay.
 const defaultOverlayMTU = 1450
 
+// The path check's start lead: at least pathLeadMin, plus per targeted
+// agent (fan-out cost), or three times the worst agent round trip.
+const (
+	pathLeadMin     = 100 * time.Millisecond
+	pathLeadPerNode = 3 * time.Millisecond
+)
+
 // smallFrame is the size of the frames that tell "blocked" and "VNI
 // dropped" from an MTU problem: far below any underlay's MTU.
 const smallFrame = 256
@@ -76,7 +83,7 @@ func referenceVNI(vnis []uint32) uint32 {
 // pathCheck runs the check on port between nodes, whose Info answers
 // are in infos (nil: not reached, with the error in errs). It changes
 // nothing: each agent's socket is closed when its PathCheck returns.
-func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nodes []string, infos map[string]*agentv1.InfoResponse, errs map[string]error) *coordinatorv1.PathCheckResult {
+func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nodes []string, infos map[string]*agentv1.InfoResponse, errs map[string]error, clocks map[string]clockSample) *coordinatorv1.PathCheckResult {
 	start := time.Now()
 	res := &coordinatorv1.PathCheckResult{Port: port}
 	m := &pathMatrix{port: port, failed: map[string]string{}, sides: map[string]pathSide{}}
@@ -142,14 +149,25 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 
 	var mu sync.Mutex
 	window := c.cfg.PathWindow
+	// One start instant for every agent, in its own clock, far enough
+	// ahead for the fan-out to reach them all: otherwise a late agent's
+	// window would miss the others' and its pairs look blocked.
+	lead := pathLeadMin + time.Duration(len(checked))*pathLeadPerNode
+	for _, cs := range clocks {
+		lead = max(lead, pathLeadMin+3*cs.rtt)
+	}
+	at := time.Now().Add(lead)
 	fanOut(checked, func(n string) {
 		req := &agentv1.PathCheckRequest{CheckId: id + "/path", Port: port, Vnis: append(slices.Clone(m.vnis), m.reference), Sizes: m.sizes,
 			WindowMillis: window.Milliseconds(), IntervalMillis: c.cfg.PathInterval.Milliseconds(),
 			ControlPort: m.control, ControlVni: m.controlVNI}
+		if cs, ok := clocks[n]; ok {
+			req.StartUnixNano = at.Add(cs.offset).UnixNano()
+		}
 		for _, p := range m.peers[n] {
 			req.Peers = append(req.Peers, &agentv1.PathPeer{Name: p, Address: addr[p]})
 		}
-		cctx, cancel := context.WithTimeout(ctx, window+2*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, lead+window+2*time.Second)
 		defer cancel()
 		resp, err := c.agent(n).client.PathCheck(cctx, req)
 		mu.Lock()
@@ -202,15 +220,15 @@ func (c *Coordinator) preflightPath(ctx context.Context, r request, pf *prefligh
 	if len(r.nodes) < 2 {
 		return
 	}
-	infos, errs := map[string]*agentv1.InfoResponse{}, map[string]error{}
+	infos, errs, clocks := map[string]*agentv1.InfoResponse{}, map[string]error{}, map[string]clockSample{}
 	for n, nc := range pf.checks {
 		if nc.err != nil {
 			errs[n] = nc.err
 			continue
 		}
-		infos[n] = nc.info
+		infos[n], clocks[n] = nc.info, nc.clock
 	}
-	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs)
+	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs, clocks)
 	pf.resp.PathCheck = res
 	if len(res.Problems) == 0 {
 		return
@@ -235,21 +253,26 @@ func (c *Coordinator) PathCheck(ctx context.Context, req *coordinatorv1.CutoverR
 	if err != nil {
 		return nil, err
 	}
-	infos, errs := map[string]*agentv1.InfoResponse{}, map[string]error{}
+	infos, errs, clocks := map[string]*agentv1.InfoResponse{}, map[string]error{}, map[string]clockSample{}
 	var mu sync.Mutex
 	fanOut(r.nodes, func(n string) {
 		cctx, cancel := context.WithTimeout(ctx, r.step)
 		defer cancel()
-		info, err := c.agent(n).client.Info(cctx, &agentv1.InfoRequest{})
+		cl := c.agent(n).client
+		info, err := cl.Info(cctx, &agentv1.InfoRequest{})
+		var cs clockSample
+		if err == nil {
+			cs, err = measureClock(cctx, cl, c.cfg.ClockSamples)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
 			errs[n] = err
 			return
 		}
-		infos[n] = info
+		infos[n], clocks[n] = info, cs
 	})
-	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs)
+	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs, clocks)
 	for _, n := range r.nodes {
 		if info := infos[n]; info != nil && info.CurrentPort == r.to {
 			res.Problems = append(res.Problems, fmt.Sprintf("%s: already on port %d: the overlay holds it, the check cannot bind it", n, r.to))

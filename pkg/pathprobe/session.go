@@ -37,6 +37,9 @@ type Config struct {
 	// nothing on either port says nothing about the new one.
 	ControlPort uint16
 	ControlVNI  uint32
+	// Delay is how long after binding the first frames go out (the
+	// agents' common start instant); the window runs from then.
+	Delay time.Duration
 }
 
 // Result is one (peer, VNI, size) as seen by this node.
@@ -88,6 +91,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("control port %d: the port under test itself; want the current port", c.ControlPort)
 	case c.ControlVNI >= 1<<24:
 		return fmt.Errorf("control vni %d: want 0–%d (24 bits)", c.ControlVNI, 1<<24-1)
+	case c.Delay < 0 || c.Delay > 10*time.Second:
+		return fmt.Errorf("delay %s: want 0 to 10s", c.Delay)
 	case c.Window <= 0 || c.Window > time.Minute:
 		return fmt.Errorf("window %s: want more than 0 and at most 1m", c.Window)
 	case c.Interval <= 0 || c.Interval > c.Window:
@@ -153,7 +158,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}
 	var mu sync.Mutex
-	deadline := time.Now().Add(cfg.Window)
+	deadline := time.Now().Add(cfg.Delay + cfg.Window)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -235,6 +240,14 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}()
 
+	if cfg.Delay > 0 {
+		// Bound and answering meanwhile: a peer that starts early is
+		// answered from the first frame.
+		select {
+		case <-time.After(cfg.Delay):
+		case <-ctx.Done():
+		}
+	}
 	var seq uint32
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()

@@ -1388,8 +1388,13 @@ type PathCheckRequest struct {
 	// The current port, held by the overlay, as a control: small frames
 	// with control_vni are sent to every peer on it too, and a packet
 	// capture sees the peers' arrive (answered by nobody). 0: no control.
-	ControlPort   uint32 `protobuf:"varint,9,opt,name=control_port,json=controlPort,proto3" json:"control_port,omitempty"`
-	ControlVni    uint32 `protobuf:"varint,10,opt,name=control_vni,json=controlVni,proto3" json:"control_vni,omitempty"`
+	ControlPort uint32 `protobuf:"varint,9,opt,name=control_port,json=controlPort,proto3" json:"control_port,omitempty"`
+	ControlVni  uint32 `protobuf:"varint,10,opt,name=control_vni,json=controlVni,proto3" json:"control_vni,omitempty"`
+	// When to send the first frames, in the agent's own clock (the one of
+	// Clock): the coordinator gives every agent the same instant so their
+	// windows overlap whatever the fan-out's delays. The port is bound at
+	// once; the window runs from this instant. 0 or past: now.
+	StartUnixNano int64 `protobuf:"varint,11,opt,name=start_unix_nano,json=startUnixNano,proto3" json:"start_unix_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1490,6 +1495,13 @@ func (x *PathCheckRequest) GetControlPort() uint32 {
 func (x *PathCheckRequest) GetControlVni() uint32 {
 	if x != nil {
 		return x.ControlVni
+	}
+	return 0
+}
+
+func (x *PathCheckRequest) GetStartUnixNano() int64 {
+	if x != nil {
+		return x.StartUnixNano
 	}
 	return 0
 }
@@ -1830,7 +1842,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x12longest_gap_micros\x18\x06 \x01(\x03R\x10longestGapMicros\x125\n" +
 	"\x17probing_since_unix_nano\x18\a \x01(\x03R\x14probingSinceUnixNano\x121\n" +
 	"\x15last_answer_unix_nano\x18\b \x01(\x03R\x12lastAnswerUnixNano\x12>\n" +
-	"\x1clast_answered_sent_unix_nano\x18\t \x01(\x03R\x18lastAnsweredSentUnixNano\"\xea\x02\n" +
+	"\x1clast_answered_sent_unix_nano\x18\t \x01(\x03R\x18lastAnsweredSentUnixNano\"\x92\x03\n" +
 	"\x10PathCheckRequest\x12\x19\n" +
 	"\bcheck_id\x18\x01 \x01(\tR\acheckId\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x120\n" +
@@ -1844,7 +1856,8 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\fcontrol_port\x18\t \x01(\rR\vcontrolPort\x12\x1f\n" +
 	"\vcontrol_vni\x18\n" +
 	" \x01(\rR\n" +
-	"controlVni\"8\n" +
+	"controlVni\x12&\n" +
+	"\x0fstart_unix_nano\x18\v \x01(\x03R\rstartUnixNano\"8\n" +
 	"\bPathPeer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x9f\x01\n" +
