@@ -35,13 +35,15 @@ type pathFigure struct {
 
 // BenchmarkPathCheck measures the underlay path check (coordctl pathcheck
 // --port 4889, 5 runs) on a clean lab underlay for N = 8 and 32
-// (COT_PATH_BENCH_SIZES) on both backends (COT_PATH_BENCH_BACKENDS), and a
-// whole plan with it. Writes results/path_check.json.
+// (COT_PATH_BENCH_SIZES) on both backends (COT_PATH_BENCH_BACKENDS), with
+// the coordinator's --path-check-window COT_PATH_BENCH_WINDOW (400ms, the
+// default), and a whole plan with it. Writes results/path_check.json.
 func BenchmarkPathCheck(b *testing.B) {
 	testenv.RequirePrivileged(b, append(ovsBins, "go")...)
 	bin := labtest.Binaries(b)
 	sizes := strings.Split(envOr("COT_PATH_BENCH_SIZES", "8,32"), ",")
 	backends := strings.Split(envOr("COT_PATH_BENCH_BACKENDS", lab.BackendOVS+","+lab.BackendKernelVXLAN), ",")
+	window := envDur("COT_PATH_BENCH_WINDOW", 400*time.Millisecond)
 	var figs []pathFigure
 	for _, backend := range backends {
 		for _, s := range sizes {
@@ -51,7 +53,7 @@ func BenchmarkPathCheck(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("%s/N=%d", backend, n), func(b *testing.B) {
 				for b.Loop() {
-					figs = append(figs, benchPath(b, bin, backend, n))
+					figs = append(figs, benchPath(b, bin, backend, n, window))
 				}
 			})
 		}
@@ -59,7 +61,7 @@ func BenchmarkPathCheck(b *testing.B) {
 	benchresult.Save(b, "path_check.json", figs)
 }
 
-func benchPath(b *testing.B, bin, backend string, n int) pathFigure {
+func benchPath(b *testing.B, bin, backend string, n int, window time.Duration) pathFigure {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	d, err := os.MkdirTemp("", "cot-lab-")
@@ -70,6 +72,7 @@ func benchPath(b *testing.B, bin, backend string, n int) pathFigure {
 	cfg := lab.Config{
 		Name: fmt.Sprintf("p%d", os.Getpid()%100000), Nodes: n, Backend: backend, Dir: filepath.Join(d, "lab"),
 		StartProcesses: true, AgentBin: filepath.Join(bin, "agent"), CoordinatorBin: filepath.Join(bin, "coordinator"),
+		ExtraCoordinatorArgs: []string{"--path-check-window", window.String()},
 	}
 	l, err := lab.Up(ctx, cfg)
 	if err != nil {
@@ -93,7 +96,7 @@ func benchPath(b *testing.B, bin, backend string, n int) pathFigure {
 		}
 		return out, took
 	}
-	f := pathFigure{Backend: backend, Nodes: n, WindowMS: 400}
+	f := pathFigure{Backend: backend, Nodes: n, WindowMS: float64(window.Milliseconds())}
 	var checks, walls []time.Duration
 	for range 5 {
 		out, wall := coordctl("pathcheck", "--port", "4889", "-o", "json")

@@ -119,6 +119,12 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Sending is paced: a pause of paceGap after every paceEvery frames.
+const (
+	paceEvery = 16
+	paceGap   = 500 * time.Microsecond
+)
+
 type key struct {
 	peer string
 	vni  uint32
@@ -252,10 +258,12 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
 	for round := 0; ; round++ {
-		for _, p := range cfg.Peers {
-			to := netip.AddrPortFrom(p.Addr, cfg.Port)
-			for _, v := range cfg.VNIs {
-				for _, s := range cfg.Sizes {
+		// Peers inner: a round goes to every peer in turn, paced, not
+		// as one burst per peer (a busy software switch drops bursts).
+		sent := 0
+		for _, v := range cfg.VNIs {
+			for _, s := range cfg.Sizes {
+				for _, p := range cfg.Peers {
 					mu.Lock()
 					r := res[key{p.Name, v, s}]
 					skip := r.Answered
@@ -266,7 +274,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 					seq++
 					b, err := Frame{Kind: Request, Nonce: nonce, VNI: v, Size: s, Seq: seq}.Marshal()
 					if err == nil {
-						_, err = conn.WriteToUDPAddrPort(b, to)
+						_, err = conn.WriteToUDPAddrPort(b, netip.AddrPortFrom(p.Addr, cfg.Port))
 					}
 					mu.Lock()
 					if err != nil {
@@ -275,6 +283,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 						r.Sent++
 					}
 					mu.Unlock()
+					if sent++; sent%paceEvery == 0 {
+						time.Sleep(paceGap)
+					}
 				}
 			}
 		}
