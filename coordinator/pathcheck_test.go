@@ -197,7 +197,9 @@ func TestPathPeersSampled(t *testing.T) {
 // nothing on either port is inconclusive, not a verdict on the new port.
 func TestPathCheckControl(t *testing.T) {
 	l, u := pathLab(t, 3)
-	u.SetDrop(func(from, to string, _, _ uint32) bool { return between("n1", "n3")(from, to) || between("n2", "n3")(from, to) })
+	u.SetDrop(func(from, to string, _, _ uint32) bool {
+		return between("n1", "n3")(from, to) || between("n2", "n3")(from, to)
+	})
 	u.SetDropControl(between("n2", "n3"))
 	res, err := l.client.PathCheck(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
 	if err != nil {

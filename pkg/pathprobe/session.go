@@ -150,7 +150,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return nil, &BindError{Addr: addr, Err: err}
 	}
 	conn := pc.(*net.UDPConn)
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 
 	nonce := Nonce(cfg.CheckID)
 	byAddr := map[netip.Addr]string{}
@@ -188,7 +188,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			captured = make(chan struct{})
 			go func() {
 				defer close(captured)
-				defer capt.Close()
+				defer func() { _ = capt.Close() }()
 				capt.Run(deadline, stopCapture, nonce, func(from netip.Addr, f Frame) {
 					name, ok := byAddr[from]
 					if !ok || f.Kind != Control {
