@@ -101,6 +101,7 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 	full := m.sizes[len(m.sizes)-1]
 	small := m.sizes[0]
 	var blocked, vniDrops, mtu, inconclusive []string
+	ctlPassed := 0 // blocked directions whose control passed
 	for _, k := range keys {
 		from, to := k[0], k[1]
 		p := &coordinatorv1.PathPair{From: from, To: to}
@@ -134,6 +135,7 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 			p.Detail = fmt.Sprintf("no VXLAN frame passed %s→%s on udp/%d (no VNI, no size)", from, to, m.port)
 			if seen {
 				p.Detail += fmt.Sprintf(" while the current port udp/%d passes", m.control)
+				ctlPassed++
 			}
 			blocked = append(blocked, from+"→"+to)
 			continue
@@ -173,8 +175,12 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 		p.Verdict = "ok"
 	}
 	if len(blocked) > 0 {
-		problems = append(problems, fmt.Sprintf("underlay path check: udp/%d blocked between %d node pair(s), nothing passed: %s; open udp/%d between these nodes in the underlay (firewall, security group, NSX) or pick another port",
-			m.port, len(blocked), abbreviate(blocked, 20), m.port))
+		ctl := ""
+		if ctlPassed == len(blocked) {
+			ctl = fmt.Sprintf(" (the current port udp/%d passes between them: the control)", m.control)
+		}
+		problems = append(problems, fmt.Sprintf("underlay path check: udp/%d blocked between %d node pair(s), nothing passed: %s%s; open udp/%d between these nodes in the underlay (firewall, security group, NSX) or pick another port",
+			m.port, len(blocked), abbreviate(blocked, 20), ctl, m.port))
 	}
 	if len(vniDrops) > 0 {
 		problems = append(problems, fmt.Sprintf("underlay path check: VXLAN frames with the overlay's VNI dropped on udp/%d while other VNIs pass (a middlebox inspecting VXLAN): %s",

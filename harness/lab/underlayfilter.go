@@ -16,6 +16,9 @@ type UnderlayFilter struct {
 	// Between drops every datagram to Port between these two nodes, both
 	// ways (a firewall that blocks the port for one pair).
 	Between [2]string
+	// BetweenAlso are more ports Between drops (the current port, say:
+	// a pair whose underlay is down altogether).
+	BetweenAlso []int
 	// VNI, when VNISet, drops only VXLAN frames to Port whose VNI is VNI,
 	// between every pair (a middlebox inspecting VXLAN, flannel#2388).
 	VNI    uint32
@@ -47,7 +50,9 @@ func (f UnderlayFilter) script(l *Lab) (string, error) {
 			}
 			for _, p := range [][2]Node{{a, c}, {c, a}} {
 				if p[0].Name == n.Name {
-					rules = append(rules, fmt.Sprintf("ip saddr %s ip daddr %s udp dport %d drop", p[0].UnderlayIP, p[1].UnderlayIP, f.Port))
+					for _, port := range append([]int{f.Port}, f.BetweenAlso...) {
+						rules = append(rules, fmt.Sprintf("ip saddr %s ip daddr %s udp dport %d drop", p[0].UnderlayIP, p[1].UnderlayIP, port))
+					}
 				}
 			}
 		}

@@ -20,14 +20,14 @@ import (
 // cutover name the pairs or the size, exit 4 (preflight), and OVS,
 // iptables, flows, state files and the journal are unchanged. A clean
 // underlay passes; the port bound on a node is a clear error.
-func TestPathCheckOVS(t *testing.T) { pathCheckCases(t, newEnv(t, "path"), 0) }
+func TestPathCheckOVS(t *testing.T) { pathCheckCases(t, newEnv(t, "path"), 0, lab.DefaultPort[lab.BackendOVS]) }
 
 // The same on the kernel VXLAN backend (flannel.1, VNI 1).
 func TestPathCheckKernel(t *testing.T) {
-	pathCheckCases(t, newEnv(t, "pathk", func(c *lab.Config) { c.Backend = lab.BackendKernelVXLAN }), 1)
+	pathCheckCases(t, newEnv(t, "pathk", func(c *lab.Config) { c.Backend = lab.BackendKernelVXLAN }), 1, lab.DefaultPort[lab.BackendKernelVXLAN])
 }
 
-func pathCheckCases(t *testing.T, e *env, vni uint32) {
+func pathCheckCases(t *testing.T, e *env, vni uint32, current int) {
 	const port = "4889"
 	// Clean: every direction of the 3 nodes passes, at full size.
 	r := e.coordctl("-o", "json", "pathcheck", "--port", port)
@@ -62,7 +62,11 @@ func pathCheckCases(t *testing.T, e *env, vni uint32) {
 		want   []string
 	}{
 		{"udp/4889 dropped between n1 and n3", lab.UnderlayFilter{Port: 4889, Between: [2]string{"n1", "n3"}},
-			[]string{"udp/4889 blocked between 2 node pair(s)", "n1→n3", "n3→n1"}},
+			[]string{"udp/4889 blocked between 2 node pair(s)", "n1→n3", "n3→n1", "the current port udp/" + itoa(current) + " passes between them"}},
+		// The control: with the current port dropped too, the pair says
+		// nothing about the new one.
+		{"udp/4889 and the current port dropped between n1 and n3", lab.UnderlayFilter{Port: 4889, Between: [2]string{"n1", "n3"}, BetweenAlso: []int{current}},
+			[]string{"cannot conclude for 2 node pair(s)", "n1→n3,n3→n1"}},
 		{"VXLAN with the overlay's VNI dropped", lab.UnderlayFilter{Port: 4889, VNI: vni, VNISet: true},
 			[]string{"overlay's VNI dropped", "n1→n2 (VNI " + itoa(int(vni)) + ")", "n3→n2 (VNI"}},
 		{"frames above 1400 bytes dropped", lab.UnderlayFilter{Port: 4889, Above: 1400},
