@@ -20,7 +20,9 @@ import (
 // cutover name the pairs or the size, exit 4 (preflight), and OVS,
 // iptables, flows, state files and the journal are unchanged. A clean
 // underlay passes; the port bound on a node is a clear error.
-func TestPathCheckOVS(t *testing.T) { pathCheckCases(t, newEnv(t, "path"), 0, lab.DefaultPort[lab.BackendOVS]) }
+func TestPathCheckOVS(t *testing.T) {
+	pathCheckCases(t, newEnv(t, "path"), 0, lab.DefaultPort[lab.BackendOVS])
+}
 
 // The same on the kernel VXLAN backend (flannel.1, VNI 1).
 func TestPathCheckKernel(t *testing.T) {
