@@ -224,3 +224,20 @@ func TestPathCheckControl(t *testing.T) {
 		}
 	}
 }
+
+// TestPathCheckOff: with --path-check=false nothing is checked and the
+// result is flagged, never a clean success.
+func TestPathCheckOff(t *testing.T) {
+	l, u := pathLab(t, 3)
+	u.SetDrop(func(from, to string, _, _ uint32) bool { return true })
+	l.crash()
+	l.cfg = func(c *Config) { c.NoPathCheck = true }
+	l.start()
+	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != succeeded || !strings.Contains(strings.Join(rep.Warnings, lines), "underlay path check off (--path-check=false)") {
+		t.Fatalf("state %s warnings %q", rep.State, rep.Warnings)
+	}
+}
