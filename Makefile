@@ -10,14 +10,14 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-pathcheck lab-late lab-meter
+.PHONY: images release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-build: ## build agent, coordinator and coordctl into bin/
+build: ## build agent, coordinator, coordctl and the kubectl-cutover plugin into bin/
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./agent/cmd/agent ./coordinator/cmd/coordinator ./coordinator/cmd/coordctl
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./agent/cmd/agent ./coordinator/cmd/coordinator ./coordinator/cmd/coordctl ./coordinator/cmd/kubectl-cutover
 
 RELEASE_DIR ?= $(BIN)/release
 RELEASE_OVERLAYS := openshift flannel calico full
@@ -31,6 +31,15 @@ release-manifests: ## render deploy/overlays/* with images tagged $(VERSION) int
 	  $$k build $$d > $(RELEASE_DIR)/cutover-$$o-$(VERSION).yaml; rm -rf $$d; \
 	  if grep -q ':latest' $(RELEASE_DIR)/cutover-$$o-$(VERSION).yaml; then echo "$$o: :latest in the rendered manifests"; exit 1; fi; \
 	done; ls $(RELEASE_DIR)
+
+# Image tarballs (docker save layout) built from the static binaries with
+# go-containerregistry, no registry or container engine (harness/image),
+# each read back and checked (entrypoint, user, files, version label).
+# The agent's needs a base carrying iptables and nftables: AGENT_BASE=an
+# image tarball (e.g. docker save of Dockerfile.agent's runtime stage).
+AGENT_BASE ?=
+images: build ## build the coordinator (and, with AGENT_BASE=base.tar, agent) image tarballs tagged $(VERSION) into $(RELEASE_DIR)/
+	$(GO) run ./harness/cmd/cutover-image --version '$(VERSION)' --bin $(BIN) --out $(RELEASE_DIR) --agent-base '$(AGENT_BASE)'
 
 # The lab's CLI is a test harness (harness/): its own binary, so no shipped
 # binary links the lab. It runs the agent and coordinator beside it in bin/.
@@ -96,16 +105,22 @@ lab-meter: build lab ## issue 12: the probe mesh against an independent echo rin
 
 bench-lab: ## lab cutover benchmark (N=8,16,32; field-report loop vs parallel vs Cutover): results/lab_cutover.json, docs/benchmarks.md
 	@mkdir -p results
-	set -o pipefail; cd harness/lab && $(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab.txt
+	set -o pipefail; cd harness/lab && flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab.txt
 
 bench-lab-n32: lab ## lab cutover at N=32 with probes every 10 ms (above the 2-core noise floor), both backends: results/lab_cutover_n32_10ms.json, docs/benchmarks.md
 	@mkdir -p results
-	set -o pipefail; cd harness/lab && COT_LAB_BENCH_NAME=lab_cutover_n32_10ms COT_LAB_BENCH_SIZES=32 COT_LAB_BENCH_INTERVAL=10ms \
+	set -o pipefail; cd harness/lab && COT_LAB_BENCH_NAME=lab_cutover_n32_10ms COT_LAB_BENCH_SIZES=32 COT_LAB_BENCH_INTERVAL=10ms COT_LAB_BENCH_LATE_BUDGET=3s flock /tmp/cutover-priv.lock \
 		$(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab-n32.txt
 
 bench-pathcheck: ## underlay path check time (coordctl pathcheck) at N=8, both backends (COT_PATH_BENCH_SIZES to change): results/path_check.json, docs/benchmarks.md
 	@mkdir -p results
 	set -o pipefail; cd harness/lab && CI=true COT_PATH_BENCH_SIZES=$${COT_PATH_BENCH_SIZES:-8} flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkPathCheck -benchtime 1x -timeout 30m . | tee ../../results/bench-pathcheck.txt
+
+bench-agent: lab ## the agent at rest in an 8-node lab, probe mesh at its default rate and off: RSS and CPU, results/agent_footprint.json, docs/benchmarks.md
+	CI=true flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkAgentFootprint -benchtime 1x -timeout 15m ./harness/lab/
+
+bench-ovs-flip: ## one node's OVS dst_port flip: native OVSDB, prepared (Apply only, issue 13) and ovs-vsctl: results/ovs_flip.json, docs/benchmarks.md
+	flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkFlip -benchtime 1x -timeout 10m ./pkg/ovs/
 
 bench-kernel-commit: ## kernel-vxlan backend commit window (BenchmarkBackendCommit): results/kernel_backend_commit.json, docs/kernel-vxlan.md
 	$(GO) test -run '^$$' -bench BenchmarkBackendCommit -benchtime 1x -timeout 20m ./agent/dataplane/kernelvxlan/

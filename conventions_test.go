@@ -137,7 +137,7 @@ func TestForbiddenDepsCheckFails(t *testing.T) {
 }
 
 // shippedBinaries are the commands that go into the images and onto nodes.
-var shippedBinaries = []string{"./agent/cmd/agent", "./coordinator/cmd/coordinator", "./coordinator/cmd/coordctl"}
+var shippedBinaries = []string{"./agent/cmd/agent", "./coordinator/cmd/coordinator", "./coordinator/cmd/coordctl", "./coordinator/cmd/kubectl-cutover"}
 
 // harnessDeps are the test-harness and testing packages among a binary's
 // deps: what a shipped binary must not link (STYLE.md habit 16). The lab,

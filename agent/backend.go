@@ -11,6 +11,7 @@ import (
 	"github.com/cutover-dev/cutover/agent/dataplane/kernelvxlan"
 	"github.com/cutover-dev/cutover/agent/dataplane/ovsvxlan"
 	"github.com/cutover-dev/cutover/pkg/iptables"
+	"github.com/cutover-dev/cutover/pkg/nftables"
 	"github.com/cutover-dev/cutover/pkg/openflow"
 	"github.com/cutover-dev/cutover/pkg/ovs"
 	"github.com/cutover-dev/cutover/pkg/udpport"
@@ -85,6 +86,8 @@ func newFirewall(cfg Config) (*dataplane.Firewall, error) {
 		IPT:         ipt,
 		CreateChain: cfg.CreateChain,
 		JumpFrom:    "INPUT", // local delivery: the tunnel's UDP packets are for the node itself
+		NFT:         &nftables.Client{},
+		NFTMode:     cfg.NFTables,
 		Templates: []iptables.Rule{{
 			Table: cfg.FirewallTable, Chain: cfg.FirewallChain, Proto: "udp",
 			StateNew: cfg.StateNewMatch, Target: "ACCEPT",

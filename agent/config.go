@@ -22,6 +22,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/probe"
 	"github.com/cutover-dev/cutover/pkg/pathprobe"
 	"github.com/cutover-dev/cutover/pkg/pki"
@@ -70,6 +71,10 @@ type Config struct {
 	CreateChain     bool // create the chain when missing (else it must exist)
 	StateNewMatch   bool // match -m state --state NEW like openshift-sdn's rules
 	IptablesBackend string
+	// NFTables says what to do about native nftables input chains that
+	// would drop the port whatever iptables accepts: open | refuse | ignore
+	// (agent/dataplane NFTOpen…).
+	NFTables string
 
 	TLS pki.Files
 	// Insecure serves plain gRPC with no peer authentication: local labs
@@ -148,6 +153,7 @@ func Default() Config {
 		ConntrackCleanup: true,
 		StateNewMatch:    true,
 		IptablesBackend:  "auto",
+		NFTables:         dataplane.NFTOpen,
 		Labels:           map[string]string{},
 		Deadman:          30 * time.Second,
 		MaxDeadman:       time.Hour,
@@ -183,6 +189,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.CreateChain, "create-chain", c.CreateChain, "create --firewall-chain when it does not exist, with a jump to it at the top of INPUT (filter table)")
 	fs.BoolVar(&c.StateNewMatch, "state-new-match", c.StateNewMatch, "match only NEW connections (-m state --state NEW) in the opening")
 	fs.StringVar(&c.IptablesBackend, "iptables-backend", c.IptablesBackend, "iptables flavour: auto | nft | legacy")
+	fs.StringVar(&c.NFTables, "nftables", c.NFTables, "native nftables input chains (not iptables') that would drop the new port: open (insert an accept at their top) | refuse (fail preflight, naming them) | ignore (do not look); firewalld's table is always refused")
 	c.TLS.AddFlags(fs, "the coordinator's certificate", "this agent (role agent)")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "serve gRPC without TLS and accept any caller: LOCAL LABS ONLY")
 	fs.StringToStringVar(&c.Labels, "labels", c.Labels, "node labels reported to the coordinator (k=v,k2=v2)")
@@ -292,6 +299,9 @@ func (c Config) Validate() error {
 	}
 	if !slices.Contains(iptBackends, c.IptablesBackend) {
 		bad("iptables-backend", c.IptablesBackend, "want one of %s", strings.Join(iptBackends, ", "))
+	}
+	if !slices.Contains(dataplane.NFTModes, c.NFTables) {
+		bad("nftables", c.NFTables, "want one of %s", strings.Join(dataplane.NFTModes, ", "))
 	}
 	if c.PortRefresh < 0 || (c.PortRefresh > 0 && c.PortRefresh < 100*time.Millisecond) {
 		bad("port-refresh", c.PortRefresh.String(), "must be 0 (off) or at least 100ms")

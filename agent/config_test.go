@@ -60,6 +60,7 @@ func TestValidateNamesFlagValueReason(t *testing.T) {
 		{[]string{"--firewall-chain", "bad chain"}, "firewall-chain", "only letters"},
 		{[]string{"--firewall-table", "filtre"}, "firewall-table", "unknown iptables table"},
 		{[]string{"--iptables-backend", "xtables"}, "iptables-backend", "auto, nft, legacy"},
+		{[]string{"--nftables", "drop"}, "nftables", "open, refuse, ignore"},
 		{[]string{"--tls-ca", ""}, "tls-ca", "required"},
 		{[]string{"--tls-cert", "/nonexistent/cert.pem"}, "tls-cert", "no such file"},
 		{[]string{"--insecure", "--tls-key", "/k.pem"}, "tls-key", "together with --insecure"},

@@ -278,6 +278,7 @@ func (s *Service) Commit(ctx context.Context, req *agentv1.CommitRequest) (*agen
 	if !rec.Applied.IsZero() {
 		resp.AppliedUnixNano = rec.Applied.UnixNano()
 	}
+	resp.WrittenUnixNano, resp.EffectiveUnixNano = unixNano(rec.Written), unixNano(rec.Effective)
 	return resp, nil
 }
 

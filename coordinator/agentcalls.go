@@ -59,6 +59,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			ph := r.GetStatus().GetPhase()
 			op.noteSelfUndo(n, r.GetStatus())
 			ev = callResult(n, s, err, ph == agentv1.Phase_PHASE_PREPARED, fmt.Sprintf("agent answered %s: %s", ph, r.GetStatus().GetError()))
+			op.noteTimeline(n, s, ev, r.GetStatus())
 		case barrier.Commit:
 			at := commitAt.Add(op.offsets[n].offset)
 			r, err := cl.Commit(ctx, &agentv1.CommitRequest{OperationId: id, AtUnixNano: at.UnixNano(), DeadmanMillis: op.deadman.Milliseconds(),
@@ -73,11 +74,20 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			late.answer(n, appliedAt, r)
 			if err == nil {
 				applied := r.AppliedUnixNano - op.offsets[n].offset.Nanoseconds()
+				off := op.offsets[n].offset.Nanoseconds()
+				written, effective := coordClock(r.WrittenUnixNano, off), coordClock(r.EffectiveUnixNano, off)
 				op.setResult(n, func(nr *coordinatorv1.NodeResult) {
 					nr.AppliedUnixNano, nr.ApplyNanos = applied, r.ApplyNanos
+					nr.WrittenUnixNano, nr.EffectiveUnixNano = written, effective
 				})
 				op.mu.Lock()
 				op.applied[n] = applied
+				if written != 0 {
+					op.written[n] = written
+				}
+				if effective != 0 {
+					op.effective[n] = effective
+				}
 				op.mu.Unlock()
 			}
 			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s, read back port %d (want %d): %s", ph, r.GetReadbackPort(), op.to, r.GetStatus().GetError()))
@@ -91,9 +101,11 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			r, err := cl.Confirm(ctx, &agentv1.ConfirmRequest{OperationId: id})
 			ok := phaseIn(r.GetPhase(), agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
 			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
+			op.noteTimeline(n, s, ev, r)
 		case barrier.Finalize:
 			r, err := cl.Finalize(ctx, &agentv1.FinalizeRequest{OperationId: id})
 			ev = callResult(n, s, err, r.GetPhase() == agentv1.Phase_PHASE_FINALIZED, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
+			op.noteTimeline(n, s, ev, r)
 		case barrier.Abort, barrier.Rollback:
 			r, err := cl.Rollback(ctx, &agentv1.RollbackRequest{OperationId: id, Reason: op.core.Reason()})
 			if err != nil && status.Code(err) != codes.NotFound && ctx.Err() == nil {
@@ -112,6 +124,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 				r = &agentv1.OperationStatus{Phase: agentv1.Phase_PHASE_IDLE}
 			}
 			ev = callResult(n, s, err, undone(r), fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
+			op.noteTimeline(n, s, ev, r)
 		}
 		c.noteNode(op, n, ev)
 		post(ev)
@@ -128,16 +141,41 @@ func undone(st *agentv1.OperationStatus) bool {
 		agentv1.Phase_PHASE_FINALIZED, agentv1.Phase_PHASE_FAILED)
 }
 
+// coordClock turns an agent-clock instant into the coordinator's clock (0
+// stays 0: not measured).
+func coordClock(agentNanos, offsetNanos int64) int64 {
+	if agentNanos == 0 {
+		return 0
+	}
+	return agentNanos - offsetNanos
+}
+
+// commitSpread sets the report's spreads: of the wake-ups (commit spread),
+// of the writes leaving for the dataplanes, and of their effects. The last
+// is what the overlay saw; the wake-up spread alone hid the time a busy
+// ovsdb-server or kernel took after it.
 func (c *Coordinator) commitSpread(op *operation) {
 	op.mu.Lock()
 	defer op.mu.Unlock()
-	if len(op.applied) == 0 {
-		return
+	spread := func(m map[string]int64) (int64, bool) {
+		if len(m) == 0 {
+			return 0, false
+		}
+		lo, hi := int64(1<<63-1), int64(-1<<63)
+		for _, t := range m {
+			lo, hi = min(lo, t), max(hi, t)
+		}
+		return hi - lo, true
 	}
-	lo, hi := int64(1<<63-1), int64(-1<<63)
-	for _, t := range op.applied {
-		lo, hi = min(lo, t), max(hi, t)
+	if s, ok := spread(op.applied); ok {
+		op.report.CommitSpreadNanos = s
+		c.metrics.commitSpread.Set(time.Duration(s).Seconds())
 	}
-	op.report.CommitSpreadNanos = hi - lo
-	c.metrics.commitSpread.Set(time.Duration(hi - lo).Seconds())
+	if s, ok := spread(op.written); ok {
+		op.report.WriteSpreadNanos = s
+	}
+	if s, ok := spread(op.effective); ok {
+		op.report.EffectSpreadNanos = s
+		c.metrics.effectSpread.Set(time.Duration(s).Seconds())
+	}
 }

@@ -134,7 +134,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "no TLS on either side: LOCAL LABS ONLY, anyone who can reach the port can change the overlay")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory of the operation journal (not used with --kube)")
 	fs.IntVar(&c.JournalKeep, "journal-keep", c.JournalKeep, "finished operations kept in the journal (files, or ConfigMaps with --kube) and in memory; older ones are pruned. Unfinished operations are always kept")
-	fs.BoolVar(&c.Cluster, "kube", c.Cluster, "run in a Kubernetes cluster: discover agents from the API, journal in ConfigMaps, leader election on a Lease (see the --lease-*, --agent-* and --cni flags)")
+	fs.BoolVar(&c.Cluster, "kube", c.Cluster, "run in a Kubernetes cluster: discover agents from the API, journal in ConfigMaps, leader election on a Lease or, with --leader-lock=configmap, a ConfigMap (see the --lease-*, --leader-lock, --agent-* and --cni flags)")
 	fs.DurationVar(&c.StepTimeout, "step-timeout", c.StepTimeout, "deadline of each step on each agent")
 	fs.DurationVar(&c.Deadman, "deadman", c.Deadman, "how long a committed agent waits for confirm before reverting by itself")
 	fs.DurationVar(&c.CommitLeadMin, "commit-lead-min", c.CommitLeadMin, "minimum time between sending Commit and the commit instant")

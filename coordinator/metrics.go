@@ -17,6 +17,7 @@ type Metrics struct {
 	phase         *prometheus.GaugeVec
 	phaseDuration *prometheus.HistogramVec
 	commitSpread  prometheus.Gauge
+	effectSpread  prometheus.Gauge
 	agentsReady   prometheus.Gauge
 	operations    *prometheus.CounterVec
 	tlsRejected   *prometheus.CounterVec // coordctl clients refused by the API server
@@ -46,6 +47,10 @@ func NewMetrics() *Metrics {
 		commitSpread: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cutover_coordinator_commit_spread_seconds",
 			Help: "Spread (max - min) of the instants the agents applied the last commit, in the coordinator's clock.",
+		}),
+		effectSpread: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cutover_coordinator_effect_spread_seconds",
+			Help: "Spread (max - min) of the instants the last commit took effect in the agents' dataplanes (OVS confirmed, kernel window closed), in the coordinator's clock.",
 		}),
 		agentsReady: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cutover_coordinator_agents_ready",
@@ -85,7 +90,7 @@ func NewMetrics() *Metrics {
 	m.pathChecks.WithLabelValues("passed")
 	m.pathChecks.WithLabelValues("problems")
 	m.Registry.MustRegister(m.lateCommits, m.tlsReloads, m.pathChecks, m.pathBlocked)
-	m.Registry.MustRegister(m.phase, m.phaseDuration, m.commitSpread, m.agentsReady, m.operations, m.tlsRejected, m.agentTLSRej)
+	m.Registry.MustRegister(m.phase, m.phaseDuration, m.commitSpread, m.effectSpread, m.agentsReady, m.operations, m.tlsRejected, m.agentTLSRej)
 	for _, o := range []string{"succeeded", "aborted", "rolled-back", "failed"} {
 		m.operations.WithLabelValues(o)
 	}

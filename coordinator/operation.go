@@ -25,18 +25,23 @@ type operation struct {
 	fanout   time.Duration // measured in preflight
 	prepDur  time.Duration // how long the prepare round took
 
-	mu        sync.Mutex
-	rec       Record
-	report    *coordinatorv1.Report
-	results   map[string]*coordinatorv1.NodeResult
-	events    []*coordinatorv1.OperationEvent
-	changed   chan struct{} // closed and replaced at every event
-	done      chan struct{} // closed when a run ends
-	running   bool
-	rollback  chan string
-	stepStart time.Time
-	curStep   barrier.Step
-	applied   map[string]int64 // coordinator clock, by node
+	mu      sync.Mutex
+	rec     Record
+	report  *coordinatorv1.Report
+	results map[string]*coordinatorv1.NodeResult
+	events  []*coordinatorv1.OperationEvent
+	// priorEvents are the events journaled by runs before a coordinator
+	// restart: the report's log keeps them; followers are not replayed them.
+	priorEvents []*coordinatorv1.OperationEvent
+	changed     chan struct{} // closed and replaced at every event
+	done        chan struct{} // closed when a run ends
+	running     bool
+	rollback    chan string
+	stepStart   time.Time
+	curStep     barrier.Step
+	applied     map[string]int64 // coordinator clock, by node: the agents' wake-ups
+	written     map[string]int64 // the same: the writes leaving for the dataplane
+	effective   map[string]int64 // the same: the dataplanes' confirmations
 	// selfUndo is, by node, the instant (coordinator clock) the agent said
 	// it undoes the operation by itself: its prepare deadline while
 	// prepared, its dead-man deadline once committed. A Failed report
@@ -55,7 +60,7 @@ type operation struct {
 func newOperation(id, kind string, from, to uint32, nodes []string, step, deadman time.Duration, seq int64) *operation {
 	op := &operation{from: from, to: to, nodes: nodes, step: step, deadman: deadman, offsets: map[string]clockSample{},
 		changed: make(chan struct{}), done: make(chan struct{}), rollback: make(chan string, 1),
-		results: map[string]*coordinatorv1.NodeResult{}, applied: map[string]int64{}, selfUndo: map[string]time.Time{}, selfKind: map[string]agentv1.Phase{}}
+		results: map[string]*coordinatorv1.NodeResult{}, applied: map[string]int64{}, written: map[string]int64{}, effective: map[string]int64{}, selfUndo: map[string]time.Time{}, selfKind: map[string]agentv1.Phase{}}
 	op.rec = Record{ID: id, Kind: kind, FromPort: from, ToPort: to, Nodes: nodes, StepMillis: step.Milliseconds(), Outcome: "pending", Seq: seq}
 	op.report = &coordinatorv1.Report{OperationId: id, State: coordinatorv1.OperationState_OPERATION_STATE_RUNNING,
 		FromPort: from, ToPort: to, StartedUnixNano: time.Now().UnixNano()}
@@ -74,10 +79,15 @@ func (op *operation) finished() <-chan struct{} {
 // emit appends a progress event. A non-nil report marks the last event of
 // a run.
 func (op *operation) emit(phase, node, msg string, failed bool, report *coordinatorv1.Report) {
+	op.emitEvent(&coordinatorv1.OperationEvent{Phase: phase, Node: node, Message: msg, Failed: failed, Report: report})
+}
+
+// emitEvent appends ev, stamped with the operation and the time.
+func (op *operation) emitEvent(ev *coordinatorv1.OperationEvent) {
 	op.mu.Lock()
 	defer op.mu.Unlock()
-	op.events = append(op.events, &coordinatorv1.OperationEvent{OperationId: op.rec.ID, Phase: phase, Node: node,
-		Message: msg, Failed: failed, UnixNano: time.Now().UnixNano(), Report: report})
+	ev.OperationId, ev.UnixNano = op.rec.ID, time.Now().UnixNano()
+	op.events = append(op.events, ev)
 	close(op.changed)
 	op.changed = make(chan struct{})
 }
@@ -91,6 +101,10 @@ func (op *operation) snapshot() *coordinatorv1.Report {
 
 func (op *operation) snapshotLocked() *coordinatorv1.Report {
 	r := proto.Clone(op.report).(*coordinatorv1.Report)
+	r.Events = op.eventsLocked()
+	if !op.commitAt.IsZero() {
+		r.CommitUnixNano = op.commitAt.UnixNano()
+	}
 	r.Nodes = nil
 	for _, n := range op.nodes {
 		r.Nodes = append(r.Nodes, proto.Clone(op.results[n]).(*coordinatorv1.NodeResult))
@@ -111,7 +125,7 @@ func (op *operation) setResult(node string, f func(*coordinatorv1.NodeResult)) {
 func (c *Coordinator) save(op *operation) error {
 	op.mu.Lock()
 	rep := op.snapshotLocked()
-	b, err := protojson.Marshal(rep)
+	b, err := journaledReport(rep)
 	if err == nil {
 		op.rec.Report = b
 	}
@@ -206,4 +220,24 @@ func outcomeState(o barrier.Outcome) coordinatorv1.OperationState {
 		return coordinatorv1.OperationState_OPERATION_STATE_FAILED
 	}
 	return coordinatorv1.OperationState_OPERATION_STATE_RUNNING
+}
+
+// maxJournaledRecord bounds the change record's share of a journaled
+// report: past it, the events and the plan's per-node actions (they grow
+// with the cluster, and a Kubernetes journal drops a report whole above
+// its object limit) stay in memory only; the rest, what a restarted
+// coordinator reports, is kept.
+const maxJournaledRecord = 384 << 10
+
+func journaledReport(rep *coordinatorv1.Report) ([]byte, error) {
+	b, err := protojson.Marshal(rep)
+	if err != nil || len(b) <= maxJournaledRecord {
+		return b, err
+	}
+	slim := proto.Clone(rep).(*coordinatorv1.Report)
+	slim.Events = nil
+	for _, n := range slim.GetPlan().GetNodes() {
+		n.Actions = nil
+	}
+	return protojson.Marshal(slim)
 }

@@ -35,6 +35,9 @@ type request struct {
 	allowUnprobed bool   // targets without a probe address are left out, the result flagged
 	// allowPathProblems turns the path check's problems into warnings.
 	allowPathProblems bool
+	// progress, when set, is told as preflight asks the agents (live
+	// progress of a streamed cutover); it must be safe for concurrent use.
+	progress func(*coordinatorv1.OperationEvent)
 }
 
 // maxStepMillis bounds a request's per-step deadline (timeout_millis).
@@ -227,6 +230,7 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 	p := &preflight{checks: map[string]*nodeCheck{}}
 	var mu sync.Mutex
 	start := time.Now()
+	r.tell(&coordinatorv1.OperationEvent{Phase: "preflight", Message: fmt.Sprintf("preflight: asking %d agent(s)", len(r.nodes)), StepNodes: r.nodes})
 	fanOut(r.nodes, func(n string) {
 		ac := c.agent(n)
 		nc := &nodeCheck{}
@@ -246,6 +250,11 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		mu.Lock()
 		p.checks[n] = nc
 		mu.Unlock()
+		if nc.err != nil {
+			r.tell(&coordinatorv1.OperationEvent{Phase: "preflight", Node: n, NodeDone: true, Failed: true, Message: "preflight: " + status.Convert(nc.err).Message()})
+		} else {
+			r.tell(&coordinatorv1.OperationEvent{Phase: "preflight", Node: n, NodeDone: true, Message: "preflight: ok"})
+		}
 	})
 	resp := &coordinatorv1.PlanResponse{TargetPort: r.to}
 	byPort := map[uint32][]string{}
@@ -340,4 +349,13 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 	resp.Problems = p.problems
 	p.resp = resp
 	return p
+}
+
+// tell reports preflight progress when someone follows it.
+func (r request) tell(ev *coordinatorv1.OperationEvent) {
+	if r.progress == nil {
+		return
+	}
+	ev.OperationId, ev.UnixNano = r.id, time.Now().UnixNano()
+	r.progress(ev)
 }

@@ -16,6 +16,7 @@ func (c *Coordinator) noteNode(op *operation, node string, ev barrier.Event) {
 	switch e := ev.(type) {
 	case barrier.Reply:
 		if e.OK {
+			msg = fmt.Sprintf("%s: ok", e.Step)
 			if (e.Step == barrier.Abort || e.Step == barrier.Rollback) && e.Attempt > 1 {
 				// Reached by a retry: say so next to the failed attempts.
 				msg = fmt.Sprintf("%s: reached at attempt %d", e.Step, e.Attempt)
@@ -24,8 +25,10 @@ func (c *Coordinator) noteNode(op *operation, node string, ev barrier.Event) {
 						r.Error += "; " + msg
 					}
 				})
-				op.emit(op.curPhase(), node, msg, false, nil)
 			}
+			// Every answer is an event (node_done): clients count the
+			// step's progress and name its slowest node.
+			op.emitEvent(&coordinatorv1.OperationEvent{Phase: string(e.Step), Node: node, Message: msg, NodeDone: true})
 			return
 		}
 		msg = fmt.Sprintf("%s failed: %s", e.Step, e.Err)
@@ -45,7 +48,7 @@ func (c *Coordinator) noteNode(op *operation, node string, ev barrier.Event) {
 			r.Error += "; " + msg
 		}
 	})
-	op.emit(op.curPhase(), node, msg, true, nil)
+	op.emitEvent(&coordinatorv1.OperationEvent{Phase: op.curPhase(), Node: node, Message: msg, Failed: true, NodeDone: true})
 }
 
 // selfUndoLocked says when an unreached node undoes the operation by

@@ -98,6 +98,18 @@ func TestResumeAfterCrash(t *testing.T) {
 				t.Fatalf("after restart: %s (%s), want %s\n%s", st.State, st.Error, tc.want, l.dump())
 			}
 			wantDump(t, l.dump(), tc.dump)
+			// The change record survives the restart: who asked, the plan,
+			// and the events of both runs, in order.
+			var evs []string
+			for _, e := range st.Events {
+				evs = append(evs, e.Phase+": "+e.Message)
+			}
+			log := strings.Join(evs, "\n")
+			// (events after the last journal write before the crash are lost)
+			before, after := strings.Index(log, "preflight: preflight passed"), strings.Index(log, "resume: coordinator restarted")
+			if before < 0 || after < before || st.RequestedBy == "" || len(st.Plan.GetNodes()) != 3 {
+				t.Errorf("record after restart: requested_by %q, plan %d nodes, events:\n%s", st.RequestedBy, len(st.Plan.GetNodes()), log)
+			}
 			if got := journalStep(t, l.dir, "op1"); got != "done" {
 				t.Errorf("journal step %q after resume", got)
 			}

@@ -443,7 +443,7 @@ func (s *Server) outgoing(ctx context.Context) context.Context {
 	s.mu.Lock()
 	self := s.self
 	s.mu.Unlock()
-	return metadata.AppendToOutgoingContext(ctx, forwardedBy, self)
+	return metadata.AppendToOutgoingContext(ctx, forwardedBy, self, requestedByKey, requester(ctx))
 }
 
 // relay copies a forwarded operation stream from the leader to coordctl.

@@ -170,7 +170,7 @@ func (c *Coordinator) announce(op *operation, s barrier.Send) {
 	case s.Attempt > 1:
 		msg += fmt.Sprintf(" (attempt %d)", s.Attempt)
 	}
-	op.emit(string(s.Step), "", msg, false, nil)
+	op.emitEvent(&coordinatorv1.OperationEvent{Phase: string(s.Step), Message: msg, StepNodes: s.Nodes})
 }
 
 // phaseDoneLocked records that step lasted d: in the report and the
@@ -221,12 +221,7 @@ func (c *Coordinator) endRun(op *operation) (acts []barrier.Action, more bool) {
 		if err != nil {
 			return
 		}
-		op.setResult(n, func(r *coordinatorv1.NodeResult) {
-			r.Port = info.CurrentPort
-			if o := info.Operation; o != nil && o.OperationId == op.rec.ID {
-				r.AgentPhase = o.Phase.String()
-			}
-		})
+		op.noteReadBack(n, info)
 	})
 	cancel()
 	_ = c.save(op)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 // ListAgents implements CoordinatorService: every agent, asked now.
@@ -99,6 +100,14 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	if reverts != "" {
 		kind = "rollback"
 	}
+	// Preflight at hundreds of nodes takes a while: its progress goes out
+	// on the stream as it happens (a refusal then ends the stream).
+	var sendMu sync.Mutex
+	r.progress = func(ev *coordinatorv1.OperationEvent) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		_ = stream.Send(ev) // a client gone is noticed when the run is followed
+	}
 	if req.DryRun {
 		pf := c.fullPreflight(ctx, r, kind)
 		if len(pf.problems) > 0 {
@@ -135,6 +144,9 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	}
 	op.from = pf.from
 	op.fanout = pf.fanout
+	op.report.RequestedBy = requester(ctx)
+	op.report.Request = proto.Clone(req).(*coordinatorv1.CutoverRequest)
+	op.report.Plan = pf.resp
 	op.rec.FromPort, op.report.FromPort = pf.from, pf.from
 	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: "preflight", Nanos: time.Since(started).Nanoseconds()})
 	if pp := pf.probes; pp != nil {
@@ -312,6 +324,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 			for _, nr := range op.report.Nodes {
 				op.results[nr.Node] = nr
 			}
+			op.priorEvents, op.report.Events = op.report.Events, nil
 		}
 		if op.step <= 0 {
 			op.step = c.cfg.StepTimeout

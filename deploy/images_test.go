@@ -286,6 +286,10 @@ func TestDockerfiles(t *testing.T) {
 	if !regexp.MustCompile(`apt-get install[^\n]*\biptables\b`).Match(b) {
 		t.Error("Dockerfile.agent: the runtime image must install iptables (iptables-nft and iptables-legacy)")
 	}
+	// and nft, to read native nftables tables (agent --nftables).
+	if !regexp.MustCompile(`apt-get install[^\n]*\bnftables\b`).Match(b) {
+		t.Error("Dockerfile.agent: the runtime image must install nftables (nft), which --nftables=open|refuse runs")
+	}
 }
 
 // The checks fail on a broken Dockerfile.

@@ -13,6 +13,7 @@ package dataplane
 import (
 	"context"
 	"encoding/json"
+	"time"
 )
 
 // State is the tunnel state read back from the dataplane itself.
@@ -21,6 +22,14 @@ type State struct {
 	Device  string            `json:"device"`
 	Port    uint16            `json:"port"`
 	Detail  map[string]string `json:"detail,omitempty"` // e.g. ofport, error, vni
+	// Written and Effective are set by Commit: when the change left for
+	// the dataplane (the OVSDB write sent; the kernel's old device first
+	// touched) and when it took effect (ovs-vswitchd confirmed it; the
+	// kernel's window closed). Zero when there was nothing to do (a
+	// replay). The report's effect spread is taken from them, not from
+	// the agents' wake-ups.
+	Written   time.Time `json:"-"`
+	Effective time.Time `json:"-"`
 }
 
 // Snapshot records the prior state of a change: enough to redo or undo it

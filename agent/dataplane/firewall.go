@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/cutover-dev/cutover/pkg/iptables"
+	"github.com/cutover-dev/cutover/pkg/nftables"
 )
 
 // Firewall opens and closes the overlay port in the node's firewall: one rule
@@ -23,6 +24,14 @@ type Firewall struct {
 	// their jumps stay after Close: empty, they match nothing, and another
 	// operation reuses them.
 	JumpFrom string
+	// NFT, when set, checks the host's native nftables tables for input
+	// chains that would drop the port whatever iptables accepts
+	// (firewalld's, /etc/nftables.conf's); NFTMode says what is done about
+	// them (NFTOpen when empty).
+	NFT     *nftables.Client
+	NFTMode string
+
+	skipNFT bool // test-only (export_test.go): the bite switch
 }
 
 // Rules returns the templates instantiated for port.
@@ -49,11 +58,19 @@ func (f *Firewall) Present(port uint16) (map[string]bool, error) {
 		}
 		present[r.String()] = ok
 	}
+	if err := f.presentNFT(port, present); err != nil {
+		return nil, err
+	}
 	return present, nil
 }
 
-// Open installs every rule of port (idempotent).
+// Open installs every rule of port (idempotent). The native nftables
+// chains are dealt with first: when one of them is refused, nothing has
+// changed.
 func (f *Firewall) Open(port uint16) error {
+	if err := f.openNFT(port); err != nil {
+		return err
+	}
 	for _, r := range f.Rules(port) {
 		if f.CreateChain {
 			if err := f.IPT.EnsureChain(r.Table, r.Chain); err != nil {
@@ -83,7 +100,7 @@ func (f *Firewall) Close(port uint16, keep map[string]bool) error {
 			return fmt.Errorf("firewall: close %s: %w", r, err)
 		}
 	}
-	return nil
+	return f.closeNFT(port, keep)
 }
 
 // Problems reports what would stop Open from working: a missing chain that

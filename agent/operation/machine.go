@@ -15,6 +15,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -315,6 +317,7 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 		return out, errf(CodeAborted, nil, "operation %s: %s (reverted to port %d)", id, rec.Error, rec.FromPort)
 	}
 	rec.ReadbackPort, rec.CurrentPort = st.Port, st.Port
+	rec.Written, rec.Effective = st.Written, st.Effective
 	rec.Deadline = t0.Add(deadman)
 	rec.Updated = m.clock.Now()
 	if err := m.store.Save(rec); err != nil {
@@ -323,6 +326,13 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 		m.log.Error("could not record the applied commit; the persisted deadline stands", "operation", id, "err", err)
 	}
 	m.setLocked(rec)
+	// What the backend measured (the kernel's window, say) goes to the
+	// log: an operator comparing nodes after a change reads it there.
+	attrs := []any{"operation", id, "port", st.Port, "late", late, "apply", dur}
+	for _, k := range slices.Sorted(maps.Keys(st.Detail)) {
+		attrs = append(attrs, k, st.Detail[k])
+	}
+	m.log.Info("committed", attrs...)
 	m.obs.Applied(dur, late)
 	m.obs.PortObserved(st.Port)
 	m.armLocked(rec.Deadline.Sub(m.clock.Now()), m.deadmanFired)

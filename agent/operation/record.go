@@ -64,8 +64,10 @@ type Record struct {
 	PrepareDeadline time.Time     `json:"prepare_deadline,omitzero"` // abort by itself after
 	CommitAt        time.Time     `json:"commit_at,omitzero"`        // as requested
 	Deadman         time.Duration `json:"deadman_ns,omitempty"`
-	Deadline        time.Time     `json:"deadline,omitzero"` // dead-man deadline
-	Applied         time.Time     `json:"applied,omitzero"`  // when the change was sent
+	Deadline        time.Time     `json:"deadline,omitzero"`  // dead-man deadline
+	Applied         time.Time     `json:"applied,omitzero"`   // when Commit woke and called the backend
+	Written         time.Time     `json:"written,omitzero"`   // when the change left for the dataplane
+	Effective       time.Time     `json:"effective,omitzero"` // when the dataplane confirmed it
 	ApplyDuration   time.Duration `json:"apply_ns,omitempty"`
 	Lateness        time.Duration `json:"lateness_ns,omitempty"` // applied - commit_at
 	ReadbackPort    uint16        `json:"readback_port,omitempty"`

@@ -452,3 +452,42 @@ func TestRxStampOnLoopback(t *testing.T) {
 		t.Fatal("no answer carried a kernel receive stamp")
 	}
 }
+
+// A mesh started without peers (an agent between operations) idles without
+// a ticker; SetPeers must wake it and probing must start at once.
+func TestIdleMeshWakesOnSetPeers(t *testing.T) {
+	a := netip.MustParseAddrPort("127.0.0.1:39466")
+	b := netip.MustParseAddrPort("127.0.0.1:39467")
+	ma, cancelA, doneA := startMesh(t, Config{Listen: a, Interval: time.Millisecond, Timeout: 50 * time.Millisecond})
+	defer stop(t, cancelA, doneA)
+	_, cancelB, doneB := startMesh(t, Config{Listen: b, Interval: time.Millisecond})
+	defer stop(t, cancelB, doneB)
+	time.Sleep(30 * time.Millisecond) // both loops reach their idle wait
+	if err := ma.SetPeers([]Peer{{Name: "b", Addr: b}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st := ma.Stats(false); len(st) == 1 && st[0].Received >= 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an idle mesh given a peer never probed it: %+v", ma.Stats(false))
+		}
+	}
+	// And back to idle, then peers again.
+	if err := ma.SetPeers(nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := ma.SetPeers([]Peer{{Name: "b", Addr: b}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st := ma.Stats(false); len(st) == 1 && st[0].Received >= 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mesh did not resume after going idle: %+v", ma.Stats(false))
+		}
+	}
+}

@@ -28,6 +28,41 @@ WARNING: commands that change the cluster overlay. Use it for local labs only.
 // command can validate its own flags, then Dial, then call: no byte is
 // sent before all input was checked.
 func (g *Globals) Dial() (coordinatorv1.CoordinatorServiceClient, io.Closer, error) {
+	var resolved io.Closer
+	if g.Resolve != nil {
+		// The kubectl plugin finds the coordinator and its identity here
+		// (a port-forward, the admin Secret): only once the command's own
+		// input was checked, as for any connection.
+		c, err := g.Resolve(g)
+		if err != nil {
+			return nil, nil, err
+		}
+		resolved = c
+	}
+	client, conn, err := g.dial()
+	if resolved == nil || err != nil {
+		if resolved != nil {
+			_ = resolved.Close()
+		}
+		return client, conn, err
+	}
+	return client, closers{conn, resolved}, nil
+}
+
+// closers closes each in order and returns the first error.
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var first error
+	for _, c := range cs {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (g *Globals) dial() (coordinatorv1.CoordinatorServiceClient, io.Closer, error) {
 	if err := validateHostPort("--coordinator", g.Coordinator); err != nil {
 		return nil, nil, err
 	}

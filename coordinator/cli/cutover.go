@@ -29,8 +29,10 @@ finalize. On a failure before commit every node is put back as it was
 (ABORTED); after commit, on a failed verification, every node reverts to the
 old port (ROLLED_BACK).
 
-Progress is shown live: on a terminal as a small table redrawn in place,
-otherwise one line per event. The final report gives per-phase durations,
+Progress is shown live: operation-wide events and every failure as lines,
+each step closed by a line with how many nodes answered and the slowest;
+on a terminal a live line shows the step in flight (done/total, who is
+still awaited). The final report gives per-phase durations,
 the commit spread, per-node results and the probe disruption. With -o json
 only the final report is printed, as JSON.
 
@@ -91,6 +93,8 @@ func follow(g *Globals, what string, recv func() (*coordinatorv1.OperationEvent,
 	var prog *progress
 	if !g.JSON() {
 		prog = newProgress(g.Stdout, isTerminal(g.Stdout))
+		// A stream that ends without a report leaves no live line behind.
+		defer prog.clearLive()
 	}
 	got := 0
 	for {
@@ -115,6 +119,7 @@ func follow(g *Globals, what string, recv func() (*coordinatorv1.OperationEvent,
 		}
 		if rep := ev.GetReport(); rep != nil {
 			if prog != nil {
+				prog.finish()
 				_, _ = io.WriteString(g.Stdout, "\n")
 			}
 			if err := printReport(g, rep); err != nil {

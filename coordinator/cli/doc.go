@@ -1,6 +1,7 @@
 // Package cli is coordctl: the command-line client of the coordinator's
 // gRPC API (CoordinatorService) over mutual TLS, one file per subcommand
-// (agents, plan, cutover, status, rollback, certs, version).
+// (agents, plan, cutover, status, report, rollback, certs, version); the
+// change record page is a template embedded from changerecord/.
 //
 // It owns flag parsing and validation, rendering (text tables, live
 // progress, protojson) and exit codes. Every bad input is rejected here,
@@ -9,7 +10,9 @@
 // as they are, never as a Go dump.
 //
 // It must not reach agents or the dataplane itself: everything goes through
-// the coordinator. Other command groups plug in with AddCommand. The lab is
+// the coordinator. The one exception is machineconfig, which talks to the
+// Kubernetes API server directly (package coordinator/machineconfig): it
+// is needed when the cluster's own controllers cannot reach it. Other command groups plug in with AddCommand. The lab is
 // not one: coordctl ships in the coordinator image, so the lab's commands
 // are their own binary (harness/cmd/cutover-lab), which carries coordctl.
 //

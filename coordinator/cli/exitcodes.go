@@ -18,7 +18,10 @@ const exitCodesHelp = `Exit codes:
      node is on the new port, but it was not a clean success: not verified
      everywhere (nodes without probing, pairs dark before the change), or a
      node applied the commit later than --commit-late-budget under
-     --commit-late-policy=wait, so the overlay was split meanwhile`
+     --commit-late-policy=wait, so the overlay was split meanwhile
+
+coordctl machineconfig uses the same numbers for its own outcomes: see
+coordctl machineconfig --help.`
 
 // newExitCodesTopic is `coordctl help exit-codes`: a command without Run is
 // an additional help topic in cobra.

@@ -77,37 +77,6 @@ func planProblems(p *coordinatorv1.PlanResponse) int {
 	return n
 }
 
-func renderPlan(w io.Writer, p *coordinatorv1.PlanResponse) {
-	_, _ = fmt.Fprintf(w, "plan: port %d -> %d on %d node(s); nothing was changed\n\n", p.GetCurrentPort(), p.GetTargetPort(), len(p.GetNodes()))
-	t := newTable(w)
-	_, _ = fmt.Fprintln(t, "NODE\tCURRENT\tNEW PORT FREE\tWOULD DO\tPROBLEMS")
-	for _, n := range p.GetNodes() {
-		_, _ = fmt.Fprintf(t, "%s\t%d\t%s\t%s\t%s\n", n.GetNode(), n.GetCurrentPort(), yesNo(n.GetTargetPortFree()),
-			orDash(strings.Join(n.GetActions(), "; ")), orDash(strings.Join(n.GetProblems(), "; ")))
-	}
-	_ = t.Flush()
-	if pc := p.GetPathCheck(); pc != nil {
-		_, _ = fmt.Fprintln(w)
-		renderPathCheck(w, pc, false)
-	}
-	probs := p.GetProblems()
-	if len(probs) == 0 {
-		for _, n := range p.GetNodes() {
-			for _, pr := range n.GetProblems() {
-				probs = append(probs, n.GetNode()+": "+pr)
-			}
-		}
-	}
-	if len(probs) == 0 {
-		_, _ = fmt.Fprintln(w, "\nno problems: the cutover may go")
-		return
-	}
-	_, _ = fmt.Fprintf(w, "\n%d problem(s):\n", len(probs))
-	for _, pr := range probs {
-		_, _ = fmt.Fprintf(w, "  - %s\n", wrap(pr, 100, "    "))
-	}
-}
-
 // wrap breaks s at spaces into lines of at most width runes (a longer
 // word stays whole), the ones after the first led by indent: a refusal
 // that names nodes and says what to do runs long.
@@ -144,6 +113,9 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 		_, _ = fmt.Fprintf(w, " in %s ms", fmtMillis(r.GetEndedUnixNano()-r.GetStartedUnixNano()))
 	}
 	_, _ = fmt.Fprintln(w)
+	if r.GetRequestedBy() != "" {
+		_, _ = fmt.Fprintf(w, "requested by %s\n", r.GetRequestedBy())
+	}
 	if r.GetError() != "" {
 		_, _ = fmt.Fprintf(w, "error: %s\n", r.GetError())
 	}
@@ -157,6 +129,11 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 	}
 	if r.GetCommitSpreadNanos() != 0 || r.GetState() != coordinatorv1.OperationState_OPERATION_STATE_UNSPECIFIED {
 		_, _ = fmt.Fprintf(w, "\ncommit spread: %s ms\n", fmtMillis(r.GetCommitSpreadNanos()))
+	}
+	if r.GetEffectSpreadNanos() != 0 || r.GetWriteSpreadNanos() != 0 {
+		// The commit spread is when the agents woke; this is what the
+		// overlay saw: the writes leaving and the dataplanes confirming.
+		_, _ = fmt.Fprintf(w, "effect spread: %s ms (writes left within %s ms)\n", fmtMillis(r.GetEffectSpreadNanos()), fmtMillis(r.GetWriteSpreadNanos()))
 	}
 	for _, l := range r.GetLateNodes() {
 		what := "did not apply"
@@ -205,65 +182,4 @@ func eventLine(e *coordinatorv1.OperationEvent) string {
 		result = "FAILED"
 	}
 	return fmt.Sprintf("%s %-9s %-12s %-6s %s", ts, orDash(e.GetPhase()), orDash(e.GetNode()), result, e.GetMessage())
-}
-
-// progress shows events as they arrive: one line each, or on a terminal
-// a small table (one row per node, its latest event) redrawn in place.
-type progress struct {
-	w     io.Writer
-	tty   bool
-	order []string
-	rows  map[string]*coordinatorv1.OperationEvent
-	op    *coordinatorv1.OperationEvent // latest operation-wide event
-	drawn int                           // lines of the last redraw
-}
-
-func newProgress(w io.Writer, tty bool) *progress {
-	return &progress{w: w, tty: tty, rows: map[string]*coordinatorv1.OperationEvent{}}
-}
-
-func (p *progress) event(e *coordinatorv1.OperationEvent) {
-	if !p.tty {
-		_, _ = fmt.Fprintln(p.w, eventLine(e))
-		return
-	}
-	if e.GetNode() == "" {
-		p.op = e
-	} else {
-		if _, ok := p.rows[e.GetNode()]; !ok {
-			p.order = append(p.order, e.GetNode())
-		}
-		p.rows[e.GetNode()] = e
-	}
-	p.redraw()
-}
-
-func (p *progress) redraw() {
-	var b strings.Builder
-	if p.drawn > 0 {
-		fmt.Fprintf(&b, "\x1b[%dF", p.drawn) // to the start of the first drawn line
-	}
-	var lines []string
-	if p.op != nil {
-		lines = append(lines, "operation "+orDash(p.op.GetOperationId())+": "+eventLine(p.op))
-	}
-	var tb strings.Builder
-	t := newTable(&tb)
-	_, _ = fmt.Fprintln(t, "NODE\tPHASE\tRESULT\tMESSAGE")
-	for _, n := range p.order {
-		e := p.rows[n]
-		res := "ok"
-		if e.GetFailed() {
-			res = "FAILED"
-		}
-		_, _ = fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", n, e.GetPhase(), res, e.GetMessage())
-	}
-	_ = t.Flush()
-	lines = append(lines, strings.Split(strings.TrimSuffix(tb.String(), "\n"), "\n")...)
-	for _, l := range lines {
-		b.WriteString(l)
-		b.WriteString("\x1b[K\n") // clear what a longer previous line left
-	}
-	p.drawn = len(lines)
-	_, _ = io.WriteString(p.w, b.String())
 }

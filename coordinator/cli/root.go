@@ -64,8 +64,13 @@ type Globals struct {
 	TLS         pki.Files
 	TLSDir      string
 	Insecure    bool
-	Output      string // text or json
+	Output      string // text, wide, json or html
 	Timeout     time.Duration
+
+	// Resolve, when set, runs before every connection: it may set
+	// Coordinator and the TLS identity (the kubectl plugin finds them in
+	// the cluster) and returns what to close with the connection.
+	Resolve func(g *Globals) (io.Closer, error)
 
 	timeoutSet bool        // --timeout given explicitly
 	tlsConfig  *tls.Config // set by Dial; used to diagnose handshake failures
@@ -96,7 +101,7 @@ revert, follow and roll back operations.
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			g.timeoutSet = cmd.Flags().Changed("timeout")
-			return g.validate()
+			return g.validate(cmd)
 		},
 	}
 	root.SetOut(stdout)
@@ -111,7 +116,7 @@ revert, follow and roll back operations.
 	pf.StringVar(&g.TLSDir, "tls-dir", "", "directory with coordctl's identity: ca.pem, admin.pem, admin-key.pem (made by coordctl certs) or ca.crt, tls.crt, tls.key (a cert-manager Secret's keys); --tls-* override single files")
 	g.TLS.AddFlags(pf, "the coordinator's certificate", "coordctl (role admin)")
 	pf.BoolVar(&g.Insecure, "insecure", false, "talk to the coordinator WITHOUT TLS: local labs only")
-	pf.StringVarP(&g.Output, "output", "o", "text", "output format: text or json")
+	pf.StringVarP(&g.Output, "output", "o", "text", "output format: text, json, wide (plan: every node's actions) or html (report: the change record page)")
 	pf.DurationVar(&g.Timeout, "timeout", 30*time.Second, "deadline of each request; for cutover and rollback the per-step deadline on the agents (coordctl waits up to 10x for the whole operation)")
 
 	root.AddCommand(
@@ -120,9 +125,11 @@ revert, follow and roll back operations.
 		newPathCheckCmd(g),
 		newCutoverCmd(g),
 		newStatusCmd(g),
+		newReportCmd(g),
 		newRollbackCmd(g),
 		newCertsCmd(g),
 		newVersionCmd(g),
+		newMachineConfigCmd(g),
 		newExitCodesTopic(),
 	)
 	for _, f := range extensions {
@@ -152,11 +159,15 @@ func TLSDirFiles(dir string) (pki.Files, error) {
 // and the dead-man timers on the agents would be meaningless against it.
 const maxTimeout = time.Hour
 
-func (g *Globals) validate() error {
+func (g *Globals) validate(cmd *cobra.Command) error {
 	switch g.Output {
-	case "text", "json":
+	case "text", "json", "wide":
+	case "html":
+		if cmd.Name() != "report" {
+			return usageError("-o/--output %q: only coordctl report writes html; %s takes text, wide or json", g.Output, cmd.CommandPath())
+		}
 	default:
-		return usageError("-o/--output %q: unknown format, want text or json", g.Output)
+		return usageError("-o/--output %q: unknown format, want text, json, wide or html", g.Output)
 	}
 	if g.Timeout <= 0 {
 		return usageError("--timeout %s: must be positive (e.g. 30s)", g.Timeout)
@@ -184,7 +195,8 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 		// wrong number of arguments. Those are usage errors.
 		ee = &ExitError{Code: ExitUsage, Err: err}
 	}
-	_, _ = fmt.Fprintf(stderr, "coordctl: %v\n", ee.Err)
+	// The command's own name: coordctl, or kubectl-cutover for the plugin.
+	_, _ = fmt.Fprintf(stderr, "%s: %v\n", root.Name(), ee.Err)
 	return ee.Code
 }
 

@@ -167,6 +167,8 @@ func TestAPIServer(t *testing.T) {
 	t.Run("Calico", e.testCalico)
 	t.Run("Session", e.testSession)
 	t.Run("HandOverWithOperationInFlight", e.testHandOver)
+	t.Run("ConfigMapLock", e.testConfigMapLock)
+	t.Run("ConfigMapLockCAS", e.testConfigMapLockCAS)
 }
 
 func (e *env) testDiscovery(t *testing.T) {

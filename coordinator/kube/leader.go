@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -15,9 +17,13 @@ import (
 
 // LeaderConfig says which Lease to hold and how.
 type LeaderConfig struct {
-	Namespace     string
-	Name          string // the Lease
-	Identity      string // the pod name
+	Namespace string
+	Name      string // the Lease (or ConfigMap, with Lock LockConfigMap)
+	Identity  string // the pod name
+	// Lock is the object the record is kept on: LockLease (default) or
+	// LockConfigMap for API servers without coordination.k8s.io (OpenShift
+	// 3.11).
+	Lock          string
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
@@ -25,7 +31,7 @@ type LeaderConfig struct {
 
 // DefaultLeader returns client-go's usual timings.
 func DefaultLeader() LeaderConfig {
-	return LeaderConfig{Namespace: "cutover", Name: "cutover-coordinator", LeaseDuration: 15 * time.Second,
+	return LeaderConfig{Namespace: "cutover", Name: "cutover-coordinator", Lock: LockLease, LeaseDuration: 15 * time.Second,
 		RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
 }
 
@@ -40,6 +46,11 @@ func (c LeaderConfig) Validate() error {
 	}
 	if c.Identity == "" {
 		errs = append(errs, errors.New("leader identity: empty: give the pod name (POD_NAME from the downward API)"))
+	}
+	switch c.Lock {
+	case "", LockLease, LockConfigMap:
+	default:
+		errs = append(errs, fmt.Errorf("--leader-lock %q: want %s (coordination.k8s.io/v1 Lease) or %s (a ConfigMap's annotation, for OpenShift 3.11 / Kubernetes before 1.14)", c.Lock, LockLease, LockConfigMap))
 	}
 	if c.RetryPeriod <= 0 || c.RenewDeadline <= c.RetryPeriod || c.LeaseDuration <= c.RenewDeadline {
 		errs = append(errs, fmt.Errorf("lease timings %s/%s/%s: want 0 < retry period < renew deadline < lease duration",
@@ -103,10 +114,9 @@ func NewElector(client kubernetes.Interface, cfg LeaderConfig, onStarted func(ct
 		log = slog.Default()
 	}
 	e := &Elector{cfg: cfg, log: log, started: onStarted, stopped: onStopped, leadDone: make(chan struct{})}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, cfg.Namespace, cfg.Name, client.CoreV1(), client.CoordinationV1(),
-		resourcelock.ResourceLockConfig{Identity: cfg.Identity})
+	lock, err := newLock(client, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("leader election: lease %s/%s: %w", cfg.Namespace, cfg.Name, err)
+		return nil, err
 	}
 	e.le, err = leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:          watchedLock{Interface: lock, acquired: &e.acquired},
@@ -132,6 +142,45 @@ func NewElector(client kubernetes.Interface, cfg LeaderConfig, onStarted func(ct
 		return nil, fmt.Errorf("leader election: %w", err)
 	}
 	return e, nil
+}
+
+// newLock builds the lock cfg.Lock names.
+func newLock(client kubernetes.Interface, cfg LeaderConfig) (resourcelock.Interface, error) {
+	if cfg.Lock == LockConfigMap {
+		return &configMapLock{client: client.CoreV1(), namespace: cfg.Namespace, name: cfg.Name, identity: cfg.Identity}, nil
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, cfg.Namespace, cfg.Name, client.CoreV1(), client.CoordinationV1(),
+		resourcelock.ResourceLockConfig{Identity: cfg.Identity})
+	if err != nil {
+		return nil, fmt.Errorf("leader election: lease %s/%s: %w", cfg.Namespace, cfg.Name, err)
+	}
+	return lock, nil
+}
+
+// Holder reads who holds the lock cfg names now ("" when free), for a
+// standby that must say who leads.
+func Holder(ctx context.Context, client kubernetes.Interface, cfg LeaderConfig) (string, error) {
+	lock, err := newLock(client, cfg)
+	if err != nil {
+		return "", err
+	}
+	rec, _, err := lock.Get(ctx)
+	if err != nil {
+		return "", err
+	}
+	return rec.HolderIdentity, nil
+}
+
+// LockRef is the lock object, for Events' involvedObject.
+func LockRef(ctx context.Context, client kubernetes.Interface, cfg LeaderConfig) corev1.ObjectReference {
+	if cfg.Lock != LockConfigMap {
+		return LeaseRef(ctx, client, cfg.Namespace, cfg.Name)
+	}
+	ref := corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: cfg.Namespace, Name: cfg.Name}
+	if cm, err := client.CoreV1().ConfigMaps(cfg.Namespace).Get(ctx, cfg.Name, metav1.GetOptions{}); err == nil {
+		ref.UID = cm.UID
+	}
+	return ref
 }
 
 func (e *Elector) onStarted(ctx context.Context) {

@@ -137,3 +137,21 @@ func TestLeaderConfigValidate(t *testing.T) {
 		t.Errorf("Validate() = %v", err)
 	}
 }
+
+func TestLeaderConfigLockValidated(t *testing.T) {
+	c := fastLeader("coord-a")
+	for _, ok := range []string{"", LockLease, LockConfigMap} {
+		c.Lock = ok
+		if err := c.Validate(); err != nil {
+			t.Errorf("lock %q: %v", ok, err)
+		}
+	}
+	c.Lock = "endpoints" // client-go's other removed lock: not offered
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), `--leader-lock "endpoints"`) || !strings.Contains(err.Error(), "OpenShift 3.11") {
+		t.Fatalf("Validate = %v, want the flag, the value and the choices", err)
+	}
+	if _, err := NewElector(fake.NewClientset(), c, func(context.Context) {}, nil, nil); err == nil {
+		t.Fatal("NewElector accepted an unknown lock")
+	}
+}

@@ -49,6 +49,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.Discovery.AgentPort, "agent-port", c.Discovery.AgentPort, "the agents' gRPC port on the host network")
 	fs.StringVar(&c.Leader.Namespace, "lease-namespace", c.Leader.Namespace, "namespace of the leader-election Lease, the journal and the Events")
 	fs.StringVar(&c.Leader.Name, "lease-name", c.Leader.Name, "name of the leader-election Lease")
+	fs.StringVar(&c.Leader.Lock, "leader-lock", c.Leader.Lock, "object the leader election is held on: lease (coordination.k8s.io/v1) or configmap (an annotation on ConfigMap --lease-name, for OpenShift 3.11 and other API servers before Kubernetes 1.14)")
 	fs.StringVar(&c.Leader.Identity, "identity", c.Leader.Identity, "this coordinator's identity in the Lease (default $POD_NAME)")
 	fs.StringVar(&c.Journal.Name, "journal-name", c.Journal.Name, "prefix of the journal's ConfigMaps")
 	fs.StringVar(&c.CNI, "cni", c.CNI, `CNI source of truth moved to the new port right before the commit (and put back if the operation is undone): "flannel", "calico" or empty for none`)
@@ -114,7 +115,7 @@ func NewSession(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interf
 	if err != nil {
 		return nil, err
 	}
-	rec := NewRecorder(cs, LeaseRef(ctx, cs, cfg.Leader.Namespace, cfg.Leader.Name), cfg.Leader.Identity, log)
+	rec := NewRecorder(cs, LockRef(ctx, cs, cfg.Leader), cfg.Leader.Identity, log)
 	s := &Session{Inventory: inv, latest: inv, Journal: WithMilestones(j, rec), discovery: d, recorder: rec}
 	switch cfg.CNI {
 	case "flannel":

@@ -159,6 +159,9 @@ func (h *Hook) say(format string, args ...any) {
 // changes nothing.
 func (h *Hook) Plan(ctx context.Context, op coordinator.OpInfo) (lines, problems []string) {
 	c := h.cfg
+	if p := h.cnoProblem(ctx); p != "" {
+		problems = append(problems, p)
+	}
 	desc, err := h.cn.Describe(ctx)
 	if err != nil {
 		problems = append(problems, fmt.Sprintf("%v (openshift-sdn reads the VXLAN port there; is this an openshift-sdn cluster?)", err))
@@ -235,6 +238,9 @@ func (h *Hook) Preflight(ctx context.Context, op coordinator.OpInfo) []string {
 func (h *Hook) BeforeCommit(ctx context.Context, op coordinator.OpInfo) error {
 	h.Timings = Timings{BeforeCommitStart: h.cfg.Now()}
 	defer func() { h.Timings.BeforeCommitEnd = h.cfg.Now() }()
+	if p := h.cnoProblem(ctx); p != "" { // installed since the preflight: before the source of truth is touched
+		return fmt.Errorf("%s", p)
+	}
 	switch h.cfg.Strategy {
 	case StrategySourceOfTruthFirst:
 		return h.moveSourceOfTruth(ctx, tunnelport.Port(op.ToPort))

@@ -211,6 +211,7 @@ func testE2E(t *testing.T, backend string, oldPort int) {
 	}
 	check()
 	e.wantDisruption(rep)
+	wantEffects(t, rep)
 	e.wantOn(4889)
 
 	check = e.observeI2(ctx, backend, oldPort)
@@ -294,4 +295,26 @@ func TestE2EKernelVXLAN(t *testing.T) {
 	testenv.RequirePrivileged(t, "ip", "bridge", "iptables", "iptables-restore", "iptables-save", "go")
 	t.Parallel()
 	testE2E(t, lab.BackendKernelVXLAN, 8472)
+}
+
+// wantEffects: every node of a successful cutover reports when its write
+// left for the dataplane and when the dataplane confirmed it, after it woke
+// and in that order, and the report's spreads are taken from them.
+func wantEffects(t *testing.T, rep *coordinatorv1.Report) {
+	t.Helper()
+	var lo, hi int64
+	for i, n := range rep.GetNodes() {
+		w, e, a := n.GetWrittenUnixNano(), n.GetEffectiveUnixNano(), n.GetAppliedUnixNano()
+		if w == 0 || e == 0 || e < w || w < a {
+			t.Fatalf("node %s: woke %d, written %d, effective %d: want 0 < woke <= written <= effective", n.GetNode(), a, w, e)
+		}
+		if i == 0 || e < lo {
+			lo = e
+		}
+		hi = max(hi, e)
+	}
+	if got := rep.GetEffectSpreadNanos(); got != hi-lo || rep.GetWriteSpreadNanos() == 0 {
+		t.Fatalf("effect spread %d, write spread %d; want %d (max - min of the nodes' effective instants) and a write spread", got, rep.GetWriteSpreadNanos(), hi-lo)
+	}
+	t.Logf("spreads: wake-up %v, writes %v, effect %v", time.Duration(rep.GetCommitSpreadNanos()), time.Duration(rep.GetWriteSpreadNanos()), time.Duration(rep.GetEffectSpreadNanos()))
 }

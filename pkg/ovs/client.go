@@ -177,9 +177,22 @@ func rowToInterface(r ovsdb.Row) (Interface, ovsdb.UUID, error) {
 	return iface, id, nil
 }
 
-// SetDstPort implements Driver.
-//
-// The write is one transaction:
+// SetDstPort implements Driver: PrepareDstPort then Apply, for a change
+// that has no instant to prepare for (a revert, a replay after a restart).
+func (c *Client) SetDstPort(ctx context.Context, name string, from, to uint16) (Interface, error) {
+	ctx, cancel := c.bound(ctx, c.cfg.ApplyTimeout+c.cfg.CallTimeout)
+	defer cancel()
+	p, err := c.PrepareDstPort(ctx, name, from, to)
+	if err != nil {
+		return p.Current(), err
+	}
+	defer p.Close()
+	return p.Apply(ctx)
+}
+
+// PrepareDstPort implements Driver. It reads the interface, builds the
+// write and opens the cur_cfg monitor: two round trips, all before the
+// instant. The write is one transaction:
 //
 //	wait   Interface[_uuid] options == <options as read>  (timeout 0: the CAS)
 //	wait   no other tunnel Interface has the new options   (timeout 0)
@@ -187,100 +200,181 @@ func rowToInterface(r ovsdb.Row) (Interface, ovsdb.UUID, error) {
 //	mutate Open_vSwitch next_cfg += 1
 //	select Open_vSwitch next_cfg                            (the value to wait for)
 //
-// followed by a wait (monitor) until cur_cfg >= that next_cfg, and a read-back.
-func (c *Client) SetDstPort(ctx context.Context, name string, from, to uint16) (Interface, error) {
-	ctx, cancel := c.bound(ctx, c.cfg.ApplyTimeout+c.cfg.CallTimeout)
+// Apply sends it, waits on the monitor until cur_cfg >= that next_cfg, and
+// reads back. The first wait is why building it early is safe: if anything
+// changed the row's options between Prepare and Apply, the transaction
+// fails as a *ConflictError and writes nothing, so stale options are never
+// applied.
+func (c *Client) PrepareDstPort(ctx context.Context, name string, from, to uint16) (PreparedChange, error) {
+	ctx, cancel := c.bound(ctx, c.cfg.CallTimeout)
 	defer cancel()
+	p := &prepared{c: c, name: name, from: from, to: to}
 	db, err := c.db(ctx)
 	if err != nil {
-		return Interface{}, err
+		return p, err
 	}
 	cur, id, err := getInterface(ctx, db, name)
+	p.cur = cur
 	if err != nil {
-		return Interface{}, err
+		return p, err
 	}
 	options, noop, err := planDstPort(cur, from, to)
 	if err != nil {
-		return cur, err
+		return p, err
+	}
+	p.noop = noop
+	if !noop {
+		p.ops, p.nWaits = c.buildDstPortTxn(cur, id, options, from, to)
 	}
 	// Monitor before the write: the cur_cfg update may follow the commit
 	// by microseconds and must not be missed.
+	if err := p.watch(ctx, db); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// buildDstPortTxn returns the write transaction's operations and how many
+// of them are the leading waits (for txnError's decoding).
+func (c *Client) buildDstPortTxn(cur Interface, id ovsdb.UUID, options map[string]string, from, to uint16) ([]ovsdb.Operation, int) {
+	self := []ovsdb.Condition{ovsdb.Where("_uuid", "==", id)}
+	ops := []ovsdb.Operation{
+		ovsdb.Wait("Interface", self, []string{"options"}, "==", []ovsdb.Row{{"options": ovsdb.StringMap(cur.Options)}}, 0),
+		ovsdb.Wait("Interface", []ovsdb.Condition{
+			ovsdb.Where("_uuid", "!=", id), ovsdb.Where("type", "==", cur.Type), ovsdb.Where("options", "==", ovsdb.StringMap(options)),
+		}, []string{"name"}, "==", nil, 0),
+	}
+	// dst_port absent means the type's default: an interface without
+	// it is on to as well.
+	if to == defaultDstPort[cur.Type] {
+		implicit := make(map[string]string, len(options))
+		for k, v := range options {
+			if k != "dst_port" {
+				implicit[k] = v
+			}
+		}
+		ops = append(ops, ovsdb.Wait("Interface", []ovsdb.Condition{
+			ovsdb.Where("_uuid", "!=", id), ovsdb.Where("type", "==", cur.Type), ovsdb.Where("options", "==", ovsdb.StringMap(implicit)),
+		}, []string{"name"}, "==", nil, 0))
+	}
+	nWaits := len(ops)
+	ops = append(ops,
+		ovsdb.Update("Interface", self, ovsdb.Row{"options": ovsdb.StringMap(options)}),
+		ovsdb.Mutate("Open_vSwitch", nil, ovsdb.Mut("next_cfg", "+=", 1)),
+		ovsdb.Select("Open_vSwitch", nil, "next_cfg"),
+		ovsdb.Comment(fmt.Sprintf("cutover: %s options:dst_port %d -> %d", cur.Name, from, to)),
+	)
+	return ops, nWaits
+}
+
+// prepared is Client's PreparedChange.
+type prepared struct {
+	c              *Client
+	name           string
+	from, to       uint16
+	cur            Interface
+	noop           bool
+	ops            []ovsdb.Operation
+	nWaits         int
+	db             *ovsdb.Client
+	mon            *ovsdb.Monitor
+	curCfg, target int64 // cur_cfg seen; next_cfg to wait for
+	used, closed   bool
+	sent, applied  time.Time
+}
+
+// watch opens the cur_cfg monitor on db. For a no-op the value to wait for
+// is the next_cfg already pending: a replay right after a commit must not
+// report success before ovs-vswitchd applied it.
+func (p *prepared) watch(ctx context.Context, db *ovsdb.Client) error {
 	mon, err := db.Monitor(ctx, dbName, map[string]ovsdb.MonitorRequest{"Open_vSwitch": {Columns: []string{"cur_cfg", "next_cfg"}}})
 	if err != nil {
-		return cur, fmt.Errorf("ovs: monitor cur_cfg: %w", err)
+		return fmt.Errorf("ovs: monitor cur_cfg: %w", err)
 	}
-	defer func() {
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_ = mon.Cancel(cctx)
-		ccancel()
-	}()
-	curCfg, nextCfg := cfgOf(mon.Initial)
+	p.db, p.mon = db, mon
+	p.curCfg, p.target = cfgOf(mon.Initial)
+	return nil
+}
 
-	if !noop {
-		self := []ovsdb.Condition{ovsdb.Where("_uuid", "==", id)}
-		ops := []ovsdb.Operation{
-			ovsdb.Wait("Interface", self, []string{"options"}, "==", []ovsdb.Row{{"options": ovsdb.StringMap(cur.Options)}}, 0),
-			ovsdb.Wait("Interface", []ovsdb.Condition{
-				ovsdb.Where("_uuid", "!=", id), ovsdb.Where("type", "==", cur.Type), ovsdb.Where("options", "==", ovsdb.StringMap(options)),
-			}, []string{"name"}, "==", nil, 0),
-		}
-		// dst_port absent means the type's default: an interface without
-		// it is on to as well.
-		if to == defaultDstPort[cur.Type] {
-			implicit := make(map[string]string, len(options))
-			for k, v := range options {
-				if k != "dst_port" {
-					implicit[k] = v
-				}
-			}
-			ops = append(ops, ovsdb.Wait("Interface", []ovsdb.Condition{
-				ovsdb.Where("_uuid", "!=", id), ovsdb.Where("type", "==", cur.Type), ovsdb.Where("options", "==", ovsdb.StringMap(implicit)),
-			}, []string{"name"}, "==", nil, 0))
-		}
-		nWaits := len(ops)
-		if c.testHookBeforeWrite != nil {
-			c.testHookBeforeWrite()
-		}
-		ops = append(ops,
-			ovsdb.Update("Interface", self, ovsdb.Row{"options": ovsdb.StringMap(options)}),
-			ovsdb.Mutate("Open_vSwitch", nil, ovsdb.Mut("next_cfg", "+=", 1)),
-			ovsdb.Select("Open_vSwitch", nil, "next_cfg"),
-			ovsdb.Comment(fmt.Sprintf("cutover: %s options:dst_port %d -> %d", name, from, to)),
-		)
-		res, err := db.Transact(ctx, dbName, ops...)
+func (p *prepared) Current() Interface { return p.cur }
+
+func (p *prepared) Timing() (sent, confirmed time.Time) { return p.sent, p.applied }
+
+func (p *prepared) Apply(ctx context.Context) (Interface, error) {
+	if p.closed || p.used {
+		return p.cur, fmt.Errorf("ovs: prepared change of %s %d -> %d: already applied or closed", p.name, p.from, p.to)
+	}
+	p.used = true
+	if p.db == nil {
+		return p.cur, fmt.Errorf("ovs: prepared change of %s %d -> %d: Prepare failed, nothing to apply", p.name, p.from, p.to)
+	}
+	ctx, cancel := p.c.bound(ctx, p.c.cfg.ApplyTimeout+p.c.cfg.CallTimeout)
+	defer cancel()
+	if p.db.Err() != nil {
+		// ovsdb-server restarted (or the connection dropped) since
+		// Prepare: the monitor is gone, the transaction is not. Watch
+		// again on a fresh connection and send the same transaction; its
+		// compare-and-set still decides whether it applies.
+		db, err := p.c.db(ctx)
 		if err != nil {
-			return cur, c.txnError(ctx, db, cur, from, to, nWaits, err)
+			return p.cur, err
 		}
-		rows := res[nWaits+2].Rows
+		if err := p.watch(ctx, db); err != nil {
+			return p.cur, err
+		}
+	}
+	if !p.noop {
+		if p.c.testHookBeforeWrite != nil {
+			p.c.testHookBeforeWrite()
+		}
+		p.sent = time.Now()
+		res, err := p.db.Transact(ctx, dbName, p.ops...)
+		if err != nil {
+			return p.cur, p.c.txnError(ctx, p.db, p.cur, p.from, p.to, p.nWaits, err)
+		}
+		rows := res[p.nWaits+2].Rows
 		if len(rows) != 1 {
-			return cur, fmt.Errorf("ovs: %d Open_vSwitch rows, want 1", len(rows))
+			return p.cur, fmt.Errorf("ovs: %d Open_vSwitch rows, want 1", len(rows))
 		}
-		if nextCfg, _, err = ovsdb.AsInt(rows[0]["next_cfg"]); err != nil {
-			return cur, fmt.Errorf("ovs: Open_vSwitch next_cfg: %w", err)
+		if p.target, _, err = ovsdb.AsInt(rows[0]["next_cfg"]); err != nil {
+			return p.cur, fmt.Errorf("ovs: Open_vSwitch next_cfg: %w", err)
 		}
 	}
-	// Also for a no-op: a replay right after a commit must not report
-	// success before ovs-vswitchd applied it.
-	for curCfg < nextCfg {
-		u, err := mon.Next(ctx)
+	for p.curCfg < p.target {
+		u, err := p.mon.Next(ctx)
 		if err != nil {
-			return cur, &NotAppliedError{Name: name, NextCfg: nextCfg, CurCfg: curCfg, Err: err}
+			return p.cur, &NotAppliedError{Name: p.name, NextCfg: p.target, CurCfg: p.curCfg, Err: err}
 		}
-		if cc, _ := cfgOf(u); cc > curCfg {
-			curCfg = cc
+		if cc, _ := cfgOf(u); cc > p.curCfg {
+			p.curCfg = cc
 		}
 	}
-	got, _, err := getInterface(ctx, db, name)
+	if !p.noop {
+		p.applied = time.Now()
+	}
+	got, _, err := getInterface(ctx, p.db, p.name)
 	if err != nil {
 		return got, err
 	}
-	if p, err := got.DstPort(); err != nil || p != to {
-		return got, &ConflictError{Name: name, Expected: to, Current: "options:dst_port=" + strconv.Quote(got.Options["dst_port"]) + " after commit"}
+	if port, err := got.DstPort(); err != nil || port != p.to {
+		return got, &ConflictError{Name: p.name, Expected: p.to, Current: "options:dst_port=" + strconv.Quote(got.Options["dst_port"]) + " after commit"}
 	}
 	if err := portFailure(got); err != nil {
 		return got, err
 	}
 	return got, nil
+}
+
+func (p *prepared) Close() {
+	if p.closed {
+		return
+	}
+	p.closed = true
+	if p.mon != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = p.mon.Cancel(ctx)
+		cancel()
+	}
 }
 
 // txnError turns a failed write into the driver's typed errors.

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Fake is an in-memory Driver for unit tests of the logic above the driver.
@@ -188,4 +189,54 @@ func (f *Fake) Unreachable(on bool) {
 	} else {
 		f.down = nil
 	}
+}
+
+// PrepareDstPort implements Driver: it checks as SetDstPort does and
+// remembers the options it read; Apply is a compare-and-set against them,
+// as Client's prepared transaction is.
+func (f *Fake) PrepareDstPort(ctx context.Context, name string, from, to uint16) (PreparedChange, error) {
+	cur, err := f.GetInterface(ctx, name)
+	p := &fakePrepared{f: f, name: name, from: from, to: to, cur: cur}
+	if err != nil {
+		return p, err
+	}
+	if _, _, err := planDstPort(cur, from, to); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+type fakePrepared struct {
+	f             *Fake
+	name          string
+	from, to      uint16
+	cur           Interface
+	used, closed  bool
+	sent, applied time.Time
+}
+
+func (p *fakePrepared) Timing() (sent, confirmed time.Time) { return p.sent, p.applied }
+
+func (p *fakePrepared) Current() Interface { return p.cur }
+
+func (p *fakePrepared) Close() { p.closed = true }
+
+func (p *fakePrepared) Apply(ctx context.Context) (Interface, error) {
+	if p.used || p.closed {
+		return p.cur, fmt.Errorf("ovs: prepared change of %s %d -> %d: already applied or closed", p.name, p.from, p.to)
+	}
+	p.used = true
+	now, err := p.f.GetInterface(ctx, p.name)
+	if err != nil {
+		return p.cur, err
+	}
+	if now.Type != p.cur.Type || optionsString(now.Options) != optionsString(p.cur.Options) {
+		return p.cur, &ConflictError{Name: p.name, Expected: p.from, Current: "options " + optionsString(now.Options)}
+	}
+	sent := time.Now()
+	got, err := p.f.SetDstPort(ctx, p.name, p.from, p.to)
+	if port, _ := p.cur.DstPort(); err == nil && port != p.to {
+		p.sent, p.applied = sent, time.Now()
+	}
+	return got, err
 }

@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Interface is the part of an OVSDB Interface row the driver deals in.
@@ -87,6 +88,29 @@ type Driver interface {
 	// the change would duplicate another tunnel's configuration),
 	// *NotAppliedError (committed but not applied in time).
 	SetDstPort(ctx context.Context, name string, from, to uint16) (Interface, error)
+	// PrepareDstPort does everything SetDstPort does before its write (the
+	// read, the checks, the transaction built, the cur_cfg watch open), so
+	// that at the instant Apply sends one message. It writes nothing. The
+	// errors are SetDstPort's; on error, Current still tells what was read.
+	PrepareDstPort(ctx context.Context, name string, from, to uint16) (PreparedChange, error)
+}
+
+// PreparedChange is a dst_port change built ahead of its instant. It is used
+// by one goroutine.
+type PreparedChange interface {
+	// Apply sends the prepared write and returns as SetDstPort does. The
+	// write is a compare-and-set against the interface as read at Prepare:
+	// if the row changed since, it is a *ConflictError and nothing is
+	// written. Apply runs at most once.
+	Apply(ctx context.Context) (Interface, error)
+	// Current is the interface as read at Prepare.
+	Current() Interface
+	// Timing is when Apply's write left and when ovs-vswitchd confirmed
+	// it (cur_cfg); zero before Apply, confirmed zero if it did not, and
+	// both zero for a no-op (already on the port: nothing was written).
+	Timing() (sent, confirmed time.Time)
+	// Close releases the watch; safe to call more than once, and after Apply.
+	Close()
 }
 
 // NotFoundError is an interface that does not exist.

@@ -233,6 +233,10 @@ func (c *Client) call(ctx context.Context, method string, params any) (response,
 	}
 }
 
+// Requests is how many requests this client has sent: what a caller that
+// must send few messages at a given instant (a prepared change) tests with.
+func (c *Client) Requests() uint64 { return c.nextID.Load() }
+
 // Call sends any method and decodes its result into result (if not nil).
 // A JSON-RPC error answer is an *RPCError.
 func (c *Client) Call(ctx context.Context, method string, params []any, result any) error {

@@ -37,6 +37,10 @@
 //     a lab where 32 nodes share one kernel, 32 deletions inside the commit
 //     serialized on RTNL and pushed later nodes' flips out by up to a second.
 //
+// Prebuild does the build of the new device ahead (at the agent's Prepare),
+// down and without addresses; Recreate adopts it if it still matches and
+// tops its FDB and neighbours up to the snapshot it is given.
+//
 // Renaming a running link needs a kernel that allows it (6.18 does; older
 // ones answer EBUSY): then the old device is taken down first, the ~12 ms
 // variant above. Routes cannot be pre-attached: IPv4 refuses a nexthop on a

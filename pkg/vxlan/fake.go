@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Fake is an in-memory Interface for unit tests of the agent's logic. It
@@ -20,6 +21,9 @@ type Fake struct {
 	Recreations int
 	// Cleanups counts Cleanup calls.
 	Cleanups int
+	// Prebuilt maps a device name to the port of the device Prebuild made
+	// for it and no Recreate adopted or Cleanup removed yet.
+	Prebuilt map[string]int
 	// FailNext, when set, is returned (wrapped) by the next mutating call.
 	FailNext error
 }
@@ -28,7 +32,7 @@ var _ Interface = (*Fake)(nil)
 
 // NewFake returns a Fake holding the given devices.
 func NewFake(devs ...Snapshot) *Fake {
-	f := &Fake{devices: map[string]Snapshot{}, Others: map[string]string{}}
+	f := &Fake{devices: map[string]Snapshot{}, Others: map[string]string{}, Prebuilt: map[string]int{}}
 	for _, d := range devs {
 		f.devices[d.Device.Name] = clone(d)
 	}
@@ -88,6 +92,12 @@ func (f *Fake) Recreate(snap Snapshot, newPort int) (Window, error) {
 	if err := f.failNext("recreate", name); err != nil {
 		return Window{}, err
 	}
+	now := time.Now()
+	w := Window{Strategy: "fake", Start: now, End: now}
+	if p, ok := f.Prebuilt[name]; ok {
+		w.Adopted = p == newPort
+		delete(f.Prebuilt, name)
+	}
 	n := clone(snap)
 	n.Device.Port = newPort
 	for i := range n.FDB {
@@ -97,15 +107,34 @@ func (f *Fake) Recreate(snap Snapshot, newPort int) (Window, error) {
 	}
 	f.devices[name] = n
 	f.Recreations++
+	return w, nil
+}
+
+// Prebuild implements Interface: it records the prebuilt device's port.
+func (f *Fake) Prebuild(snap Snapshot, newPort int) (Window, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name := snap.Device.Name
+	if err := snap.Validate(); err != nil {
+		return Window{}, err
+	}
+	if err := validPort("newPort", newPort); err != nil {
+		return Window{}, &Error{Op: "prebuild", Device: name, Err: err}
+	}
+	if err := f.failNext("prebuild", name); err != nil {
+		return Window{}, err
+	}
+	f.Prebuilt[name] = newPort
 	return Window{Strategy: "fake"}, nil
 }
 
-// Cleanup implements Interface. The fake deletes its old device at once,
-// so there is nothing to clean; calls are counted.
+// Cleanup implements Interface. The fake deletes its old device at once;
+// a prebuilt one goes; calls are counted.
 func (f *Fake) Cleanup(name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Cleanups++
+	delete(f.Prebuilt, name)
 	return nil
 }
 

@@ -106,22 +106,11 @@ func (k *Kernel) Snapshot(name string) (Snapshot, error) {
 func (k *Kernel) snapshotOf(v *netlink.Vxlan) (Snapshot, error) {
 	a := v.Attrs()
 	wrap := func(err error) error { return &Error{Op: "snapshot", Device: a.Name, Err: err} }
-	s := Snapshot{Device: Device{
-		Name: a.Name, Index: a.Index, MTU: a.MTU, MAC: a.HardwareAddr.String(), TxQLen: a.TxQLen,
-		Up:  a.Flags&net.FlagUp != 0,
-		VNI: v.VxlanId, Port: v.Port, Local: v.SrcAddr, Group: v.Group, TTL: v.TTL, TOS: v.TOS,
-		Learning: v.Learning, Proxy: v.Proxy, RSC: v.RSC, L2Miss: v.L2miss, L3Miss: v.L3miss,
-		UDPCsum: v.UDPCSum, UDP6ZeroTx: v.UDP6ZeroCSumTx, UDP6ZeroRx: v.UDP6ZeroCSumRx,
-		NoAge: v.NoAge, GBP: v.GBP, FlowBased: v.FlowBased, Age: v.Age, Limit: v.Limit,
-		SrcPortLow: v.PortLow, SrcPortHigh: v.PortHigh,
-	}}
-	if v.VtepDevIndex != 0 {
-		p, err := netlinksafe.LinkByIndex(k.H, v.VtepDevIndex)
-		if err != nil {
-			return Snapshot{}, wrap(fmt.Errorf("vtep device index %d: %w", v.VtepDevIndex, err))
-		}
-		s.Device.VtepDev = p.Attrs().Name
+	dev, err := k.deviceOf(v)
+	if err != nil {
+		return Snapshot{}, wrap(err)
 	}
+	s := Snapshot{Device: dev}
 	addrs, err := netlinksafe.AddrList(k.H, v, netlink.FAMILY_ALL)
 	if err != nil {
 		return Snapshot{}, wrap(err)
@@ -139,18 +128,8 @@ func (k *Kernel) snapshotOf(v *netlink.Vxlan) (Snapshot, error) {
 	if s.FDB, err = k.fdbList(a.Index); err != nil {
 		return Snapshot{}, wrap(err)
 	}
-	// Per family: an AF_UNSPEC neighbour dump would also return the bridge FDB.
-	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		ns, err := netlinksafe.NeighList(k.H, a.Index, fam)
-		if err != nil {
-			return Snapshot{}, wrap(err)
-		}
-		for _, n := range ns {
-			if len(n.HardwareAddr) == 0 || n.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED|netlink.NUD_NOARP) != 0 {
-				continue // nothing worth restoring
-			}
-			s.Neighbors = append(s.Neighbors, Neighbor{IP: n.IP, MAC: n.HardwareAddr.String(), State: n.State, Flags: n.Flags})
-		}
+	if s.Neighbors, err = k.neighbors(a.Index); err != nil {
+		return Snapshot{}, wrap(err)
 	}
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		rs, err := netlinksafe.RouteListFiltered(k.H, fam, &netlink.Route{LinkIndex: a.Index, Table: unix.RT_TABLE_UNSPEC},
@@ -173,12 +152,58 @@ func (k *Kernel) snapshotOf(v *netlink.Vxlan) (Snapshot, error) {
 	return s, nil
 }
 
+// deviceOf reads a device's configuration (one request when it is pinned
+// to an underlay device, for that device's name; none otherwise).
+func (k *Kernel) deviceOf(v *netlink.Vxlan) (Device, error) {
+	a := v.Attrs()
+	d := Device{
+		Name: a.Name, Index: a.Index, MTU: a.MTU, MAC: a.HardwareAddr.String(), TxQLen: a.TxQLen,
+		Up:  a.Flags&net.FlagUp != 0,
+		VNI: v.VxlanId, Port: v.Port, Local: v.SrcAddr, Group: v.Group, TTL: v.TTL, TOS: v.TOS,
+		Learning: v.Learning, Proxy: v.Proxy, RSC: v.RSC, L2Miss: v.L2miss, L3Miss: v.L3miss,
+		UDPCsum: v.UDPCSum, UDP6ZeroTx: v.UDP6ZeroCSumTx, UDP6ZeroRx: v.UDP6ZeroCSumRx,
+		NoAge: v.NoAge, GBP: v.GBP, FlowBased: v.FlowBased, Age: v.Age, Limit: v.Limit,
+		SrcPortLow: v.PortLow, SrcPortHigh: v.PortHigh,
+	}
+	if v.VtepDevIndex != 0 {
+		p, err := netlinksafe.LinkByIndex(k.H, v.VtepDevIndex)
+		if err != nil {
+			return Device{}, fmt.Errorf("vtep device index %d: %w", v.VtepDevIndex, err)
+		}
+		d.VtepDev = p.Attrs().Name
+	}
+	return d, nil
+}
+
+// neighbors reads the device's ARP/NDP entries worth restoring. Per
+// family: an AF_UNSPEC neighbour dump would also return the bridge FDB.
+func (k *Kernel) neighbors(idx int) ([]Neighbor, error) {
+	var out []Neighbor
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		ns, err := netlinksafe.NeighList(k.H, idx, fam)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range ns {
+			if len(n.HardwareAddr) == 0 || n.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED|netlink.NUD_NOARP) != 0 {
+				continue // nothing worth restoring
+			}
+			out = append(out, Neighbor{IP: n.IP, MAC: n.HardwareAddr.String(), State: n.State, Flags: n.Flags})
+		}
+	}
+	return out, nil
+}
+
 // Addresses flags that describe a moment (DAD in progress), not configuration.
 const transientAddrFlags = unix.IFA_F_TENTATIVE | unix.IFA_F_DADFAILED | unix.IFA_F_OPTIMISTIC
 
 // tmpName is where the new device is built. Derived from the name so that a
 // leftover from an interrupted Recreate is found and removed on replay.
 func tmpName(name string) string { return derivedName("cotx", name) }
+
+// TmpName is where Prebuild builds the new device: a rolled-back operation
+// may leave it (down, holding no socket) until the next one.
+func TmpName(name string) string { return tmpName(name) }
 
 // OldName is where the old device waits for deletion after the switch: a
 // port check may see it holding the old port until Cleanup.
@@ -246,19 +271,23 @@ func (k *Kernel) Recreate(snap Snapshot, newPort int) (Window, error) {
 		vtep = p.Attrs().Index
 	}
 	tmp := tmpName(name)
-	for _, left := range []string{tmp, oldName(name)} {
-		if l, err := k.H.LinkByName(left); err == nil {
-			if _, ok := l.(*netlink.Vxlan); !ok {
-				return fail(fmt.Errorf("%s exists and is a %s link, not a leftover of ours; remove it", left, l.Type()))
-			}
-			if err := k.H.LinkDel(l); err != nil {
-				return fail(fmt.Errorf("remove leftover %s: %w", left, err))
-			}
-		}
+	var adopt *netlink.Vxlan
+	if k.Strategy == "" || k.Strategy == StrategyPrebuilt {
+		adopt = k.adoptable(snap, tmp, newPort)
+	}
+	leftovers := []string{oldName(name)}
+	if adopt == nil {
+		leftovers = append(leftovers, tmp)
+	}
+	if err := k.removeLeftovers(leftovers...); err != nil {
+		return fail(err)
 	}
 	switch k.Strategy {
 	case "", StrategyPrebuilt:
-		return k.recreatePrebuilt(snap, old, tmp, newPort, vtep)
+		if adopt != nil {
+			return k.switchAdopted(snap, old, adopt, newPort)
+		}
+		return k.recreatePrebuilt(snap, old, tmp, newPort)
 	case StrategyDeleteFirst:
 		return k.recreateDeleteFirst(snap, old, newPort, vtep)
 	default:
@@ -271,31 +300,227 @@ func withPort(s Snapshot, port int) Snapshot {
 	return s
 }
 
-func (k *Kernel) recreatePrebuilt(snap Snapshot, old *netlink.Vxlan, tmp string, port, vtep int) (Window, error) {
+// removeLeftovers deletes devices of ours left under the given names.
+func (k *Kernel) removeLeftovers(names ...string) error {
+	for _, left := range names {
+		if l, err := k.H.LinkByName(left); err == nil {
+			if _, ok := l.(*netlink.Vxlan); !ok {
+				return fmt.Errorf("%s exists and is a %s link, not a leftover of ours; remove it", left, l.Type())
+			}
+			if err := k.H.LinkDel(l); err != nil {
+				return fmt.Errorf("remove leftover %s: %w", left, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Prebuild implements Interface.
+func (k *Kernel) Prebuild(snap Snapshot, newPort int) (Window, error) {
+	name := snap.Device.Name
+	fail := func(err error) (Window, error) { return Window{}, &Error{Op: "prebuild", Device: name, Err: err} }
+	if err := snap.Validate(); err != nil {
+		return Window{}, err
+	}
+	if err := validPort("newPort", newPort); err != nil {
+		return fail(err)
+	}
+	t0 := k.now()
+	tmp := tmpName(name)
+	if k.adoptable(snap, tmp, newPort) != nil {
+		return Window{Strategy: StrategyPrebuilt, Prepare: k.now().Sub(t0)}, nil // a replayed Prepare
+	}
+	// The last operation's leftovers go now rather than at the commit
+	// instant: its old device may still hold the VNI on newPort (after a
+	// rollback), which the kernel refuses to duplicate (EEXIST).
+	if err := k.removeLeftovers(oldName(name), tmp); err != nil {
+		return fail(err)
+	}
+	if _, err := k.buildTmp(snap, tmp, newPort, false); err != nil {
+		return fail(err)
+	}
+	return Window{Strategy: StrategyPrebuilt, Prepare: k.now().Sub(t0)}, nil
+}
+
+// buildTmp adds the new device under tmp, down, with snap's FDB and
+// neighbours, and with its addresses when withAddrs. Everything bound to
+// the ifindex can be attached while the device is down and the old one
+// still carries traffic; routes cannot (IPv4 refuses a nexthop on a down
+// device), so they wait for the window.
+func (k *Kernel) buildTmp(snap Snapshot, tmp string, port int, withAddrs bool) (*netlink.Vxlan, error) {
+	vtep := 0
+	if snap.Device.VtepDev != "" {
+		p, err := netlinksafe.LinkByName(k.H, snap.Device.VtepDev)
+		if err != nil {
+			return nil, fmt.Errorf("device.vtepDev %q: %w", snap.Device.VtepDev, err)
+		}
+		vtep = p.Attrs().Index
+	}
+	nlink, err := newLink(snap.Device, tmp, port, vtep)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.H.LinkAdd(nlink); err != nil {
+		return nil, fmt.Errorf("add %s (vxlan id %d dstport %d): %w", tmp, snap.Device.VNI, port, err)
+	}
+	idx := nlink.Attrs().Index
+	if withAddrs {
+		if _, err := k.restoreAddrs(nlink, snap.Addrs); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := k.restoreFDB(idx, snap.FDB); err != nil {
+		return nil, err
+	}
+	if _, err := k.restoreNeighbors(idx, snap.Neighbors); err != nil {
+		return nil, err
+	}
+	return nlink, nil
+}
+
+// adoptable returns the device Prebuild left under tmp if Recreate(snap,
+// port) can use it: a VXLAN link, down, without addresses, configured as
+// snap's device on port. Anything else (another port, a leftover of an
+// interrupted Recreate, a device changed since) is not adopted.
+func (k *Kernel) adoptable(snap Snapshot, tmp string, port int) *netlink.Vxlan {
+	l, err := k.H.LinkByName(tmp)
+	if err != nil {
+		return nil
+	}
+	v, ok := l.(*netlink.Vxlan)
+	if !ok || v.Attrs().Flags&net.FlagUp != 0 || v.Port != port {
+		return nil
+	}
+	// Only what identifies it: its configuration (one lookup for the vtep
+	// device's name) and no addresses (one dump). Every request here runs
+	// between the commit instant and the flip.
+	dev, err := k.deviceOf(v)
+	if err != nil {
+		return nil
+	}
+	if addrs, err := netlinksafe.AddrList(k.H, v, netlink.FAMILY_V4); err != nil || len(addrs) != 0 {
+		return nil
+	}
+	want := snap.Device
+	want.Name, want.Index, want.Port, want.Up = tmp, dev.Index, port, false
+	if (Snapshot{Device: dev}).Text() != (Snapshot{Device: want}).Text() {
+		return nil
+	}
+	return v
+}
+
+// topUp brings the adopted device's FDB and neighbours in line with snap,
+// the device as read just before the switch: what the CNI added, changed or
+// removed since Prebuild. It returns how many requests that took.
+func (k *Kernel) topUp(snap Snapshot, v *netlink.Vxlan) (int, error) {
+	idx := v.Attrs().Index
+	var cur Snapshot
+	var err error
+	if cur.FDB, err = k.fdbList(idx); err != nil {
+		return 0, err
+	}
+	if cur.Neighbors, err = k.neighbors(idx); err != nil {
+		return 0, err
+	}
+	calls := 0
+	fdbKey := func(e FDBEntry) string {
+		return fmt.Sprintf("%s|%s|%d|%d|%d|%d|%d", e.MAC, e.Dst, e.Port, e.VNI, e.Ifindex, e.State, e.Flags)
+	}
+	have := map[string]FDBEntry{}
+	for _, e := range cur.FDB {
+		have[fdbKey(e)] = e
+	}
+	want := map[string]bool{}
+	for _, e := range snap.FDB {
+		want[fdbKey(e)] = true
+		if _, ok := have[fdbKey(e)]; !ok {
+			calls++
+			if err := k.fdbSend(unix.RTM_NEWNEIGH, unix.NLM_F_CREATE|unix.NLM_F_APPEND, idx, e); err != nil {
+				return calls, err
+			}
+		}
+	}
+	for key, e := range have {
+		if !want[key] {
+			if e.Port == 0 {
+				e.Port = v.Port
+			}
+			calls++
+			if err := k.fdbSend(unix.RTM_DELNEIGH, 0, idx, e); err != nil {
+				return calls, err
+			}
+		}
+	}
+	haveN := map[string]Neighbor{}
+	for _, n := range cur.Neighbors {
+		haveN[n.IP.String()] = n
+	}
+	wantN := map[string]bool{}
+	var add []Neighbor
+	for _, n := range snap.Neighbors {
+		wantN[n.IP.String()] = true
+		if h, ok := haveN[n.IP.String()]; !ok || h.MAC != n.MAC || h.State != n.State || h.Flags != n.Flags {
+			add = append(add, n)
+		}
+	}
+	n, err := k.restoreNeighbors(idx, add)
+	calls += n
+	if err != nil {
+		return calls, err
+	}
+	for ip, h := range haveN {
+		if wantN[ip] {
+			continue
+		}
+		fam := netlink.FAMILY_V4
+		if h.IP.To4() == nil {
+			fam = netlink.FAMILY_V6
+		}
+		calls++
+		if err := k.H.NeighDel(&netlink.Neigh{LinkIndex: idx, Family: fam, IP: h.IP}); err != nil && !errors.Is(err, unix.ENOENT) {
+			return calls, fmt.Errorf("neigh del %s: %w", h.IP, err)
+		}
+	}
+	return calls, nil
+}
+
+// switchAdopted is recreatePrebuilt with the new device Prebuild made: it
+// is topped up to snap and given its addresses (still before the old device
+// is touched), then switched in the same way.
+func (k *Kernel) switchAdopted(snap Snapshot, old, v *netlink.Vxlan, port int) (Window, error) {
+	fail := func(err error) (Window, error) {
+		return Window{}, &Error{Op: "recreate", Device: snap.Device.Name, Err: err}
+	}
+	t0 := k.now()
+	if _, err := k.topUp(snap, v); err != nil {
+		return fail(fmt.Errorf("top up the prebuilt %s: %w", v.Attrs().Name, err))
+	}
+	if _, err := k.restoreAddrs(v, snap.Addrs); err != nil {
+		return fail(err)
+	}
+	w := Window{Strategy: StrategyPrebuilt, Adopted: true, Prepare: k.now().Sub(t0)}
+	return k.switchTo(snap, old, v, w)
+}
+
+func (k *Kernel) recreatePrebuilt(snap Snapshot, old *netlink.Vxlan, tmp string, port int) (Window, error) {
 	name := snap.Device.Name
 	fail := func(err error) (Window, error) { return Window{}, &Error{Op: "recreate", Device: name, Err: err} }
 	t0 := k.now()
-	nlink, err := newLink(snap.Device, tmp, port, vtep)
+	nlink, err := k.buildTmp(snap, tmp, port, true)
 	if err != nil {
 		return fail(err)
 	}
-	if err := k.H.LinkAdd(nlink); err != nil {
-		return fail(fmt.Errorf("add %s (vxlan id %d dstport %d): %w", tmp, snap.Device.VNI, port, err))
-	}
-	idx := nlink.Attrs().Index
-	// Everything bound to the ifindex can be attached while the device is
-	// down and the old one still carries traffic; routes cannot (IPv4
-	// refuses a nexthop on a down device), so they wait for the window.
-	if _, err := k.restoreAddrs(nlink, snap.Addrs); err != nil {
-		return fail(err)
-	}
-	if _, err := k.restoreFDB(idx, snap.FDB); err != nil {
-		return fail(err)
-	}
-	if _, err := k.restoreNeighbors(idx, snap.Neighbors); err != nil {
-		return fail(err)
-	}
 	w := Window{Strategy: StrategyPrebuilt, Prepare: k.now().Sub(t0)}
+	return k.switchTo(snap, old, nlink, w)
+}
+
+// switchTo puts nlink, built and addressed under its temporary name, in
+// old's place: the window.
+func (k *Kernel) switchTo(snap Snapshot, old, nlink *netlink.Vxlan, w Window) (Window, error) {
+	name := snap.Device.Name
+	fail := func(err error) (Window, error) { return Window{}, &Error{Op: "recreate", Device: name, Err: err} }
+	idx := nlink.Attrs().Index
+	var err error
 
 	// Deleting a link costs 10-50 ms (unregistering waits for RCU grace
 	// periods) and taking it down 3-10 ms (the vxlan socket release waits
@@ -349,6 +574,7 @@ func (k *Kernel) recreatePrebuilt(snap Snapshot, old *netlink.Vxlan, tmp string,
 		return fail(err)
 	}
 	w.Total = k.now().Sub(tDel)
+	w.Start, w.End = tDel, tDel.Add(w.Total)
 	if old != nil && !k.KeepOld {
 		tc := k.now()
 		if err := k.H.LinkDel(old); err != nil {
@@ -403,6 +629,7 @@ func (k *Kernel) recreateDeleteFirst(snap Snapshot, old *netlink.Vxlan, port, vt
 		return fail(err)
 	}
 	w.Total = k.now().Sub(tDel)
+	w.Start, w.End = tDel, tDel.Add(w.Total)
 	return w, nil
 }
 
@@ -547,7 +774,13 @@ func unicast(mac string) bool {
 
 // Cleanup implements Interface.
 func (k *Kernel) Cleanup(name string) error {
-	old := oldName(name)
+	if err := k.cleanupOne(name, tmpName(name)); err != nil {
+		return err
+	}
+	return k.cleanupOne(name, oldName(name))
+}
+
+func (k *Kernel) cleanupOne(name, old string) error {
 	l, err := netlinksafe.LinkByName(k.H, old)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
@@ -557,10 +790,10 @@ func (k *Kernel) Cleanup(name string) error {
 		return &Error{Op: "cleanup", Device: name, Err: err}
 	}
 	if _, ok := l.(*netlink.Vxlan); !ok {
-		return &Error{Op: "cleanup", Device: name, Err: fmt.Errorf("%s is a %s link, not an old device of ours; not deleting it", old, l.Type())}
+		return &Error{Op: "cleanup", Device: name, Err: fmt.Errorf("%s is a %s link, not a device of ours; not deleting it", old, l.Type())}
 	}
 	if err := k.H.LinkDel(l); err != nil {
-		return &Error{Op: "cleanup", Device: name, Err: fmt.Errorf("delete old device %s: %w", old, err)}
+		return &Error{Op: "cleanup", Device: name, Err: fmt.Errorf("delete %s: %w", old, err)}
 	}
 	return nil
 }

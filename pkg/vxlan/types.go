@@ -18,11 +18,19 @@ type Interface interface {
 	// recreation that stopped half way (old device gone, or a leftover
 	// temporary device), so it is safe to replay.
 	Recreate(snap Snapshot, newPort int) (Window, error)
+	// Prebuild builds, ahead of Recreate, the device Recreate(snap, newPort)
+	// would build first: down, under a temporary name, with snap's FDB and
+	// neighbours but no addresses (so it holds no port and attracts no
+	// traffic). A later Recreate on newPort adopts it, bringing its FDB and
+	// neighbours in line with the snapshot it is given; anything else
+	// replaces it. Window.Prepare is the build time.
+	Prebuild(snap Snapshot, newPort int) (Window, error)
 	// SetFDBPorts rewrites the destination port of every FDB entry of the
 	// device described by snap (0 = use the device's port again).
 	SetFDBPorts(snap Snapshot, port int) error
 	// Cleanup deletes the old device a Recreate left behind under
-	// OldName(name) (see Kernel.KeepOld); nothing left is not an error.
+	// OldName(name) (see Kernel.KeepOld) and a prebuilt device Recreate did
+	// not adopt; nothing left is not an error.
 	Cleanup(name string) error
 }
 
@@ -122,8 +130,11 @@ type Snapshot struct {
 type Window struct {
 	Strategy string `json:"strategy"`
 	// Prepare is the time spent before the old device was touched
-	// (building the new device under a temporary name).
+	// (building the new device under a temporary name, or, when Adopted,
+	// topping up the prebuilt one and giving it its addresses).
 	Prepare time.Duration `json:"prepareNs"`
+	// Adopted says Recreate used the device Prebuild made.
+	Adopted bool `json:"adopted,omitempty"`
 	// Absent runs from the start of the old device's deletion until the new
 	// device is up under the old name.
 	Absent time.Duration `json:"absentNs"`
@@ -134,6 +145,10 @@ type Window struct {
 	Calls int `json:"calls"`
 	// Cleanup is the deletion of the old device after the window.
 	Cleanup time.Duration `json:"cleanupNs,omitempty"`
+	// Start and End are the window's instants (Total apart); zero when
+	// nothing was recreated.
+	Start time.Time `json:"-"`
+	End   time.Time `json:"-"`
 }
 
 const (

@@ -555,3 +555,63 @@ func TestFinalizeForgetsLatePeers(t *testing.T) {
 		t.Fatalf("finalize with failing conntrack: %v", err)
 	}
 }
+
+// TestPreparePrebuilds: Prepare prebuilds the device on the target port,
+// Commit adopts it (Detail prebuilt=true), and Abort or a Revert before any
+// commit removes it; a Prepare over a device that moved or changed since the
+// snapshot refuses.
+func TestPreparePrebuilds(t *testing.T) {
+	ctx := context.Background()
+	for _, end := range []string{"commit", "abort", "revert"} {
+		t.Run(end, func(t *testing.T) {
+			r := newRig(t)
+			snap, err := r.b.Snapshot(ctx, from, to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.b.Prepare(ctx, snap); err != nil {
+				t.Fatal(err)
+			}
+			if p, ok := r.vx.Prebuilt["flannel.1"]; !ok || p != to {
+				t.Fatalf("after Prepare: prebuilt %v, want flannel.1 on %d", r.vx.Prebuilt, to)
+			}
+			switch end {
+			case "commit":
+				st, err := r.b.Commit(ctx, snap)
+				if err != nil || st.Detail["prebuilt"] != "true" {
+					t.Fatalf("commit: %+v, %v; want the prebuilt device adopted", st, err)
+				}
+			case "abort":
+				if err := r.b.Abort(ctx, snap); err != nil {
+					t.Fatal(err)
+				}
+			case "revert":
+				if _, err := r.b.Revert(ctx, snap); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Revert leaves it (deleting a link holds RTNL while the
+			// other nodes revert); the next Prepare replaces it.
+			if left := len(r.vx.Prebuilt) != 0; left != (end == "revert") {
+				t.Fatalf("after %s: prebuilt devices %v", end, r.vx.Prebuilt)
+			}
+		})
+	}
+
+	r := newRig(t)
+	snap, err := r.b.Snapshot(ctx, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := flannelDevice(from)
+	changed.Device.MTU = 1400
+	if _, err := r.vx.Recreate(changed, from); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.Prepare(ctx, snap); err == nil || !strings.Contains(err.Error(), "changed since the snapshot") {
+		t.Fatalf("prepare over a changed device: %v; want a refusal", err)
+	}
+	if len(r.vx.Prebuilt) != 0 {
+		t.Fatalf("a refused Prepare prebuilt %v", r.vx.Prebuilt)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/pkg/ovs"
@@ -34,7 +35,20 @@ type Config struct {
 }
 
 // Backend implements dataplane.Backend over OVS.
-type Backend struct{ cfg Config }
+type Backend struct {
+	cfg Config
+
+	// pending is the change Prepare built, so that Commit sends one
+	// transaction at the instant. It is a cache: after an agent restart
+	// it is gone and Commit builds the change itself (SetDstPort).
+	mu      sync.Mutex
+	pending *pendingChange
+}
+
+type pendingChange struct {
+	from, to uint16
+	change   ovs.PreparedChange
+}
 
 var _ dataplane.Backend = (*Backend)(nil)
 
@@ -144,6 +158,9 @@ func (b *Backend) Preflight(ctx context.Context, to uint16) (dataplane.Check, er
 		c.Problems = append(c.Problems, problems...)
 	}
 	open, closeOld := b.cfg.Firewall.Actions(st.Port, to)
+	nftProblems, nftOpen, nftClose := b.cfg.Firewall.NFTCheck(st.Port, to)
+	c.Problems = append(c.Problems, nftProblems...)
+	open, closeOld = append(open, nftOpen...), append(closeOld, nftClose...)
 	flowsOpen, flowsClose := b.cfg.Flows.Actions(st.Port, to)
 	open, closeOld = append(open, flowsOpen...), append(closeOld, flowsClose...)
 	c.Actions = append(c.Actions, open...)
@@ -213,8 +230,9 @@ func decode(s dataplane.Snapshot) (snapshot, error) {
 	return sd, nil
 }
 
-// Prepare implements dataplane.Backend: the target port is opened; OVS is
-// not touched.
+// Prepare implements dataplane.Backend: the target port is opened and the
+// OVSDB write is built (interface read, transaction, cur_cfg watch); OVS is
+// not changed.
 func (b *Backend) Prepare(ctx context.Context, s dataplane.Snapshot) error {
 	if _, err := decode(s); err != nil {
 		return err
@@ -225,23 +243,69 @@ func (b *Backend) Prepare(ctx context.Context, s dataplane.Snapshot) error {
 		}
 	}
 	if b.cfg.Flows != nil {
-		return b.cfg.Flows.Add(ctx, s.ToPort)
+		if err := b.cfg.Flows.Add(ctx, s.ToPort); err != nil {
+			return err
+		}
 	}
+	change, err := b.cfg.OVS.PrepareDstPort(ctx, b.cfg.Interface, s.FromPort, s.ToPort)
+	if err != nil {
+		change.Close()
+		return fmt.Errorf("prepare %s %d→%d: %w", b.cfg.Interface, s.FromPort, s.ToPort, err)
+	}
+	b.setPending(&pendingChange{from: s.FromPort, to: s.ToPort, change: change})
 	return nil
 }
 
+// setPending replaces the cached change (nil drops it), releasing the old.
+func (b *Backend) setPending(p *pendingChange) {
+	b.mu.Lock()
+	old := b.pending
+	b.pending = p
+	b.mu.Unlock()
+	if old != nil {
+		old.change.Close()
+	}
+}
+
+// takePending hands over the cached change for from→to, if Prepare built one.
+func (b *Backend) takePending(from, to uint16) ovs.PreparedChange {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.pending
+	if p == nil || p.from != from || p.to != to {
+		return nil
+	}
+	b.pending = nil
+	return p.change
+}
+
 // Commit implements dataplane.Backend: one compare-and-set transaction,
-// confirmed by ovs-vswitchd (cur_cfg) and read back.
+// confirmed by ovs-vswitchd (cur_cfg) and read back. With the change
+// Prepare built, that is one message at the instant; after an agent restart
+// it is built here (two more round trips). Either way the compare-and-set
+// refuses a row that changed since it was read.
 func (b *Backend) Commit(ctx context.Context, s dataplane.Snapshot) (dataplane.State, error) {
-	iface, err := b.cfg.OVS.SetDstPort(ctx, b.cfg.Interface, s.FromPort, s.ToPort)
+	change := b.takePending(s.FromPort, s.ToPort)
+	if change == nil {
+		var err error
+		if change, err = b.cfg.OVS.PrepareDstPort(ctx, b.cfg.Interface, s.FromPort, s.ToPort); err != nil {
+			change.Close()
+			return dataplane.State{}, fmt.Errorf("commit %s %d→%d: %w", b.cfg.Interface, s.FromPort, s.ToPort, err)
+		}
+	}
+	defer change.Close()
+	iface, err := change.Apply(ctx)
 	if err != nil {
 		return dataplane.State{}, fmt.Errorf("commit %s %d→%d: %w", b.cfg.Interface, s.FromPort, s.ToPort, err)
 	}
-	return b.state(iface)
+	st, err := b.state(iface)
+	st.Written, st.Effective = change.Timing()
+	return st, err
 }
 
 // Revert implements dataplane.Backend.
 func (b *Backend) Revert(ctx context.Context, s dataplane.Snapshot) (dataplane.State, error) {
+	b.setPending(nil)
 	sd, err := decode(s)
 	if err != nil {
 		return dataplane.State{}, err
@@ -280,6 +344,7 @@ func (b *Backend) Revert(ctx context.Context, s dataplane.Snapshot) (dataplane.S
 
 // Abort implements dataplane.Backend.
 func (b *Backend) Abort(ctx context.Context, s dataplane.Snapshot) error {
+	b.setPending(nil)
 	sd, err := decode(s)
 	if err != nil {
 		return err

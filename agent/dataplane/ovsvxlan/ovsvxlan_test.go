@@ -8,6 +8,7 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/pkg/iptables"
+	"github.com/cutover-dev/cutover/pkg/nftables"
 	"github.com/cutover-dev/cutover/pkg/ovs"
 	"github.com/cutover-dev/cutover/pkg/udpport"
 )
@@ -214,5 +215,111 @@ func TestMissingInterfaceReportedAsMissing(t *testing.T) {
 	r.b.cfg.Ports.(*udpport.Fake).Hold(4999, udpport.Holder{Kind: "socket", Inode: 7, Local: "0.0.0.0:4999"})
 	if c, _ := r.b.Preflight(ctx, 4999); c.TargetFree || !strings.Contains(strings.Join(c.Problems, ";"), "in use on this node by socket inode 7") {
 		t.Fatalf("held target with the interface missing: %+v", c)
+	}
+}
+
+// TestCommitUsesPreparedChange: Commit applies the change Prepare built (a
+// compare-and-set against the row as Prepare read it), and without one (an
+// agent restarted between Prepare and Commit) builds it itself.
+func TestCommitUsesPreparedChange(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("row changed after prepare: commit refuses", func(t *testing.T) {
+		r := newRig(t)
+		snap, err := r.b.Snapshot(ctx, 4789, 4889)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.b.Prepare(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+		i, _ := r.ovs.GetInterface(ctx, "vxlan0")
+		i.Options["tos"] = "inherit" // another controller, after Prepare
+		r.ovs.Set(i)
+		if _, err := r.b.Commit(ctx, snap); !ovs.IsConflict(err) {
+			t.Fatalf("commit after the row changed: %v, want a conflict from the prepared compare-and-set", err)
+		}
+		if got, _ := r.ovs.GetInterface(ctx, "vxlan0"); got.Options["dst_port"] != "4789" {
+			t.Fatalf("dst_port = %s after a refused commit, want 4789", got.Options["dst_port"])
+		}
+	})
+
+	t.Run("restarted agent: commit without prepare's cache", func(t *testing.T) {
+		r := newRig(t)
+		snap, err := r.b.Snapshot(ctx, 4789, 4889)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.b.Prepare(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := New(r.b.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := fresh.Commit(ctx, snap)
+		if err != nil || st.Port != 4889 {
+			t.Fatalf("commit on a restarted backend: %+v, %v; want port 4889", st, err)
+		}
+	})
+
+	t.Run("abort drops the prepared change", func(t *testing.T) {
+		r := newRig(t)
+		snap, err := r.b.Snapshot(ctx, 4789, 4889)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.b.Prepare(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.b.Abort(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+		if r.b.takePending(4789, 4889) != nil {
+			t.Fatal("a prepared change survived Abort")
+		}
+	})
+}
+
+// A native nftables table that drops the port reaches the preflight: as a
+// problem naming it (firewalld's, or --nftables=refuse), or as the insert
+// Prepare will make (--nftables=open). The nft ruleset comes from a fake
+// exec seam with firewalld's layout (pkg/nftables/testdata).
+func TestPreflightNativeNftables(t *testing.T) {
+	ctx := context.Background()
+	rs := map[string]string{
+		"firewalld": `{"nftables":[{"chain":{"family":"inet","table":"firewalld","name":"filter_INPUT","type":"filter","hook":"input","prio":10,"policy":"accept"}},
+{"rule":{"family":"inet","table":"firewalld","chain":"filter_INPUT","handle":9,"expr":[{"reject":{"type":"icmpx","expr":"admin-prohibited"}}]}}]}`,
+		"hostfw": `{"nftables":[{"chain":{"family":"inet","table":"hostfw","name":"input","type":"filter","hook":"input","prio":0,"policy":"drop"}}]}`,
+	}
+	for _, tc := range []struct {
+		table, mode, problem, action string
+	}{
+		{"firewalld", dataplane.NFTOpen, "table inet firewalld chain filter_INPUT", ""},
+		{"hostfw", dataplane.NFTRefuse, "table inet hostfw chain input", ""},
+		{"hostfw", dataplane.NFTOpen, "", "nft insert rule inet hostfw input meta nfproto ipv4 udp dport 4889 accept"},
+		{"hostfw", dataplane.NFTIgnore, "", ""},
+	} {
+		t.Run(tc.table+"_"+tc.mode, func(t *testing.T) {
+			r := newRig(t)
+			r.b.cfg.Firewall.NFTMode = tc.mode
+			r.b.cfg.Firewall.NFT = &nftables.Client{Run: func(_ context.Context, argv, _ []string) ([]byte, error) {
+				if strings.Join(argv, " ") != "nft -j list ruleset" {
+					t.Errorf("preflight ran %q: it must only read", argv)
+				}
+				return []byte(rs[tc.table]), nil
+			}}
+			c, err := r.b.Preflight(ctx, 4889)
+			if err != nil {
+				t.Fatal(err)
+			}
+			problems, actions := strings.Join(c.Problems, "\n"), strings.Join(c.Actions, "\n")
+			if (tc.problem == "") != (problems == "") || !strings.Contains(problems, tc.problem) {
+				t.Errorf("problems %q, want %q", problems, tc.problem)
+			}
+			if tc.action != "" && !strings.Contains(actions, tc.action) {
+				t.Errorf("actions %q, want %q", actions, tc.action)
+			}
+		})
 	}
 }

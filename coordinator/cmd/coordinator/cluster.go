@@ -186,7 +186,7 @@ func apiPort(listen string) (string, error) {
 	return first, nil
 }
 
-// currentLeader reads the Lease's holder for a standby's refusals and
+// currentLeader reads the lock's holder for a standby's refusals and
 // /readyz, at most once a second (probes call it often).
 func (p *cluster) currentLeader() string {
 	p.mu.Lock()
@@ -196,15 +196,11 @@ func (p *cluster) currentLeader() string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	l, err := p.leases.CoordinationV1().Leases(p.kcfg.Leader.Namespace).Get(ctx, p.kcfg.Leader.Name, metav1.GetOptions{})
+	l, err := kube.Holder(ctx, p.leases, p.kcfg.Leader)
 	p.leaderAt = time.Now()
-	switch {
-	case err != nil:
-		p.leader = ""
-	case l.Spec.HolderIdentity != nil:
-		p.leader = *l.Spec.HolderIdentity
-	default:
-		p.leader = ""
+	if err != nil {
+		l = ""
 	}
+	p.leader = l
 	return p.leader
 }

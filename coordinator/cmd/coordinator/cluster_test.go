@@ -169,7 +169,7 @@ type replica struct {
 // startReplica runs replica id with its API on listen (host:port, as its
 // pod's IP would give it) and creates its pod, Running at that IP, so a
 // standby finds the leader's address as it does in a cluster.
-func startReplica(t *testing.T, ctx context.Context, admin kubernetes.Interface, sa *rest.Config, id, listen string, dial grpc.DialOption) *replica {
+func startReplica(t *testing.T, ctx context.Context, admin kubernetes.Interface, sa *rest.Config, id, listen string, dial grpc.DialOption, opts ...func(*kube.Config)) *replica {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
 		t.Fatal(err)
@@ -187,6 +187,9 @@ func startReplica(t *testing.T, ctx context.Context, admin kubernetes.Interface,
 	kcfg.Leader.LeaseDuration, kcfg.Leader.RenewDeadline, kcfg.Leader.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
 	kcfg.Journal.Timeout = 2 * time.Second
 	kcfg.CNI, kcfg.FlannelNamespace = "flannel", "kube-flannel"
+	for _, o := range opts {
+		o(&kcfg)
+	}
 	r := &replica{id: id, net: &partition{}, done: make(chan error, 1)}
 	rc := rest.CopyConfig(sa)
 	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return cutRT{r.net, rt} }

@@ -761,8 +761,14 @@ type CommitResponse struct {
 	AppliedUnixNano int64                  `protobuf:"varint,2,opt,name=applied_unix_nano,json=appliedUnixNano,proto3" json:"applied_unix_nano,omitempty"` // agent clock when the change was sent
 	ApplyNanos      int64                  `protobuf:"varint,3,opt,name=apply_nanos,json=applyNanos,proto3" json:"apply_nanos,omitempty"`                  // send → dataplane confirmed → read back
 	ReadbackPort    uint32                 `protobuf:"varint,4,opt,name=readback_port,json=readbackPort,proto3" json:"readback_port,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// When the change left for the dataplane (the OVSDB write sent; the
+	// kernel's old device first touched) and when it took effect (cur_cfg
+	// confirmed; the kernel's window closed), agent clock; 0 when nothing
+	// was written (a replay).
+	WrittenUnixNano   int64 `protobuf:"varint,90,opt,name=written_unix_nano,json=writtenUnixNano,proto3" json:"written_unix_nano,omitempty"`
+	EffectiveUnixNano int64 `protobuf:"varint,91,opt,name=effective_unix_nano,json=effectiveUnixNano,proto3" json:"effective_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CommitResponse) Reset() {
@@ -819,6 +825,20 @@ func (x *CommitResponse) GetApplyNanos() int64 {
 func (x *CommitResponse) GetReadbackPort() uint32 {
 	if x != nil {
 		return x.ReadbackPort
+	}
+	return 0
+}
+
+func (x *CommitResponse) GetWrittenUnixNano() int64 {
+	if x != nil {
+		return x.WrittenUnixNano
+	}
+	return 0
+}
+
+func (x *CommitResponse) GetEffectiveUnixNano() int64 {
+	if x != nil {
+		return x.EffectiveUnixNano
 	}
 	return 0
 }
@@ -1793,13 +1813,15 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
 	"atUnixNano\x12%\n" +
 	"\x0edeadman_millis\x18\x03 \x01(\x03R\rdeadmanMillis\x12,\n" +
-	"\x12late_budget_millis\x18\x04 \x01(\x03R\x10lateBudgetMillis\"\xbd\x01\n" +
+	"\x12late_budget_millis\x18\x04 \x01(\x03R\x10lateBudgetMillis\"\x99\x02\n" +
 	"\x0eCommitResponse\x129\n" +
 	"\x06status\x18\x01 \x01(\v2!.cutover.agent.v1.OperationStatusR\x06status\x12*\n" +
 	"\x11applied_unix_nano\x18\x02 \x01(\x03R\x0fappliedUnixNano\x12\x1f\n" +
 	"\vapply_nanos\x18\x03 \x01(\x03R\n" +
 	"applyNanos\x12#\n" +
-	"\rreadback_port\x18\x04 \x01(\rR\freadbackPort\"3\n" +
+	"\rreadback_port\x18\x04 \x01(\rR\freadbackPort\x12*\n" +
+	"\x11written_unix_nano\x18Z \x01(\x03R\x0fwrittenUnixNano\x12.\n" +
+	"\x13effective_unix_nano\x18[ \x01(\x03R\x11effectiveUnixNano\"3\n" +
 	"\x0eConfirmRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\"L\n" +
 	"\x0fRollbackRequest\x12!\n" +

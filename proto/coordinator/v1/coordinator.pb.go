@@ -811,14 +811,19 @@ func (x *PathPair) GetDetail() string {
 }
 
 type OperationEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
-	Phase         string                 `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"` // preflight, prepare, commit, verify, confirm, finalize, rollback, abort
-	Node          string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`   // empty for operation-wide events
-	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	Failed        bool                   `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
-	UnixNano      int64                  `protobuf:"varint,6,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
-	Report        *Report                `protobuf:"bytes,7,opt,name=report,proto3" json:"report,omitempty"` // set on the last event
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	Phase       string                 `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"` // preflight, prepare, commit, verify, confirm, finalize, rollback, abort
+	Node        string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`   // empty for operation-wide events
+	Message     string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Failed      bool                   `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	UnixNano    int64                  `protobuf:"varint,6,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	Report      *Report                `protobuf:"bytes,7,opt,name=report,proto3" json:"report,omitempty"` // set on the last event
+	// Live progress. On the event that sends a step: the nodes it goes to.
+	StepNodes []string `protobuf:"bytes,80,rep,name=step_nodes,json=stepNodes,proto3" json:"step_nodes,omitempty"`
+	// On a node's event: the node answered the step (failed says how), so
+	// a client counts done/total and names the slowest.
+	NodeDone      bool `protobuf:"varint,81,opt,name=node_done,json=nodeDone,proto3" json:"node_done,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -902,6 +907,20 @@ func (x *OperationEvent) GetReport() *Report {
 	return nil
 }
 
+func (x *OperationEvent) GetStepNodes() []string {
+	if x != nil {
+		return x.StepNodes
+	}
+	return nil
+}
+
+func (x *OperationEvent) GetNodeDone() bool {
+	if x != nil {
+		return x.NodeDone
+	}
+	return false
+}
+
 type PhaseDuration struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Phase         string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
@@ -963,8 +982,26 @@ type NodeResult struct {
 	ApplyNanos       int64                  `protobuf:"varint,5,opt,name=apply_nanos,json=applyNanos,proto3" json:"apply_nanos,omitempty"`
 	ClockOffsetNanos int64                  `protobuf:"varint,6,opt,name=clock_offset_nanos,json=clockOffsetNanos,proto3" json:"clock_offset_nanos,omitempty"`
 	Error            string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The agent's written/effective instants (coordinator clock,
+	// offset-corrected): when the change left for the dataplane and when
+	// the dataplane confirmed it. applied_unix_nano is the wake-up.
+	WrittenUnixNano   int64 `protobuf:"varint,90,opt,name=written_unix_nano,json=writtenUnixNano,proto3" json:"written_unix_nano,omitempty"`
+	EffectiveUnixNano int64 `protobuf:"varint,91,opt,name=effective_unix_nano,json=effectiveUnixNano,proto3" json:"effective_unix_nano,omitempty"`
+	// The node's timeline for the change record (coordinator clock, 0 =
+	// never): when the agent answered prepared (the new port open in its
+	// firewall, the transaction staged), confirmed, finalized, and when the
+	// operation was undone on it and by what ("abort", "rollback", or the
+	// agent's own "deadman"/"prepare-timeout" as it reported).
+	PreparedUnixNano  int64  `protobuf:"varint,80,opt,name=prepared_unix_nano,json=preparedUnixNano,proto3" json:"prepared_unix_nano,omitempty"`
+	ConfirmedUnixNano int64  `protobuf:"varint,81,opt,name=confirmed_unix_nano,json=confirmedUnixNano,proto3" json:"confirmed_unix_nano,omitempty"`
+	FinalizedUnixNano int64  `protobuf:"varint,82,opt,name=finalized_unix_nano,json=finalizedUnixNano,proto3" json:"finalized_unix_nano,omitempty"`
+	RevertedUnixNano  int64  `protobuf:"varint,83,opt,name=reverted_unix_nano,json=revertedUnixNano,proto3" json:"reverted_unix_nano,omitempty"`
+	RevertedBy        string `protobuf:"bytes,84,opt,name=reverted_by,json=revertedBy,proto3" json:"reverted_by,omitempty"`
+	// Read back from the agent at the end, with port: the dataplane it runs.
+	Backend       string `protobuf:"bytes,85,opt,name=backend,proto3" json:"backend,omitempty"`
+	Device        string `protobuf:"bytes,86,opt,name=device,proto3" json:"device,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeResult) Reset() {
@@ -1042,6 +1079,69 @@ func (x *NodeResult) GetClockOffsetNanos() int64 {
 func (x *NodeResult) GetError() string {
 	if x != nil {
 		return x.Error
+	}
+	return ""
+}
+
+func (x *NodeResult) GetWrittenUnixNano() int64 {
+	if x != nil {
+		return x.WrittenUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetEffectiveUnixNano() int64 {
+	if x != nil {
+		return x.EffectiveUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetPreparedUnixNano() int64 {
+	if x != nil {
+		return x.PreparedUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetConfirmedUnixNano() int64 {
+	if x != nil {
+		return x.ConfirmedUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetFinalizedUnixNano() int64 {
+	if x != nil {
+		return x.FinalizedUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetRevertedUnixNano() int64 {
+	if x != nil {
+		return x.RevertedUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetRevertedBy() string {
+	if x != nil {
+		return x.RevertedBy
+	}
+	return ""
+}
+
+func (x *NodeResult) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *NodeResult) GetDevice() string {
+	if x != nil {
+		return x.Device
 	}
 	return ""
 }
@@ -1131,7 +1231,7 @@ type Report struct {
 	StartedUnixNano   int64                  `protobuf:"varint,5,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
 	EndedUnixNano     int64                  `protobuf:"varint,6,opt,name=ended_unix_nano,json=endedUnixNano,proto3" json:"ended_unix_nano,omitempty"`
 	Phases            []*PhaseDuration       `protobuf:"bytes,7,rep,name=phases,proto3" json:"phases,omitempty"`
-	CommitSpreadNanos int64                  `protobuf:"varint,8,opt,name=commit_spread_nanos,json=commitSpreadNanos,proto3" json:"commit_spread_nanos,omitempty"`
+	CommitSpreadNanos int64                  `protobuf:"varint,8,opt,name=commit_spread_nanos,json=commitSpreadNanos,proto3" json:"commit_spread_nanos,omitempty"` // spread of the agents' wake-ups (applied_unix_nano)
 	Nodes             []*NodeResult          `protobuf:"bytes,9,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	Error             string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
 	Disruption        []*PairDisruption      `protobuf:"bytes,11,rep,name=disruption,proto3" json:"disruption,omitempty"`
@@ -1153,7 +1253,26 @@ type Report struct {
 	LateBudgetNanos int64       `protobuf:"varint,61,opt,name=late_budget_nanos,json=lateBudgetNanos,proto3" json:"late_budget_nanos,omitempty"`
 	// "rollback" (a late node rolls everyone back) or "wait" (the others
 	// stay flipped until it applies).
-	LatePolicy    string `protobuf:"bytes,62,opt,name=late_policy,json=latePolicy,proto3" json:"late_policy,omitempty"`
+	LatePolicy string `protobuf:"bytes,62,opt,name=late_policy,json=latePolicy,proto3" json:"late_policy,omitempty"`
+	// Spreads (max - min over the nodes that wrote) of the instants the
+	// change left for each node's dataplane and took effect there: what the
+	// overlay saw, where commit_spread_nanos is when the agents woke.
+	WriteSpreadNanos  int64 `protobuf:"varint,90,opt,name=write_spread_nanos,json=writeSpreadNanos,proto3" json:"write_spread_nanos,omitempty"`
+	EffectSpreadNanos int64 `protobuf:"varint,91,opt,name=effect_spread_nanos,json=effectSpreadNanos,proto3" json:"effect_spread_nanos,omitempty"`
+	// The change record (coordctl report). Who asked: the client
+	// certificate's subject and role, or "unauthenticated" without TLS, and
+	// the address it came from.
+	RequestedBy string `protobuf:"bytes,80,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	// The request as the coordinator received it.
+	Request *CutoverRequest `protobuf:"bytes,81,opt,name=request,proto3" json:"request,omitempty"`
+	// The preflight the operation passed: per node the port, the new port
+	// free, the actions, and the problems (none, or it would not have run).
+	Plan *PlanResponse `protobuf:"bytes,82,opt,name=plan,proto3" json:"plan,omitempty"`
+	// The commit instant sent to every agent (coordinator clock); 0 when no
+	// commit was sent.
+	CommitUnixNano int64 `protobuf:"varint,83,opt,name=commit_unix_nano,json=commitUnixNano,proto3" json:"commit_unix_nano,omitempty"`
+	// Every progress event of the operation, in order (their report unset).
+	Events        []*OperationEvent `protobuf:"bytes,84,rep,name=events,proto3" json:"events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1326,6 +1445,55 @@ func (x *Report) GetLatePolicy() string {
 		return x.LatePolicy
 	}
 	return ""
+}
+
+func (x *Report) GetWriteSpreadNanos() int64 {
+	if x != nil {
+		return x.WriteSpreadNanos
+	}
+	return 0
+}
+
+func (x *Report) GetEffectSpreadNanos() int64 {
+	if x != nil {
+		return x.EffectSpreadNanos
+	}
+	return 0
+}
+
+func (x *Report) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *Report) GetRequest() *CutoverRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *Report) GetPlan() *PlanResponse {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+func (x *Report) GetCommitUnixNano() int64 {
+	if x != nil {
+		return x.CommitUnixNano
+	}
+	return 0
+}
+
+func (x *Report) GetEvents() []*OperationEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
 }
 
 // LateNode is a node that had not applied the commit by the instant plus
@@ -1556,7 +1724,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\averdict\x18\x03 \x01(\tR\averdict\x12!\n" +
 	"\fdropped_vnis\x18\x04 \x03(\rR\vdroppedVnis\x12!\n" +
 	"\flargest_size\x18\x05 \x01(\rR\vlargestSize\x12\x16\n" +
-	"\x06detail\x18\x06 \x01(\tR\x06detail\"\xe4\x01\n" +
+	"\x06detail\x18\x06 \x01(\tR\x06detail\"\xa0\x02\n" +
 	"\x0eOperationEvent\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x12\n" +
@@ -1564,10 +1732,13 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x16\n" +
 	"\x06failed\x18\x05 \x01(\bR\x06failed\x12\x1b\n" +
 	"\tunix_nano\x18\x06 \x01(\x03R\bunixNano\x126\n" +
-	"\x06report\x18\a \x01(\v2\x1e.cutover.coordinator.v1.ReportR\x06report\";\n" +
+	"\x06report\x18\a \x01(\v2\x1e.cutover.coordinator.v1.ReportR\x06report\x12\x1d\n" +
+	"\n" +
+	"step_nodes\x18P \x03(\tR\tstepNodes\x12\x1b\n" +
+	"\tnode_done\x18Q \x01(\bR\bnodeDone\";\n" +
 	"\rPhaseDuration\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x14\n" +
-	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\"\xe6\x01\n" +
+	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\"\xd1\x04\n" +
 	"\n" +
 	"NodeResult\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1f\n" +
@@ -1578,13 +1749,23 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\vapply_nanos\x18\x05 \x01(\x03R\n" +
 	"applyNanos\x12,\n" +
 	"\x12clock_offset_nanos\x18\x06 \x01(\x03R\x10clockOffsetNanos\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"\x8a\x01\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12*\n" +
+	"\x11written_unix_nano\x18Z \x01(\x03R\x0fwrittenUnixNano\x12.\n" +
+	"\x13effective_unix_nano\x18[ \x01(\x03R\x11effectiveUnixNano\x12,\n" +
+	"\x12prepared_unix_nano\x18P \x01(\x03R\x10preparedUnixNano\x12.\n" +
+	"\x13confirmed_unix_nano\x18Q \x01(\x03R\x11confirmedUnixNano\x12.\n" +
+	"\x13finalized_unix_nano\x18R \x01(\x03R\x11finalizedUnixNano\x12,\n" +
+	"\x12reverted_unix_nano\x18S \x01(\x03R\x10revertedUnixNano\x12\x1f\n" +
+	"\vreverted_by\x18T \x01(\tR\n" +
+	"revertedBy\x12\x18\n" +
+	"\abackend\x18U \x01(\tR\abackend\x12\x16\n" +
+	"\x06device\x18V \x01(\tR\x06device\"\x8a\x01\n" +
 	"\x0ePairDisruption\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
 	"\x04sent\x18\x03 \x01(\x04R\x04sent\x12\x12\n" +
 	"\x04lost\x18\x04 \x01(\x04R\x04lost\x12,\n" +
-	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\"\xda\x06\n" +
+	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\"\xc1\t\n" +
 	"\x06Report\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12<\n" +
 	"\x05state\x18\x02 \x01(\x0e2&.cutover.coordinator.v1.OperationStateR\x05state\x12\x1b\n" +
@@ -1612,7 +1793,14 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"late_nodes\x18< \x03(\v2 .cutover.coordinator.v1.LateNodeR\tlateNodes\x12*\n" +
 	"\x11late_budget_nanos\x18= \x01(\x03R\x0flateBudgetNanos\x12\x1f\n" +
 	"\vlate_policy\x18> \x01(\tR\n" +
-	"latePolicy\"_\n" +
+	"latePolicy\x12,\n" +
+	"\x12write_spread_nanos\x18Z \x01(\x03R\x10writeSpreadNanos\x12.\n" +
+	"\x13effect_spread_nanos\x18[ \x01(\x03R\x11effectSpreadNanos\x12!\n" +
+	"\frequested_by\x18P \x01(\tR\vrequestedBy\x12@\n" +
+	"\arequest\x18Q \x01(\v2&.cutover.coordinator.v1.CutoverRequestR\arequest\x128\n" +
+	"\x04plan\x18R \x01(\v2$.cutover.coordinator.v1.PlanResponseR\x04plan\x12(\n" +
+	"\x10commit_unix_nano\x18S \x01(\x03R\x0ecommitUnixNano\x12>\n" +
+	"\x06events\x18T \x03(\v2&.cutover.coordinator.v1.OperationEventR\x06events\"_\n" +
 	"\bLateNode\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12%\n" +
 	"\x0elateness_nanos\x18\x02 \x01(\x03R\rlatenessNanos\x12\x18\n" +
@@ -1683,23 +1871,26 @@ var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
 	11, // 8: cutover.coordinator.v1.Report.nodes:type_name -> cutover.coordinator.v1.NodeResult
 	12, // 9: cutover.coordinator.v1.Report.disruption:type_name -> cutover.coordinator.v1.PairDisruption
 	14, // 10: cutover.coordinator.v1.Report.late_nodes:type_name -> cutover.coordinator.v1.LateNode
-	1,  // 11: cutover.coordinator.v1.CoordinatorService.ListAgents:input_type -> cutover.coordinator.v1.ListAgentsRequest
-	4,  // 12: cutover.coordinator.v1.CoordinatorService.Plan:input_type -> cutover.coordinator.v1.CutoverRequest
-	4,  // 13: cutover.coordinator.v1.CoordinatorService.Cutover:input_type -> cutover.coordinator.v1.CutoverRequest
-	15, // 14: cutover.coordinator.v1.CoordinatorService.Status:input_type -> cutover.coordinator.v1.StatusRequest
-	16, // 15: cutover.coordinator.v1.CoordinatorService.Rollback:input_type -> cutover.coordinator.v1.RollbackRequest
-	4,  // 16: cutover.coordinator.v1.CoordinatorService.PathCheck:input_type -> cutover.coordinator.v1.CutoverRequest
-	3,  // 17: cutover.coordinator.v1.CoordinatorService.ListAgents:output_type -> cutover.coordinator.v1.ListAgentsResponse
-	6,  // 18: cutover.coordinator.v1.CoordinatorService.Plan:output_type -> cutover.coordinator.v1.PlanResponse
-	9,  // 19: cutover.coordinator.v1.CoordinatorService.Cutover:output_type -> cutover.coordinator.v1.OperationEvent
-	13, // 20: cutover.coordinator.v1.CoordinatorService.Status:output_type -> cutover.coordinator.v1.Report
-	9,  // 21: cutover.coordinator.v1.CoordinatorService.Rollback:output_type -> cutover.coordinator.v1.OperationEvent
-	7,  // 22: cutover.coordinator.v1.CoordinatorService.PathCheck:output_type -> cutover.coordinator.v1.PathCheckResult
-	17, // [17:23] is the sub-list for method output_type
-	11, // [11:17] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	4,  // 11: cutover.coordinator.v1.Report.request:type_name -> cutover.coordinator.v1.CutoverRequest
+	6,  // 12: cutover.coordinator.v1.Report.plan:type_name -> cutover.coordinator.v1.PlanResponse
+	9,  // 13: cutover.coordinator.v1.Report.events:type_name -> cutover.coordinator.v1.OperationEvent
+	1,  // 14: cutover.coordinator.v1.CoordinatorService.ListAgents:input_type -> cutover.coordinator.v1.ListAgentsRequest
+	4,  // 15: cutover.coordinator.v1.CoordinatorService.Plan:input_type -> cutover.coordinator.v1.CutoverRequest
+	4,  // 16: cutover.coordinator.v1.CoordinatorService.Cutover:input_type -> cutover.coordinator.v1.CutoverRequest
+	15, // 17: cutover.coordinator.v1.CoordinatorService.Status:input_type -> cutover.coordinator.v1.StatusRequest
+	16, // 18: cutover.coordinator.v1.CoordinatorService.Rollback:input_type -> cutover.coordinator.v1.RollbackRequest
+	4,  // 19: cutover.coordinator.v1.CoordinatorService.PathCheck:input_type -> cutover.coordinator.v1.CutoverRequest
+	3,  // 20: cutover.coordinator.v1.CoordinatorService.ListAgents:output_type -> cutover.coordinator.v1.ListAgentsResponse
+	6,  // 21: cutover.coordinator.v1.CoordinatorService.Plan:output_type -> cutover.coordinator.v1.PlanResponse
+	9,  // 22: cutover.coordinator.v1.CoordinatorService.Cutover:output_type -> cutover.coordinator.v1.OperationEvent
+	13, // 23: cutover.coordinator.v1.CoordinatorService.Status:output_type -> cutover.coordinator.v1.Report
+	9,  // 24: cutover.coordinator.v1.CoordinatorService.Rollback:output_type -> cutover.coordinator.v1.OperationEvent
+	7,  // 25: cutover.coordinator.v1.CoordinatorService.PathCheck:output_type -> cutover.coordinator.v1.PathCheckResult
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }

@@ -1,0 +1,178 @@
+package lab_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cutover-dev/cutover/harness/benchresult"
+	"github.com/cutover-dev/cutover/harness/lab"
+	"github.com/cutover-dev/cutover/harness/lab/labtest"
+	"github.com/cutover-dev/cutover/harness/testenv"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's utime and stime: 100
+// on every Linux architecture Go supports.
+const clockTicks = 100
+
+type footprintFigure struct {
+	Probes         string  `json:"probes"` // "default" (the DaemonSet's mesh) or "off"
+	Nodes          int     `json:"nodes"`
+	ProbePeers     int     `json:"probe_peers"`
+	IntervalMS     float64 `json:"interval_ms"`
+	WindowS        float64 `json:"window_s"`
+	RSSMedianMB    float64 `json:"rss_median_mb"`
+	RSSMaxMB       float64 `json:"rss_max_mb"`
+	CPUMedianPct   float64 `json:"cpu_median_pct_of_core"`
+	CPUMaxPct      float64 `json:"cpu_max_pct_of_core"`
+	TargetRSSMB    float64 `json:"target_rss_mb"`
+	TargetCPUPct   float64 `json:"target_cpu_pct_of_core"`
+	SharedCoreNote string  `json:"note"`
+}
+
+// BenchmarkAgentFootprint measures the real agent binary at rest in a lab
+// (kernel VXLAN, N=8): resident memory and CPU over a window, with the probe
+// mesh at the DaemonSet's default rate (3 peers every 10 ms: the
+// coordinator's --probe-peers-k and the agent's --probe-interval defaults)
+// and with probes off. Issue 13's targets: RSS <= 30 MB, idle CPU <= 0.5 %
+// of a core. Figures, not a pass/fail: results/agent_footprint.json.
+func BenchmarkAgentFootprint(b *testing.B) {
+	testenv.RequirePrivileged(b, append(ovsBins, "go")...)
+	bin := labtest.Binaries(b)
+	window := envDur("COT_FOOTPRINT_WINDOW", 20*time.Second)
+	var figs []footprintFigure
+	for _, probes := range []string{"default", "off"} {
+		b.Run("probes="+probes, func(b *testing.B) {
+			for b.Loop() {
+				figs = append(figs, measureFootprint(b, bin, probes, 8, window))
+			}
+		})
+	}
+	benchresult.Save(b, "agent_footprint.json", map[string]any{
+		"benchmark": "agent_footprint", "cpus": runtime.NumCPU(), "figures": figs,
+	})
+}
+
+func measureFootprint(b *testing.B, bin, probes string, n int, window time.Duration) footprintFigure {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	d, err := os.MkdirTemp("", "cot-lab-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(d)
+	cfg := lab.Config{
+		Name: fmt.Sprintf("f%d", os.Getpid()%100000), Nodes: n, Backend: lab.BackendKernelVXLAN, Dir: filepath.Join(d, "lab"),
+		StartProcesses: true, AgentBin: filepath.Join(bin, "agent"), CoordinatorBin: filepath.Join(bin, "coordinator"),
+		ProbeInterval: 10 * time.Millisecond, ProbePeers: 3, NoProbes: probes == "off",
+	}
+	l, err := lab.Up(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if err := l.Down(context.Background()); err != nil {
+			b.Error(err)
+		}
+	}()
+	var agents []lab.Proc
+	for _, p := range l.Procs() {
+		if p.Role == "agent" {
+			agents = append(agents, p)
+		}
+	}
+	if len(agents) != n {
+		b.Fatalf("%d agents running, want %d", len(agents), n)
+	}
+	time.Sleep(3 * time.Second) // start-up allocations and the first probes settle
+	cpu0 := make([]uint64, n)
+	for i, p := range agents {
+		cpu0[i] = cpuTicks(b, p.PID)
+	}
+	t0 := time.Now()
+	rssMax := make([]float64, n)
+	for time.Since(t0) < window {
+		for i, p := range agents {
+			rssMax[i] = max(rssMax[i], rssMB(b, p.PID))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	elapsed := time.Since(t0)
+	cpuPct := make([]float64, n)
+	for i, p := range agents {
+		used := float64(cpuTicks(b, p.PID)-cpu0[i]) / clockTicks
+		cpuPct[i] = 100 * used / elapsed.Seconds()
+		if !p.Alive() {
+			b.Fatalf("%s exited during the window", p)
+		}
+	}
+	f := footprintFigure{
+		Probes: probes, Nodes: n, ProbePeers: 3, IntervalMS: 10, WindowS: elapsed.Seconds(),
+		RSSMedianMB: median(rssMax), RSSMaxMB: maxOf(rssMax), CPUMedianPct: median(cpuPct), CPUMaxPct: maxOf(cpuPct),
+		TargetRSSMB: 30, TargetCPUPct: 0.5,
+		SharedCoreNote: fmt.Sprintf("%d agents and their kernels share %d cores; CPU is per agent process (utime+stime)", n, runtime.NumCPU()),
+	}
+	if probes == "off" {
+		f.ProbePeers, f.IntervalMS = 0, 0
+	}
+	b.Logf("agent at rest, probes %s, N=%d, %s window: RSS median %.1f MB max %.1f MB (target <= 30); CPU median %.2f%% max %.2f%% of a core (target <= 0.5%%)",
+		probes, n, elapsed.Round(time.Second), f.RSSMedianMB, f.RSSMaxMB, f.CPUMedianPct, f.CPUMaxPct)
+	return f
+}
+
+// cpuTicks is utime+stime of pid, in clock ticks.
+func cpuTicks(b *testing.B, pid int) uint64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	// f[0] is field 3; utime and stime are fields 14 and 15.
+	u, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return u + st
+}
+
+// rssMB is VmRSS of pid in MB (10^6 bytes).
+func rssMB(b *testing.B, pid int) float64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				b.Fatalf("/proc/%d/status VmRSS %q: %v", pid, rest, err)
+			}
+			return kb * 1024 / 1e6
+		}
+	}
+	b.Fatalf("/proc/%d/status: no VmRSS", pid)
+	return 0
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func maxOf(v []float64) float64 {
+	m := v[0]
+	for _, x := range v[1:] {
+		m = max(m, x)
+	}
+	return m
+}
