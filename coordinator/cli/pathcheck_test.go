@@ -57,7 +57,8 @@ func TestPlanShowsPathCheck(t *testing.T) {
 	f := &fakeCoord{plan: p}
 	addr, _ := serve(t, f, nil)
 	code, stdout, _ := run(t, "--coordinator", addr, "--insecure", "plan", "--port", "4889", "--allow-path-problems")
-	if code != ExitProblems || !strings.Contains(stdout, "path check: udp/4889") || !strings.Contains(stdout, "no VXLAN frame passed n2→n1") {
+	if code != ExitProblems || !strings.Contains(stdout, "path check: udp/4889") || !strings.Contains(stdout, "no VXLAN frame passed n2→n1") ||
+		!strings.Contains(stdout, "PATH CHECK") || strings.Count(stdout, "1 blocked") != 2 {
 		t.Errorf("plan: exit %d\n%s", code, stdout)
 	}
 	if req, _ := f.lastRequest().(*coordinatorv1.CutoverRequest); !req.GetAllowPathProblems() {
