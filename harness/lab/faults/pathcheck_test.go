@@ -7,10 +7,14 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cutover-dev/cutover/harness/lab"
 	"github.com/cutover-dev/cutover/harness/lab/labtest"
 	"github.com/cutover-dev/cutover/pkg/netns"
+	"github.com/cutover-dev/cutover/pkg/pathprobe"
 )
 
 // The underlay path check (issue 14) against an NSX-like filter in the
@@ -115,6 +119,11 @@ func pathCheckCases(t *testing.T, e *env, vni uint32, current int) {
 	if !strings.Contains(r.out, "2 of 6 direction(s) pass") {
 		t.Errorf("port held on n2: n1↔n3 not judged:\n%s", r.out)
 	}
+	dev := "br0"
+	if e.l.OVS("n2") == nil {
+		dev = "flannel.1"
+	}
+	harmlessOnOverlay(t, e, dev, current)
 	// And once the filter is gone and the port free, the plan passes.
 	if r := e.coordctl("plan", "--port", port); r.code != 0 {
 		t.Fatalf("plan after clearing: exit %d:\n%s", r.code, r.out)
@@ -152,4 +161,92 @@ func TestPathCheckBites(t *testing.T) {
 		t.Fatal("n1's agent reports frames that never passed, yet the guard saw the blocked pair")
 	}
 	t.Logf("the guard failed as it must: %v", firstLines(err.Error(), 2))
+}
+
+// harmlessOnOverlay sends the check's control frames from n1 to n2's
+// current port, where the running overlay takes them (OVS vxlan0, or
+// flannel.1): the decapsulated inner frame must show up on n2's overlay
+// device (so the overlay did take it: the test has teeth), addressed to
+// the MAC nobody owns, and reach no socket (one bound on 0.0.0.0:9, the
+// inner frame's UDP port, gets nothing).
+func harmlessOnOverlay(t *testing.T, e *env, dev string, current int) {
+	n1, _ := e.l.Node("n1")
+	n2, _ := e.l.Node("n2")
+	var sink *net.UDPConn
+	var pfd int
+	if err := netns.Do(n2.Netns, func() error {
+		var err error
+		if sink, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero, Port: 9}); err != nil {
+			return err
+		}
+		pfd, err = packetSocket(dev)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	defer unix.Close(pfd)
+	b, err := pathprobe.Frame{Kind: pathprobe.Control, Nonce: pathprobe.Nonce("harmless"), VNI: 0, Size: 256}.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dev == "flannel.1" {
+		b[6] = 1 // flannel's VNI 1: the device takes only its own
+	}
+	if err := netns.Do(n1.Netns, func() error {
+		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: n1.UnderlayIP.AsSlice()}, &net.UDPAddr{IP: n2.UnderlayIP.AsSlice(), Port: current})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for range 20 {
+			if _, err := c.Write(b); err != nil {
+				return err
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mac := pathprobe.InnerDstMAC()
+	seen := 0
+	buf := make([]byte, 2048)
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		n, _, err := unix.Recvfrom(pfd, buf, unix.MSG_DONTWAIT)
+		if err != nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if n >= 14 && [6]byte(buf[:6]) == mac {
+			seen++
+		}
+	}
+	if seen == 0 {
+		t.Errorf("%s: no decapsulated control frame seen on n2's %s: the overlay did not take them, the test proves nothing", dev, dev)
+	}
+	_ = sink.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, from, err := sink.ReadFromUDP(buf); err == nil {
+		t.Errorf("%s: a socket on n2 got %d bytes from %s: the inner frame was delivered", dev, n, from)
+	}
+	t.Logf("%s: %d decapsulated control frame(s) seen on n2's %s for %s, delivered to no socket", dev, seen, dev, net.HardwareAddr(mac[:]))
+}
+
+// packetSocket is an AF_PACKET socket on dev, every protocol, with the
+// link header.
+func packetSocket(dev string) (int, error) {
+	ifi, err := net.InterfaceByName(dev)
+	if err != nil {
+		return 0, err
+	}
+	proto := int(uint16(unix.ETH_P_ALL)<<8 | uint16(unix.ETH_P_ALL)>>8)
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return 0, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: uint16(proto), Ifindex: ifi.Index}); err != nil {
+		_ = unix.Close(fd)
+		return 0, err
+	}
+	return fd, nil
 }
