@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: images release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter
+.PHONY: images release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -111,6 +111,10 @@ bench-lab-n32: lab ## lab cutover at N=32 with probes every 10 ms (above the 2-c
 	@mkdir -p results
 	set -o pipefail; cd harness/lab && COT_LAB_BENCH_NAME=lab_cutover_n32_10ms COT_LAB_BENCH_SIZES=32 COT_LAB_BENCH_INTERVAL=10ms COT_LAB_BENCH_LATE_BUDGET=3s flock /tmp/cutover-priv.lock \
 		$(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab-n32.txt
+
+bench-pathcheck: ## underlay path check time (coordctl pathcheck) at N=8, both backends (COT_PATH_BENCH_SIZES to change): results/path_check.json, docs/benchmarks.md
+	@mkdir -p results
+	set -o pipefail; cd harness/lab && CI=true COT_PATH_BENCH_SIZES=$${COT_PATH_BENCH_SIZES:-8} flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkPathCheck -benchtime 1x -timeout 30m . | tee ../../results/bench-pathcheck.txt
 
 bench-agent: lab ## the agent at rest in an 8-node lab, probe mesh at its default rate and off: RSS and CPU, results/agent_footprint.json, docs/benchmarks.md
 	CI=true flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkAgentFootprint -benchtime 1x -timeout 15m ./harness/lab/

@@ -24,6 +24,7 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/probe"
+	"github.com/cutover-dev/cutover/pkg/pathprobe"
 	"github.com/cutover-dev/cutover/pkg/pki"
 )
 
@@ -111,6 +112,18 @@ type Config struct {
 	ProbePeers    string
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
+
+	// Underlay path check (PathCheck, pathcheck.go). UnderlayAddress is
+	// the node IP the overlay's tunnel sends from; empty: the --listen
+	// host when it is an IP (the DaemonSet listens on status.hostIP).
+	// OverlayVNIs are the VNIs an OVS key=flow overlay puts on the wire
+	// (openshift-sdn multitenant: its netids); empty: 0, the netid of
+	// every namespace under the networkpolicy and subnet plugins. A kernel
+	// backend reports its device's VNI. OverlayMTU overrides the MTU read
+	// from the dataplane (kernel device, or the overlay probe interface).
+	UnderlayAddress string
+	OverlayVNIs     []uint
+	OverlayMTU      int
 }
 
 // DefaultProbePort is the UDP port of the probe mesh on the overlay address
@@ -196,6 +209,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ProbePeers, "probe-peers", c.ProbePeers, "static probe targets over the overlay, name=ip:port,...; the peers a coordinator sends with Prepare replace them")
 	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "interval between two probes to the same peer (1ms to 1m)")
 	fs.DurationVar(&c.ProbeTimeout, "probe-timeout", c.ProbeTimeout, "an unanswered probe counts as lost after this")
+	fs.StringVar(&c.UnderlayAddress, "underlay-address", c.UnderlayAddress, "node IP the overlay tunnel sends from, where the path check binds the target port (default: the --listen host)")
+	fs.UintSliceVar(&c.OverlayVNIs, "overlay-vnis", c.OverlayVNIs, "ovs backend: VNIs the overlay uses (openshift-sdn multitenant netids); default 0")
+	fs.IntVar(&c.OverlayMTU, "overlay-mtu", c.OverlayMTU, "MTU of the overlay's inner packets for the path check (default: read from the dataplane)")
 }
 
 // FlagError is a bad flag value: which flag, which value, why.
@@ -289,6 +305,19 @@ func (c Config) Validate() error {
 	}
 	if c.PortRefresh < 0 || (c.PortRefresh > 0 && c.PortRefresh < 100*time.Millisecond) {
 		bad("port-refresh", c.PortRefresh.String(), "must be 0 (off) or at least 100ms")
+	}
+	if c.UnderlayAddress != "" {
+		if a, err := netip.ParseAddr(c.UnderlayAddress); err != nil || !a.Is4() || a.IsUnspecified() || a.IsMulticast() {
+			bad("underlay-address", c.UnderlayAddress, "not a unicast IPv4 address (want the node IP the tunnel sends from, e.g. 198.18.0.11)")
+		}
+	}
+	for _, v := range c.OverlayVNIs {
+		if v >= 1<<24 {
+			bad("overlay-vnis", strconv.FormatUint(uint64(v), 10), "not a VNI (0-16777215)")
+		}
+	}
+	if c.OverlayMTU != 0 && (c.OverlayMTU < 576 || c.OverlayMTU > 65535-pathprobe.Overhead) {
+		bad("overlay-mtu", strconv.Itoa(c.OverlayMTU), "want 0 (read from the dataplane) or 576-%d", 65535-pathprobe.Overhead)
 	}
 	if c.Probe {
 		if _, err := c.probeConfig(); err != nil {

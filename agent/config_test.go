@@ -42,6 +42,10 @@ func TestValidateNamesFlagValueReason(t *testing.T) {
 	}{
 		{[]string{"--node-name", "Node_1"}, "node-name", "DNS-1123"},
 		{[]string{"--node-name", ""}, "node-name", "empty"},
+		{[]string{"--underlay-address", "198.18.0.300"}, "underlay-address", "not a unicast IPv4"},
+		{[]string{"--underlay-address", "fd00::1"}, "underlay-address", "not a unicast IPv4"},
+		{[]string{"--overlay-vnis", "16777216"}, "overlay-vnis", "not a VNI"},
+		{[]string{"--overlay-mtu", "100"}, "overlay-mtu", "576-"},
 		{[]string{"--listen", "9443"}, "listen", "not host:port"},
 		{[]string{"--listen", ":99999"}, "listen", "0-65535"},
 		{[]string{"--metrics-listen", ":9443"}, "metrics-listen", "same address as --listen"},

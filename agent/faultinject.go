@@ -22,3 +22,14 @@ func flipAtPrepare(node string) bool {
 	v := os.Getenv(FaultInjectEnv)
 	return v != "" && v == node
 }
+
+// FaultInjectPathEnv names the node whose agent reports every frame of a
+// path check as answered and received, whatever the underlay did: a
+// check that does not check, so that the lab's path check tests can be
+// shown to catch one.
+const FaultInjectPathEnv = "COT_FAULTINJECT_PATH_PASSES"
+
+func pathAlwaysPasses(node string) bool {
+	v := os.Getenv(FaultInjectPathEnv)
+	return v != "" && v == node
+}

@@ -11,4 +11,8 @@ func TestFaultInjectionOffByDefault(t *testing.T) {
 	if FaultInjectBuilt || flipAtPrepare("n1") {
 		t.Fatal("the default agent build honours the I2 fault-injection switch")
 	}
+	t.Setenv("COT_FAULTINJECT_PATH_PASSES", "n1")
+	if pathAlwaysPasses("n1") {
+		t.Fatal("the default agent build honours the path check fault-injection switch")
+	}
 }

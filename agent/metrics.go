@@ -26,6 +26,8 @@ type Metrics struct {
 	tlsRejections  *prometheus.CounterVec
 	tlsReloads     *prometheus.CounterVec
 	buildInfo      *prometheus.GaugeVec
+	pathChecks     *prometheus.CounterVec
+	pathSilent     prometheus.Gauge
 }
 
 var _ operation.Observer = (*Metrics)(nil)
@@ -71,9 +73,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cutover_agent_build_info",
 			Help: "Always 1; the version label is the agent's build.",
 		}, []string{"version"}),
+		pathChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cutover_agent_path_checks_total",
+			Help: "Underlay path checks (PathCheck) run, by result: ok (ran; what passed is in the answer), port_in_use (the port could not be bound), error.",
+		}, []string{"result"}),
+		pathSilent: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cutover_agent_path_check_silent_peers",
+			Help: "Peers of the last path check from which nothing came back or arrived, on any VNI or size: the pair looks blocked on the checked port.",
+		}),
 	}
 	reg.MustRegister(m.currentPort, m.phase, m.applyDuration, m.commitLateness, m.rpcRequests,
-		m.deadmanReverts, m.tlsRejections, m.tlsReloads, m.buildInfo)
+		m.deadmanReverts, m.tlsRejections, m.tlsReloads, m.buildInfo, m.pathChecks, m.pathSilent)
+	for _, r := range []string{"ok", "port_in_use", "error"} {
+		m.pathChecks.WithLabelValues(r)
+	}
 	m.tlsReloads.WithLabelValues("ok")
 	m.tlsReloads.WithLabelValues("error")
 	m.buildInfo.WithLabelValues(version.Version).Set(1)
@@ -112,6 +125,15 @@ func (m *Metrics) TLSReloaded(err error) {
 		return
 	}
 	m.tlsReloads.WithLabelValues("ok").Inc()
+}
+
+// PathChecked counts a path check by result; silent is the number of
+// peers nothing passed with (result ok only).
+func (m *Metrics) PathChecked(result string, silent int) {
+	m.pathChecks.WithLabelValues(result).Inc()
+	if result == "ok" {
+		m.pathSilent.Set(float64(silent))
+	}
 }
 
 // TLSRejected counts a refused handshake; its signature fits the pki hook.

@@ -30,6 +30,8 @@ type Service struct {
 
 	probes *overlayProbe // nil when --probe=false
 
+	pathMu sync.Mutex // one PathCheck at a time (pathcheck.go)
+
 	mu         sync.Mutex
 	m          *operation.Machine
 	be         dataplane.Backend
@@ -114,6 +116,9 @@ func (s *Service) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.In
 		}
 		rec, _ := m.Status("")
 		resp.Operation = toStatus(rec, st.Port)
+		s.pathInfo(resp, st, err == nil)
+	} else {
+		s.pathInfo(resp, dataplane.State{}, false)
 	}
 	resp.Ready = len(notReady) == 0
 	resp.NotReady = notReady

@@ -67,6 +67,17 @@ type Config struct {
 	ProbePeersK   int
 	NoProbeVerify bool
 	VerifyBudget  time.Duration
+	// The underlay path check every preflight runs (pathcheck.go): each
+	// agent binds the target port for PathWindow and resends unanswered
+	// frames every PathInterval. Above PathSampleAbove nodes the pairs
+	// are sampled: every node exchanges frames with at least PathPeersK
+	// others, both ways. NoPathCheck turns it off (--path-check=false):
+	// every result is then flagged.
+	NoPathCheck     bool
+	PathWindow      time.Duration
+	PathInterval    time.Duration
+	PathSampleAbove int
+	PathPeersK      int
 }
 
 // Default returns the defaults.
@@ -92,6 +103,10 @@ func Default() Config {
 		ProbeSettle:      300 * time.Millisecond,
 		ProbePeersK:      3,
 		VerifyBudget:     2 * time.Second,
+		PathWindow:       400 * time.Millisecond,
+		PathInterval:     50 * time.Millisecond,
+		PathSampleAbove:  16,
+		PathPeersK:       4,
 	}
 }
 
@@ -134,6 +149,11 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.ProbePeersK, "probe-peers-k", c.ProbePeersK, "peers each node probes in the mesh sent with Prepare and checked by verify: every node sends to and is probed by this many others (0: all)")
 	fs.VarPF(invertedBool{&c.NoProbeVerify}, "probe-verify", "", "verify after the change that every sampled pair answers probes over the overlay (false: results are flagged as unverified, never a clean success)").NoOptDefVal = "true"
 	fs.DurationVar(&c.VerifyBudget, "verify-budget", c.VerifyBudget, "how long verify waits for every sampled probe pair to answer after the flip (capped by the step timeout)")
+	fs.VarPF(invertedBool{&c.NoPathCheck}, "path-check", "", "check in every preflight that the underlay passes real VXLAN frames on the target port between the nodes (false: results are flagged as unchecked)").NoOptDefVal = "true"
+	fs.DurationVar(&c.PathWindow, "path-check-window", c.PathWindow, "how long each agent holds the target port and exchanges frames in the path check")
+	fs.DurationVar(&c.PathInterval, "path-check-interval", c.PathInterval, "the path check resends unanswered frames this often")
+	fs.IntVar(&c.PathSampleAbove, "path-check-sample-above", c.PathSampleAbove, "above this many nodes the path check samples pairs (every node still sends and receives) instead of checking every pair")
+	fs.IntVar(&c.PathPeersK, "path-check-peers-k", c.PathPeersK, "peers each node exchanges frames with when the path check samples")
 	fs.DurationVar(&c.RollbackBackoff, "rollback-backoff", c.RollbackBackoff, "pause before retrying an abort or rollback to an unreached agent, doubling up to 8x; retries span the dead-man duration (0: retry at once, only --rollback-attempts times)")
 }
 
@@ -203,6 +223,18 @@ func (c Config) Validate() error {
 	}
 	if c.RollbackBackoff < 0 || c.RollbackBackoff > time.Minute {
 		errs = append(errs, fmt.Errorf("--rollback-backoff %s: want 0 (retry at once) to 1m", c.RollbackBackoff))
+	}
+	if c.PathWindow < 50*time.Millisecond || c.PathWindow > 10*time.Second {
+		errs = append(errs, fmt.Errorf("--path-check-window %s: want 50ms to 10s", c.PathWindow))
+	}
+	if c.PathInterval < time.Millisecond || c.PathInterval*2 > c.PathWindow {
+		errs = append(errs, fmt.Errorf("--path-check-interval %s: want at least 1ms and at most half --path-check-window (%s)", c.PathInterval, c.PathWindow))
+	}
+	if c.PathSampleAbove < 2 {
+		errs = append(errs, fmt.Errorf("--path-check-sample-above %d: want at least 2", c.PathSampleAbove))
+	}
+	if c.PathPeersK < 1 || c.PathPeersK > 64 {
+		errs = append(errs, fmt.Errorf("--path-check-peers-k %d: want 1 to 64", c.PathPeersK))
 	}
 	return errors.Join(errs...)
 }

@@ -75,3 +75,31 @@ func TestInventoryErrors(t *testing.T) {
 		t.Errorf("bad file: %v", err)
 	}
 }
+
+func TestConfigPathCheckFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--path-check-window", "10ms"}, "--path-check-window 10ms"},
+		{[]string{"--path-check-interval", "300ms"}, "--path-check-interval 300ms"},
+		{[]string{"--path-check-sample-above", "1"}, "--path-check-sample-above 1"},
+		{[]string{"--path-check-peers-k", "0"}, "--path-check-peers-k 0"},
+	} {
+		cfg := Default()
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		cfg.AddFlags(fs)
+		if err := fs.Parse(append([]string{"--agent", "n1=198.18.0.1:9443", "--insecure"}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err %v, want it to name %q", tc.args, err, tc.want)
+		}
+	}
+	cfg := Default()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	cfg.AddFlags(fs)
+	if err := fs.Parse([]string{"--path-check=false"}); err != nil || !cfg.NoPathCheck {
+		t.Errorf("--path-check=false: %v, NoPathCheck %v", err, cfg.NoPathCheck)
+	}
+}

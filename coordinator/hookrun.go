@@ -121,6 +121,7 @@ func (c *Coordinator) fullPreflight(ctx context.Context, r request, kind string)
 		pf.problems = append(pf.problems, pf.probes.problems...)
 		pf.resp.Problems = pf.problems
 	}
+	c.preflightPath(ctx, r, pf)
 	if len(c.hooks) == 0 {
 		return pf
 	}

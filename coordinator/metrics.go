@@ -24,6 +24,8 @@ type Metrics struct {
 	agentTLSRej   *prometheus.CounterVec // agents whose server certificate we refused
 	lateCommits   prometheus.Counter
 	tlsReloads    *prometheus.CounterVec
+	pathChecks    *prometheus.CounterVec
+	pathBlocked   prometheus.Gauge
 
 	mu        sync.Mutex
 	reloaders map[pki.Files]*pki.Reloader // one per identity: API server and agent client share it
@@ -75,9 +77,19 @@ func NewMetrics() *Metrics {
 		Name: "cutover_coordinator_tls_reloads_total",
 		Help: "Certificate files (--tls-ca, --tls-cert, --tls-key) re-read after they changed on disk, by result: ok (in use from the next handshake) or error (refused, e.g. a key that does not match its certificate; the last good set stays in use).",
 	}, []string{"result"})
+	m.pathChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cutover_coordinator_path_checks_total",
+		Help: "Underlay path checks run (every preflight, and coordctl pathcheck), by result: passed, problems (blocked pairs, VNI drops, MTU, nodes not checked).",
+	}, []string{"result"})
+	m.pathBlocked = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cutover_coordinator_path_check_blocked_pairs",
+		Help: "Directed node pairs the last underlay path check found blocked on the checked port (nothing passed).",
+	})
 	m.tlsReloads.WithLabelValues("ok")
 	m.tlsReloads.WithLabelValues("error")
-	m.Registry.MustRegister(m.lateCommits, m.tlsReloads)
+	m.pathChecks.WithLabelValues("passed")
+	m.pathChecks.WithLabelValues("problems")
+	m.Registry.MustRegister(m.lateCommits, m.tlsReloads, m.pathChecks, m.pathBlocked)
 	m.Registry.MustRegister(m.phase, m.phaseDuration, m.commitSpread, m.effectSpread, m.agentsReady, m.operations, m.tlsRejected, m.agentTLSRej)
 	for _, o := range []string{"succeeded", "aborted", "rolled-back", "failed"} {
 		m.operations.WithLabelValues(o)

@@ -33,6 +33,8 @@ type request struct {
 	allowTunnel   bool
 	tunnel        string // refused as another tunnel's port: which one
 	allowUnprobed bool   // targets without a probe address are left out, the result flagged
+	// allowPathProblems turns the path check's problems into warnings.
+	allowPathProblems bool
 	// progress, when set, is told as preflight asks the agents (live
 	// progress of a streamed cutover); it must be safe for concurrent use.
 	progress func(*coordinatorv1.OperationEvent)
@@ -50,7 +52,7 @@ func invalid(field string, value any, reason string) error {
 // asked): every error is InvalidArgument.
 func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, error) {
 	inv := c.inventory()
-	r := request{to: req.Port, allowNodePort: req.AllowNodeportRange, allowTunnel: req.AllowTunnelPort, step: c.cfg.StepTimeout, allowUnprobed: req.AllowUnprobed}
+	r := request{to: req.Port, allowNodePort: req.AllowNodeportRange, allowTunnel: req.AllowTunnelPort, step: c.cfg.StepTimeout, allowUnprobed: req.AllowUnprobed, allowPathProblems: req.AllowPathProblems}
 	if _, err := tunnelport.From("port", int64(req.Port)); err != nil {
 		return r, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -217,6 +219,9 @@ type preflight struct {
 	problems []string // empty: the cutover may go
 	resp     *coordinatorv1.PlanResponse
 	probes   *probePlan // the probe mesh sample (probeplan.go)
+	// pathWarnings are the path check's problems an operator accepted
+	// (allow_path_problems), or that it was off: they flag the result.
+	pathWarnings []string
 }
 
 // runPreflight asks every targeted agent (Info, Preflight, Clock) and

@@ -47,6 +47,8 @@ func realAgentsWith(t *testing.T, n int, backend func(node string) dataplane.Bac
 		cfg.MetricsAddr = "127.0.0.1:0"
 		// A real probe mesh over loopback: verify checks it.
 		cfg.ProbeListen = loopbackProbeAddr(t, node)
+		// The underlay path check binds the target port here.
+		cfg.UnderlayAddress = strings.Replace(strings.Split(cfg.ProbeListen, ":")[0], "127.0.0.", "127.0.1.", 1)
 		hl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)

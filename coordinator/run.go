@@ -486,6 +486,18 @@ func (s *Server) Plan(ctx context.Context, r *coordinatorv1.CutoverRequest) (*co
 	return c.Plan(ctx, r)
 }
 
+// PathCheck implements CoordinatorService.
+func (s *Server) PathCheck(ctx context.Context, r *coordinatorv1.CutoverRequest) (*coordinatorv1.PathCheckResult, error) {
+	c, l, err := s.active(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if l != nil {
+		return l.PathCheck(s.outgoing(ctx), r)
+	}
+	return c.PathCheck(ctx, r)
+}
+
 // Cutover implements CoordinatorService.
 func (s *Server) Cutover(r *coordinatorv1.CutoverRequest, st grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
 	c, l, err := s.active(st.Context())

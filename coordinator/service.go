@@ -156,6 +156,10 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 			op.emit("preflight", "", w, false, nil)
 		}
 	}
+	op.report.Warnings = append(op.report.Warnings, pf.pathWarnings...)
+	for _, w := range pf.pathWarnings {
+		op.emit("preflight", "", w, false, nil)
+	}
 	for n, nc := range pf.checks {
 		op.offsets[n] = nc.clock
 		op.results[n].ClockOffsetNanos = nc.clock.offset.Nanoseconds()

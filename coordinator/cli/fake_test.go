@@ -28,6 +28,7 @@ type fakeCoord struct {
 
 	agents []*coordinatorv1.Agent
 	plan   *coordinatorv1.PlanResponse
+	path   *coordinatorv1.PathCheckResult  // PathCheck
 	events []*coordinatorv1.OperationEvent // streamed by Cutover and Rollback
 	report *coordinatorv1.Report           // Status
 	err    error                           // returned by every RPC when set
@@ -61,6 +62,13 @@ func (f *fakeCoord) ListAgents(_ context.Context, r *coordinatorv1.ListAgentsReq
 		return nil, err
 	}
 	return &coordinatorv1.ListAgentsResponse{Agents: f.agents}, nil
+}
+
+func (f *fakeCoord) PathCheck(_ context.Context, r *coordinatorv1.CutoverRequest) (*coordinatorv1.PathCheckResult, error) {
+	if err := f.record("PathCheck", r); err != nil {
+		return nil, err
+	}
+	return f.path, nil
 }
 
 func (f *fakeCoord) Plan(_ context.Context, r *coordinatorv1.CutoverRequest) (*coordinatorv1.PlanResponse, error) {

@@ -26,9 +26,33 @@ const maxNodeCell = 40
 
 // pathCheckCell is the plan table's path-check column for a node: empty
 // while the plan carries no path-check result (the column is then left
-// out). The underlay path check fills NodePlan with its result and this
-// function is where the table shows it.
-var pathCheckCell = func(*coordinatorv1.NodePlan) string { return "" }
+// out); else "ok", or how many of the node's directions did not pass, by
+// verdict ("2 blocked", "1 mtu"). The matrix follows the table.
+func pathCheckCell(p *coordinatorv1.PlanResponse, n *coordinatorv1.NodePlan) string {
+	pc := p.GetPathCheck()
+	if pc == nil {
+		return ""
+	}
+	count := map[string]int{}
+	var kinds []string
+	for _, pp := range pc.GetPairs() {
+		if pp.GetVerdict() == "ok" || (pp.GetFrom() != n.GetNode() && pp.GetTo() != n.GetNode()) {
+			continue
+		}
+		if count[pp.GetVerdict()] == 0 {
+			kinds = append(kinds, pp.GetVerdict())
+		}
+		count[pp.GetVerdict()]++
+	}
+	if len(kinds) == 0 {
+		return "ok"
+	}
+	var parts []string
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%d %s", count[k], k))
+	}
+	return strings.Join(parts, ", ")
+}
 
 // actionGroup is one distinct list of actions and the nodes it applies to,
 // in plan order.
@@ -110,7 +134,7 @@ func renderPlan(w io.Writer, p *coordinatorv1.PlanResponse, wide bool) {
 	groups, byNode := groupActions(p.GetNodes())
 
 	header := []string{"NODE", "CURRENT", "NEW PORT FREE"}
-	withPath := slices.ContainsFunc(p.GetNodes(), func(n *coordinatorv1.NodePlan) bool { return pathCheckCell(n) != "" })
+	withPath := slices.ContainsFunc(p.GetNodes(), func(n *coordinatorv1.NodePlan) bool { return pathCheckCell(p, n) != "" })
 	if withPath {
 		header = append(header, "PATH CHECK")
 	}
@@ -123,7 +147,7 @@ func renderPlan(w io.Writer, p *coordinatorv1.PlanResponse, wide bool) {
 		}
 		row := []string{shorten(n.GetNode(), maxNodeCell), fmt.Sprint(n.GetCurrentPort()), yesNo(n.GetTargetPortFree())}
 		if withPath {
-			row = append(row, clip(orDash(pathCheckCell(n)), 16))
+			row = append(row, clip(orDash(pathCheckCell(p, n)), 16))
 		}
 		row = append(row, act, problemCell(n.GetProblems()))
 		rows = append(rows, row)
@@ -155,6 +179,10 @@ func renderPlan(w io.Writer, p *coordinatorv1.PlanResponse, wide bool) {
 				_, _ = fmt.Fprintf(w, "     %2d. %s\n", i+1, wrap(a, planWidth-9, "         "))
 			}
 		}
+	}
+	if pc := p.GetPathCheck(); pc != nil {
+		_, _ = fmt.Fprintln(w)
+		renderPathCheck(w, pc, false)
 	}
 	if wide {
 		renderPlanWide(w, p)

@@ -122,6 +122,7 @@ revert, follow and roll back operations.
 	root.AddCommand(
 		newAgentsCmd(g),
 		newPlanCmd(g),
+		newPathCheckCmd(g),
 		newCutoverCmd(g),
 		newStatusCmd(g),
 		newReportCmd(g),

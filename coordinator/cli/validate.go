@@ -20,6 +20,7 @@ type targetFlags struct {
 	allowNodePortRange bool
 	allowTunnelPort    bool
 	allowUnprobed      bool
+	allowPathProblems  bool
 }
 
 func (t *targetFlags) add(cmd *cobra.Command) {
@@ -30,6 +31,7 @@ func (t *targetFlags) add(cmd *cobra.Command) {
 	f.BoolVar(&t.allowNodePortRange, "allow-nodeport-range", false, "allow a port inside the Kubernetes NodePort range")
 	f.BoolVar(&t.allowTunnelPort, "allow-tunnel-port", false, "allow another tunnel's well-known port (Geneve 6081, flannel 8472)")
 	f.BoolVar(&t.allowUnprobed, "allow-unprobed", false, "accept nodes without a probe address: left out of the probe mesh, the result is flagged (exit 7), never a clean success")
+	f.BoolVar(&t.allowPathProblems, "allow-path-problems", false, "go ahead although the underlay path check found problems (blocked pairs, VNI drops, MTU) on the new port: the result is flagged (exit 7), never a clean success")
 }
 
 // request validates the flags and builds the request. Every error names
@@ -44,6 +46,7 @@ func (t *targetFlags) request() (*coordinatorv1.CutoverRequest, error) {
 		AllowNodeportRange: t.allowNodePortRange,
 		AllowTunnelPort:    t.allowTunnelPort,
 		AllowUnprobed:      t.allowUnprobed,
+		AllowPathProblems:  t.allowPathProblems,
 	}
 	if t.nodes != "" && t.selector != "" {
 		return nil, usageError("--nodes %q and --selector %q together: choose nodes by name or by label, not both", t.nodes, t.selector)

@@ -16,7 +16,8 @@ import (
 
 // The probe mesh verifier on real OVS, agents and coordinator (I7): the
 // underlay drops the new port to and from n2 only, so after the flip every
-// read-back is fine but n2's tunnel carries nothing. The cutover must be
+// read-back is fine but n2's tunnel carries nothing. The path check names
+// it at preflight; with --allow-path-problems the cutover goes on. The cutover must be
 // ROLLED_BACK naming n2's pairs, every node back on the old port. Then the
 // same fault with the verifier off (--probe-verify=false) reports
 // SUCCEEDED (flagged, exit 7): the verifier is what caught it.
@@ -37,7 +38,13 @@ func TestProbeVerifyDarkNodeOVS(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = e.l.ClearBlackhole(context.Background(), "n2") })
 
-	rep := e.report(ctx, 1, "cutover", "--port", "4889")
+	// The underlay path check sees it first (docs/pathcheck.md): plan
+	// refuses, naming n2's pairs. --allow-path-problems goes ahead, so
+	// that the verifier meets the dark node after the flip.
+	if out, code := e.run(ctx, "plan", "--port", "4889"); code != 4 || !strings.Contains(out, "n1→n2,n2→n1,n2→n3,n2→n4,n3→n2,n4→n2") {
+		t.Fatalf("plan with n2 blackholed on 4889: exit %d, want 4 naming n2's pairs:\n%s", code, out)
+	}
+	rep := e.report(ctx, 1, "cutover", "--port", "4889", "--allow-path-problems")
 	if rep.GetState() != coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK {
 		t.Fatalf("cutover with n2's tunnel dark: %s (%s), want ROLLED_BACK", rep.GetState(), rep.GetError())
 	}
@@ -71,7 +78,7 @@ func TestProbeVerifyDarkNodeOVS(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	off := e.report(ctx, 7, "cutover", "--port", "4889")
+	off := e.report(ctx, 7, "cutover", "--port", "4889", "--allow-path-problems")
 	if off.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED || len(off.GetWarnings()) == 0 {
 		t.Fatalf("verifier off: %s warnings %q, want SUCCEEDED flagged", off.GetState(), off.GetWarnings())
 	}

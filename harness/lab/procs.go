@@ -41,6 +41,9 @@ func agentArgs(cfg Config, n Node, pkiDir string) []string {
 		"--metrics-listen", n.Metrics,
 		"--state-dir", n.StateDir,
 		"--backend", cfg.Backend,
+		// The agent listens on the management network; the path check
+		// binds the target port on the underlay, where the tunnel runs.
+		"--underlay-address", n.UnderlayIP.String(),
 		// A fresh namespace has no OpenShift chain to open ports in.
 		"--create-chain",
 	}

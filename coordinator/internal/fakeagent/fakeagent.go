@@ -65,6 +65,7 @@ type Agent struct {
 	probeSince map[string]int64
 	dark       map[string]bool
 	never      map[string]bool
+	underlay   *Underlay // the path check's (pathcheck.go)
 }
 
 // New returns a ready agent for node on port.
@@ -213,7 +214,8 @@ func (a *Agent) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.Info
 	}
 	return &agentv1.InfoResponse{Node: a.node, Version: "fake", Backend: "fake", Device: "vxlan0", CurrentPort: a.port,
 		Ready: a.ready, NotReady: a.notReady, Operation: a.statusLocked(), Labels: a.labels,
-		ProbeAddress: a.probeAddr, ProbeOffReason: a.probeOffLocked()}, nil
+		ProbeAddress: a.probeAddr, ProbeOffReason: a.probeOffLocked(),
+		UnderlayAddress: defaultUnderlayAddr(a.node), OverlayVnis: []uint32{0}, OverlayMtu: 1450}, nil
 }
 
 // faultRO is fault without recording the call (read-only methods).

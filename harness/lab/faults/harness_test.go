@@ -315,6 +315,9 @@ func (e *env) iptables(node string) string {
 
 // flows is br0's OpenFlow table without statistics, sorted.
 func (e *env) flows(node string) string {
+	if e.l.OVS(node) == nil {
+		return "" // kernel-vxlan: no OVS
+	}
 	out, err := e.l.OVS(node).Ofctl(e.ctx, "-O", "OpenFlow13", "--no-stats", "dump-flows", "br0")
 	if err != nil {
 		return "error: " + err.Error()

@@ -149,8 +149,18 @@ type InfoResponse struct {
 	// not ready: verify decides what an unprobed node means.
 	ProbeAddress   string `protobuf:"bytes,10,opt,name=probe_address,json=probeAddress,proto3" json:"probe_address,omitempty"`
 	ProbeOffReason string `protobuf:"bytes,11,opt,name=probe_off_reason,json=probeOffReason,proto3" json:"probe_off_reason,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The path check's view of the overlay (PathCheck). underlay_address is
+	// the node IP the tunnel sends from (--underlay-address, else the
+	// --listen host); empty when unknown, path_check_off_reason then says
+	// why. overlay_vnis are the VNIs the overlay puts on the wire (kernel:
+	// the device's; OVS key=flow: openshift-sdn's netids, 0 by default);
+	// overlay_mtu is the MTU of the overlay's inner packets, 0 if unknown.
+	UnderlayAddress    string   `protobuf:"bytes,70,opt,name=underlay_address,json=underlayAddress,proto3" json:"underlay_address,omitempty"`
+	OverlayVnis        []uint32 `protobuf:"varint,71,rep,packed,name=overlay_vnis,json=overlayVnis,proto3" json:"overlay_vnis,omitempty"`
+	OverlayMtu         uint32   `protobuf:"varint,72,opt,name=overlay_mtu,json=overlayMtu,proto3" json:"overlay_mtu,omitempty"`
+	PathCheckOffReason string   `protobuf:"bytes,73,opt,name=path_check_off_reason,json=pathCheckOffReason,proto3" json:"path_check_off_reason,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -256,6 +266,34 @@ func (x *InfoResponse) GetProbeAddress() string {
 func (x *InfoResponse) GetProbeOffReason() string {
 	if x != nil {
 		return x.ProbeOffReason
+	}
+	return ""
+}
+
+func (x *InfoResponse) GetUnderlayAddress() string {
+	if x != nil {
+		return x.UnderlayAddress
+	}
+	return ""
+}
+
+func (x *InfoResponse) GetOverlayVnis() []uint32 {
+	if x != nil {
+		return x.OverlayVnis
+	}
+	return nil
+}
+
+func (x *InfoResponse) GetOverlayMtu() uint32 {
+	if x != nil {
+		return x.OverlayMtu
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetPathCheckOffReason() string {
+	if x != nil {
+		return x.PathCheckOffReason
 	}
 	return ""
 }
@@ -1355,12 +1393,376 @@ func (x *PeerProbeStats) GetLastAnsweredSentUnixNano() int64 {
 	return 0
 }
 
+type PathCheckRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	CheckId        string                 `protobuf:"bytes,1,opt,name=check_id,json=checkId,proto3" json:"check_id,omitempty"`                       // carried in every frame's nonce
+	Port           uint32                 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`                                           // the UDP port to test (the target port)
+	Peers          []*PathPeer            `protobuf:"bytes,3,rep,name=peers,proto3" json:"peers,omitempty"`                                          // whom this node sends to
+	Vnis           []uint32               `protobuf:"varint,4,rep,packed,name=vnis,proto3" json:"vnis,omitempty"`                                    // VNIs to send (each at every size)
+	Sizes          []uint32               `protobuf:"varint,5,rep,packed,name=sizes,proto3" json:"sizes,omitempty"`                                  // outer IPv4 packet sizes, DF set
+	WindowMillis   int64                  `protobuf:"varint,6,opt,name=window_millis,json=windowMillis,proto3" json:"window_millis,omitempty"`       // how long the socket stays bound
+	IntervalMillis int64                  `protobuf:"varint,7,opt,name=interval_millis,json=intervalMillis,proto3" json:"interval_millis,omitempty"` // resend unanswered frames this often
+	// Nodes that send to this one but are not in peers (a sampled check):
+	// their frames are answered and counted too.
+	ListenFor []*PathPeer `protobuf:"bytes,8,rep,name=listen_for,json=listenFor,proto3" json:"listen_for,omitempty"`
+	// The current port, held by the overlay, as a control: small frames
+	// with control_vni are sent to every peer on it too, and a packet
+	// capture sees the peers' arrive (answered by nobody). 0: no control.
+	ControlPort uint32 `protobuf:"varint,9,opt,name=control_port,json=controlPort,proto3" json:"control_port,omitempty"`
+	ControlVni  uint32 `protobuf:"varint,10,opt,name=control_vni,json=controlVni,proto3" json:"control_vni,omitempty"`
+	// When to send the first frames, in the agent's own clock (the one of
+	// Clock): the coordinator gives every agent the same instant so their
+	// windows overlap whatever the fan-out's delays. The port is bound at
+	// once; the window runs from this instant. 0 or past: now.
+	StartUnixNano int64 `protobuf:"varint,11,opt,name=start_unix_nano,json=startUnixNano,proto3" json:"start_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathCheckRequest) Reset() {
+	*x = PathCheckRequest{}
+	mi := &file_agent_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathCheckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathCheckRequest) ProtoMessage() {}
+
+func (x *PathCheckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathCheckRequest.ProtoReflect.Descriptor instead.
+func (*PathCheckRequest) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PathCheckRequest) GetCheckId() string {
+	if x != nil {
+		return x.CheckId
+	}
+	return ""
+}
+
+func (x *PathCheckRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *PathCheckRequest) GetPeers() []*PathPeer {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+func (x *PathCheckRequest) GetVnis() []uint32 {
+	if x != nil {
+		return x.Vnis
+	}
+	return nil
+}
+
+func (x *PathCheckRequest) GetSizes() []uint32 {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
+func (x *PathCheckRequest) GetWindowMillis() int64 {
+	if x != nil {
+		return x.WindowMillis
+	}
+	return 0
+}
+
+func (x *PathCheckRequest) GetIntervalMillis() int64 {
+	if x != nil {
+		return x.IntervalMillis
+	}
+	return 0
+}
+
+func (x *PathCheckRequest) GetListenFor() []*PathPeer {
+	if x != nil {
+		return x.ListenFor
+	}
+	return nil
+}
+
+func (x *PathCheckRequest) GetControlPort() uint32 {
+	if x != nil {
+		return x.ControlPort
+	}
+	return 0
+}
+
+func (x *PathCheckRequest) GetControlVni() uint32 {
+	if x != nil {
+		return x.ControlVni
+	}
+	return 0
+}
+
+func (x *PathCheckRequest) GetStartUnixNano() int64 {
+	if x != nil {
+		return x.StartUnixNano
+	}
+	return 0
+}
+
+type PathPeer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"` // the peer's underlay IP
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathPeer) Reset() {
+	*x = PathPeer{}
+	mi := &file_agent_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathPeer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathPeer) ProtoMessage() {}
+
+func (x *PathPeer) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathPeer.ProtoReflect.Descriptor instead.
+func (*PathPeer) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PathPeer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PathPeer) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+type PathCheckResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"` // ip:port the check was bound on
+	Results       []*PathProbeResult     `protobuf:"bytes,3,rep,name=results,proto3" json:"results,omitempty"`
+	TookMicros    int64                  `protobuf:"varint,4,opt,name=took_micros,json=tookMicros,proto3" json:"took_micros,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathCheckResponse) Reset() {
+	*x = PathCheckResponse{}
+	mi := &file_agent_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathCheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathCheckResponse) ProtoMessage() {}
+
+func (x *PathCheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathCheckResponse.ProtoReflect.Descriptor instead.
+func (*PathCheckResponse) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PathCheckResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *PathCheckResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *PathCheckResponse) GetResults() []*PathProbeResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *PathCheckResponse) GetTookMicros() int64 {
+	if x != nil {
+		return x.TookMicros
+	}
+	return 0
+}
+
+// PathProbeResult is one (peer, VNI, size) as seen by this node.
+type PathProbeResult struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Peer      string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Vni       uint32                 `protobuf:"varint,2,opt,name=vni,proto3" json:"vni,omitempty"`
+	Size      uint32                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Sent      uint32                 `protobuf:"varint,4,opt,name=sent,proto3" json:"sent,omitempty"`                           // requests sent to the peer
+	Answered  bool                   `protobuf:"varint,5,opt,name=answered,proto3" json:"answered,omitempty"`                   // the peer's answer came back: both directions passed
+	Received  bool                   `protobuf:"varint,6,opt,name=received,proto3" json:"received,omitempty"`                   // the peer's own request got here: peer → this node passed
+	SendError string                 `protobuf:"bytes,7,opt,name=send_error,json=sendError,proto3" json:"send_error,omitempty"` // the send failed locally (EMSGSIZE: local MTU too small)
+	// The control on control_port (one per peer): received says the peer's
+	// control frames were seen arriving; control_error why no capture ran.
+	Control       bool   `protobuf:"varint,8,opt,name=control,proto3" json:"control,omitempty"`
+	ControlError  string `protobuf:"bytes,9,opt,name=control_error,json=controlError,proto3" json:"control_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathProbeResult) Reset() {
+	*x = PathProbeResult{}
+	mi := &file_agent_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathProbeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathProbeResult) ProtoMessage() {}
+
+func (x *PathProbeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathProbeResult.ProtoReflect.Descriptor instead.
+func (*PathProbeResult) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PathProbeResult) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *PathProbeResult) GetVni() uint32 {
+	if x != nil {
+		return x.Vni
+	}
+	return 0
+}
+
+func (x *PathProbeResult) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *PathProbeResult) GetSent() uint32 {
+	if x != nil {
+		return x.Sent
+	}
+	return 0
+}
+
+func (x *PathProbeResult) GetAnswered() bool {
+	if x != nil {
+		return x.Answered
+	}
+	return false
+}
+
+func (x *PathProbeResult) GetReceived() bool {
+	if x != nil {
+		return x.Received
+	}
+	return false
+}
+
+func (x *PathProbeResult) GetSendError() string {
+	if x != nil {
+		return x.SendError
+	}
+	return ""
+}
+
+func (x *PathProbeResult) GetControl() bool {
+	if x != nil {
+		return x.Control
+	}
+	return false
+}
+
+func (x *PathProbeResult) GetControlError() string {
+	if x != nil {
+		return x.ControlError
+	}
+	return ""
+}
+
 var File_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"\x14agent/v1/agent.proto\x12\x10cutover.agent.v1\"\r\n" +
-	"\vInfoRequest\"\xd3\x03\n" +
+	"\vInfoRequest\"\xf5\x04\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x18\n" +
@@ -1373,7 +1775,12 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x06labels\x18\t \x03(\v2*.cutover.agent.v1.InfoResponse.LabelsEntryR\x06labels\x12#\n" +
 	"\rprobe_address\x18\n" +
 	" \x01(\tR\fprobeAddress\x12(\n" +
-	"\x10probe_off_reason\x18\v \x01(\tR\x0eprobeOffReason\x1a9\n" +
+	"\x10probe_off_reason\x18\v \x01(\tR\x0eprobeOffReason\x12)\n" +
+	"\x10underlay_address\x18F \x01(\tR\x0funderlayAddress\x12!\n" +
+	"\foverlay_vnis\x18G \x03(\rR\voverlayVnis\x12\x1f\n" +
+	"\voverlay_mtu\x18H \x01(\rR\n" +
+	"overlayMtu\x121\n" +
+	"\x15path_check_off_reason\x18I \x01(\tR\x12pathCheckOffReason\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0e\n" +
@@ -1457,7 +1864,42 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x12longest_gap_micros\x18\x06 \x01(\x03R\x10longestGapMicros\x125\n" +
 	"\x17probing_since_unix_nano\x18\a \x01(\x03R\x14probingSinceUnixNano\x121\n" +
 	"\x15last_answer_unix_nano\x18\b \x01(\x03R\x12lastAnswerUnixNano\x12>\n" +
-	"\x1clast_answered_sent_unix_nano\x18\t \x01(\x03R\x18lastAnsweredSentUnixNano*\xba\x01\n" +
+	"\x1clast_answered_sent_unix_nano\x18\t \x01(\x03R\x18lastAnsweredSentUnixNano\"\x92\x03\n" +
+	"\x10PathCheckRequest\x12\x19\n" +
+	"\bcheck_id\x18\x01 \x01(\tR\acheckId\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\x120\n" +
+	"\x05peers\x18\x03 \x03(\v2\x1a.cutover.agent.v1.PathPeerR\x05peers\x12\x12\n" +
+	"\x04vnis\x18\x04 \x03(\rR\x04vnis\x12\x14\n" +
+	"\x05sizes\x18\x05 \x03(\rR\x05sizes\x12#\n" +
+	"\rwindow_millis\x18\x06 \x01(\x03R\fwindowMillis\x12'\n" +
+	"\x0finterval_millis\x18\a \x01(\x03R\x0eintervalMillis\x129\n" +
+	"\n" +
+	"listen_for\x18\b \x03(\v2\x1a.cutover.agent.v1.PathPeerR\tlistenFor\x12!\n" +
+	"\fcontrol_port\x18\t \x01(\rR\vcontrolPort\x12\x1f\n" +
+	"\vcontrol_vni\x18\n" +
+	" \x01(\rR\n" +
+	"controlVni\x12&\n" +
+	"\x0fstart_unix_nano\x18\v \x01(\x03R\rstartUnixNano\"8\n" +
+	"\bPathPeer\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x9f\x01\n" +
+	"\x11PathCheckResponse\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12;\n" +
+	"\aresults\x18\x03 \x03(\v2!.cutover.agent.v1.PathProbeResultR\aresults\x12\x1f\n" +
+	"\vtook_micros\x18\x04 \x01(\x03R\n" +
+	"tookMicros\"\xf5\x01\n" +
+	"\x0fPathProbeResult\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x10\n" +
+	"\x03vni\x18\x02 \x01(\rR\x03vni\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\rR\x04size\x12\x12\n" +
+	"\x04sent\x18\x04 \x01(\rR\x04sent\x12\x1a\n" +
+	"\banswered\x18\x05 \x01(\bR\banswered\x12\x1a\n" +
+	"\breceived\x18\x06 \x01(\bR\breceived\x12\x1d\n" +
+	"\n" +
+	"send_error\x18\a \x01(\tR\tsendError\x12\x18\n" +
+	"\acontrol\x18\b \x01(\bR\acontrol\x12#\n" +
+	"\rcontrol_error\x18\t \x01(\tR\fcontrolError*\xba\x01\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1468,7 +1910,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x0ePHASE_REVERTED\x10\x05\x12\x11\n" +
 	"\rPHASE_ABORTED\x10\x06\x12\x13\n" +
 	"\x0fPHASE_FINALIZED\x10\a\x12\x10\n" +
-	"\fPHASE_FAILED\x10\b2\xad\x06\n" +
+	"\fPHASE_FAILED\x10\b2\x83\a\n" +
 	"\fAgentService\x12E\n" +
 	"\x04Info\x12\x1d.cutover.agent.v1.InfoRequest\x1a\x1e.cutover.agent.v1.InfoResponse\x12H\n" +
 	"\x05Clock\x12\x1e.cutover.agent.v1.ClockRequest\x1a\x1f.cutover.agent.v1.ClockResponse\x12T\n" +
@@ -1480,7 +1922,8 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\bFinalize\x12!.cutover.agent.v1.FinalizeRequest\x1a!.cutover.agent.v1.OperationStatus\x12L\n" +
 	"\x06Status\x12\x1f.cutover.agent.v1.StatusRequest\x1a!.cutover.agent.v1.OperationStatus\x12W\n" +
 	"\n" +
-	"ProbeStats\x12#.cutover.agent.v1.ProbeStatsRequest\x1a$.cutover.agent.v1.ProbeStatsResponseB7Z5github.com/cutover-dev/cutover/proto/agent/v1;agentv1b\x06proto3"
+	"ProbeStats\x12#.cutover.agent.v1.ProbeStatsRequest\x1a$.cutover.agent.v1.ProbeStatsResponse\x12T\n" +
+	"\tPathCheck\x12\".cutover.agent.v1.PathCheckRequest\x1a#.cutover.agent.v1.PathCheckResponseB7Z5github.com/cutover-dev/cutover/proto/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -1495,7 +1938,7 @@ func file_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_agent_v1_agent_proto_goTypes = []any{
 	(Phase)(0),                 // 0: cutover.agent.v1.Phase
 	(*InfoRequest)(nil),        // 1: cutover.agent.v1.InfoRequest
@@ -1517,41 +1960,50 @@ var file_agent_v1_agent_proto_goTypes = []any{
 	(*ProbeStatsRequest)(nil),  // 17: cutover.agent.v1.ProbeStatsRequest
 	(*ProbeStatsResponse)(nil), // 18: cutover.agent.v1.ProbeStatsResponse
 	(*PeerProbeStats)(nil),     // 19: cutover.agent.v1.PeerProbeStats
-	nil,                        // 20: cutover.agent.v1.InfoResponse.LabelsEntry
+	(*PathCheckRequest)(nil),   // 20: cutover.agent.v1.PathCheckRequest
+	(*PathPeer)(nil),           // 21: cutover.agent.v1.PathPeer
+	(*PathCheckResponse)(nil),  // 22: cutover.agent.v1.PathCheckResponse
+	(*PathProbeResult)(nil),    // 23: cutover.agent.v1.PathProbeResult
+	nil,                        // 24: cutover.agent.v1.InfoResponse.LabelsEntry
 }
 var file_agent_v1_agent_proto_depIdxs = []int32{
 	16, // 0: cutover.agent.v1.InfoResponse.operation:type_name -> cutover.agent.v1.OperationStatus
-	20, // 1: cutover.agent.v1.InfoResponse.labels:type_name -> cutover.agent.v1.InfoResponse.LabelsEntry
+	24, // 1: cutover.agent.v1.InfoResponse.labels:type_name -> cutover.agent.v1.InfoResponse.LabelsEntry
 	8,  // 2: cutover.agent.v1.PrepareRequest.probe_peers:type_name -> cutover.agent.v1.ProbePeer
 	16, // 3: cutover.agent.v1.PrepareResponse.status:type_name -> cutover.agent.v1.OperationStatus
 	16, // 4: cutover.agent.v1.CommitResponse.status:type_name -> cutover.agent.v1.OperationStatus
 	0,  // 5: cutover.agent.v1.OperationStatus.phase:type_name -> cutover.agent.v1.Phase
 	19, // 6: cutover.agent.v1.ProbeStatsResponse.peers:type_name -> cutover.agent.v1.PeerProbeStats
-	1,  // 7: cutover.agent.v1.AgentService.Info:input_type -> cutover.agent.v1.InfoRequest
-	3,  // 8: cutover.agent.v1.AgentService.Clock:input_type -> cutover.agent.v1.ClockRequest
-	5,  // 9: cutover.agent.v1.AgentService.Preflight:input_type -> cutover.agent.v1.PreflightRequest
-	7,  // 10: cutover.agent.v1.AgentService.Prepare:input_type -> cutover.agent.v1.PrepareRequest
-	10, // 11: cutover.agent.v1.AgentService.Commit:input_type -> cutover.agent.v1.CommitRequest
-	12, // 12: cutover.agent.v1.AgentService.Confirm:input_type -> cutover.agent.v1.ConfirmRequest
-	13, // 13: cutover.agent.v1.AgentService.Rollback:input_type -> cutover.agent.v1.RollbackRequest
-	14, // 14: cutover.agent.v1.AgentService.Finalize:input_type -> cutover.agent.v1.FinalizeRequest
-	15, // 15: cutover.agent.v1.AgentService.Status:input_type -> cutover.agent.v1.StatusRequest
-	17, // 16: cutover.agent.v1.AgentService.ProbeStats:input_type -> cutover.agent.v1.ProbeStatsRequest
-	2,  // 17: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
-	4,  // 18: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
-	6,  // 19: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
-	9,  // 20: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
-	11, // 21: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
-	16, // 22: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
-	16, // 23: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
-	16, // 24: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
-	16, // 25: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
-	18, // 26: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
-	17, // [17:27] is the sub-list for method output_type
-	7,  // [7:17] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	21, // 7: cutover.agent.v1.PathCheckRequest.peers:type_name -> cutover.agent.v1.PathPeer
+	21, // 8: cutover.agent.v1.PathCheckRequest.listen_for:type_name -> cutover.agent.v1.PathPeer
+	23, // 9: cutover.agent.v1.PathCheckResponse.results:type_name -> cutover.agent.v1.PathProbeResult
+	1,  // 10: cutover.agent.v1.AgentService.Info:input_type -> cutover.agent.v1.InfoRequest
+	3,  // 11: cutover.agent.v1.AgentService.Clock:input_type -> cutover.agent.v1.ClockRequest
+	5,  // 12: cutover.agent.v1.AgentService.Preflight:input_type -> cutover.agent.v1.PreflightRequest
+	7,  // 13: cutover.agent.v1.AgentService.Prepare:input_type -> cutover.agent.v1.PrepareRequest
+	10, // 14: cutover.agent.v1.AgentService.Commit:input_type -> cutover.agent.v1.CommitRequest
+	12, // 15: cutover.agent.v1.AgentService.Confirm:input_type -> cutover.agent.v1.ConfirmRequest
+	13, // 16: cutover.agent.v1.AgentService.Rollback:input_type -> cutover.agent.v1.RollbackRequest
+	14, // 17: cutover.agent.v1.AgentService.Finalize:input_type -> cutover.agent.v1.FinalizeRequest
+	15, // 18: cutover.agent.v1.AgentService.Status:input_type -> cutover.agent.v1.StatusRequest
+	17, // 19: cutover.agent.v1.AgentService.ProbeStats:input_type -> cutover.agent.v1.ProbeStatsRequest
+	20, // 20: cutover.agent.v1.AgentService.PathCheck:input_type -> cutover.agent.v1.PathCheckRequest
+	2,  // 21: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
+	4,  // 22: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
+	6,  // 23: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
+	9,  // 24: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
+	11, // 25: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
+	16, // 26: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
+	16, // 27: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
+	16, // 28: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
+	16, // 29: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
+	18, // 30: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
+	22, // 31: cutover.agent.v1.AgentService.PathCheck:output_type -> cutover.agent.v1.PathCheckResponse
+	21, // [21:32] is the sub-list for method output_type
+	10, // [10:21] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_agent_v1_agent_proto_init() }
@@ -1565,7 +2017,7 @@ func file_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_v1_agent_proto_rawDesc), len(file_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	AgentService_Finalize_FullMethodName   = "/cutover.agent.v1.AgentService/Finalize"
 	AgentService_Status_FullMethodName     = "/cutover.agent.v1.AgentService/Status"
 	AgentService_ProbeStats_FullMethodName = "/cutover.agent.v1.AgentService/ProbeStats"
+	AgentService_PathCheck_FullMethodName  = "/cutover.agent.v1.AgentService/PathCheck"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -67,6 +68,14 @@ type AgentServiceClient interface {
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*OperationStatus, error)
 	// ProbeStats reports the overlay probe mesh counters per peer.
 	ProbeStats(ctx context.Context, in *ProbeStatsRequest, opts ...grpc.CallOption) (*ProbeStatsResponse, error)
+	// PathCheck tests the underlay for a port change before anything
+	// changes: the agent binds the target UDP port on its underlay address
+	// for window_millis, sends real VXLAN frames to every peer's underlay
+	// address on that port and answers the peers' frames. It touches neither
+	// OVS nor the tunnel device, and the socket is closed before it returns.
+	// A port already bound on this node fails with FAILED_PRECONDITION
+	// naming the port and the holder.
+	PathCheck(ctx context.Context, in *PathCheckRequest, opts ...grpc.CallOption) (*PathCheckResponse, error)
 }
 
 type agentServiceClient struct {
@@ -177,6 +186,16 @@ func (c *agentServiceClient) ProbeStats(ctx context.Context, in *ProbeStatsReque
 	return out, nil
 }
 
+func (c *agentServiceClient) PathCheck(ctx context.Context, in *PathCheckRequest, opts ...grpc.CallOption) (*PathCheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PathCheckResponse)
+	err := c.cc.Invoke(ctx, AgentService_PathCheck_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -206,6 +225,14 @@ type AgentServiceServer interface {
 	Status(context.Context, *StatusRequest) (*OperationStatus, error)
 	// ProbeStats reports the overlay probe mesh counters per peer.
 	ProbeStats(context.Context, *ProbeStatsRequest) (*ProbeStatsResponse, error)
+	// PathCheck tests the underlay for a port change before anything
+	// changes: the agent binds the target UDP port on its underlay address
+	// for window_millis, sends real VXLAN frames to every peer's underlay
+	// address on that port and answers the peers' frames. It touches neither
+	// OVS nor the tunnel device, and the socket is closed before it returns.
+	// A port already bound on this node fails with FAILED_PRECONDITION
+	// naming the port and the holder.
+	PathCheck(context.Context, *PathCheckRequest) (*PathCheckResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -245,6 +272,9 @@ func (UnimplementedAgentServiceServer) Status(context.Context, *StatusRequest) (
 }
 func (UnimplementedAgentServiceServer) ProbeStats(context.Context, *ProbeStatsRequest) (*ProbeStatsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ProbeStats not implemented")
+}
+func (UnimplementedAgentServiceServer) PathCheck(context.Context, *PathCheckRequest) (*PathCheckResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PathCheck not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -447,6 +477,24 @@ func _AgentService_ProbeStats_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_PathCheck_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PathCheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).PathCheck(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_PathCheck_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).PathCheck(ctx, req.(*PathCheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -493,6 +541,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ProbeStats",
 			Handler:    _AgentService_ProbeStats_Handler,
+		},
+		{
+			MethodName: "PathCheck",
+			Handler:    _AgentService_PathCheck_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

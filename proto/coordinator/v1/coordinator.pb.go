@@ -308,8 +308,12 @@ type CutoverRequest struct {
 	// probe mesh instead of refusing preflight, and the result is flagged
 	// (Report.warnings), never a clean success (I7).
 	AllowUnprobed bool `protobuf:"varint,40,opt,name=allow_unprobed,json=allowUnprobed,proto3" json:"allow_unprobed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Go ahead although the underlay path check found problems (blocked
+	// pairs, VNI-specific drops, MTU): they become warnings of the result
+	// (Report.warnings), never a clean success.
+	AllowPathProblems bool `protobuf:"varint,70,opt,name=allow_path_problems,json=allowPathProblems,proto3" json:"allow_path_problems,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CutoverRequest) Reset() {
@@ -405,6 +409,13 @@ func (x *CutoverRequest) GetAllowUnprobed() bool {
 	return false
 }
 
+func (x *CutoverRequest) GetAllowPathProblems() bool {
+	if x != nil {
+		return x.AllowPathProblems
+	}
+	return false
+}
+
 type NodePlan struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Node           string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -486,7 +497,8 @@ type PlanResponse struct {
 	CurrentPort   uint32                 `protobuf:"varint,1,opt,name=current_port,json=currentPort,proto3" json:"current_port,omitempty"`
 	TargetPort    uint32                 `protobuf:"varint,2,opt,name=target_port,json=targetPort,proto3" json:"target_port,omitempty"`
 	Nodes         []*NodePlan            `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Problems      []string               `protobuf:"bytes,4,rep,name=problems,proto3" json:"problems,omitempty"` // all problems; empty means the cutover may go
+	Problems      []string               `protobuf:"bytes,4,rep,name=problems,proto3" json:"problems,omitempty"`                     // all problems; empty means the cutover may go
+	PathCheck     *PathCheckResult       `protobuf:"bytes,70,opt,name=path_check,json=pathCheck,proto3" json:"path_check,omitempty"` // the underlay path check on the target port
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -549,6 +561,255 @@ func (x *PlanResponse) GetProblems() []string {
 	return nil
 }
 
+func (x *PlanResponse) GetPathCheck() *PathCheckResult {
+	if x != nil {
+		return x.PathCheck
+	}
+	return nil
+}
+
+// PathCheckResult is the matrix of an underlay path check: real VXLAN
+// frames sent on port between pairs of nodes, both directions.
+type PathCheckResult struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Port         uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	Vnis         []uint32               `protobuf:"varint,2,rep,packed,name=vnis,proto3" json:"vnis,omitempty"`                              // the overlay's VNIs, as the agents report them
+	ReferenceVni uint32                 `protobuf:"varint,3,opt,name=reference_vni,json=referenceVni,proto3" json:"reference_vni,omitempty"` // a VNI the overlay does not use: tells VNI-specific drops
+	OverlayMtu   uint32                 `protobuf:"varint,4,opt,name=overlay_mtu,json=overlayMtu,proto3" json:"overlay_mtu,omitempty"`
+	Sizes        []uint32               `protobuf:"varint,5,rep,packed,name=sizes,proto3" json:"sizes,omitempty"` // outer IPv4 packet sizes sent (DF set); the largest is overlay MTU + 50
+	// "every pair", or how the pairs were sampled (every node sends to and
+	// receives from the same k peers).
+	Sampling     string      `protobuf:"bytes,6,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	Nodes        uint32      `protobuf:"varint,7,opt,name=nodes,proto3" json:"nodes,omitempty"`                                   // nodes checked
+	PairsChecked uint32      `protobuf:"varint,8,opt,name=pairs_checked,json=pairsChecked,proto3" json:"pairs_checked,omitempty"` // ordered pairs (directions) with a verdict
+	Pairs        []*PathPair `protobuf:"bytes,9,rep,name=pairs,proto3" json:"pairs,omitempty"`                                    // every checked direction, sorted by from, to
+	Problems     []string    `protobuf:"bytes,10,rep,name=problems,proto3" json:"problems,omitempty"`                             // blocked pairs, VNI drops, MTU, nodes not checked: each names the nodes
+	Notes        []string    `protobuf:"bytes,11,rep,name=notes,proto3" json:"notes,omitempty"`
+	TookMicros   int64       `protobuf:"varint,12,opt,name=took_micros,json=tookMicros,proto3" json:"took_micros,omitempty"`
+	BlockedPairs uint32      `protobuf:"varint,13,opt,name=blocked_pairs,json=blockedPairs,proto3" json:"blocked_pairs,omitempty"`
+	// The current port, checked as a control: a direction that passes
+	// nothing on either port is "inconclusive", not "blocked". 0: none.
+	ControlPort   uint32 `protobuf:"varint,14,opt,name=control_port,json=controlPort,proto3" json:"control_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathCheckResult) Reset() {
+	*x = PathCheckResult{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathCheckResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathCheckResult) ProtoMessage() {}
+
+func (x *PathCheckResult) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathCheckResult.ProtoReflect.Descriptor instead.
+func (*PathCheckResult) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PathCheckResult) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *PathCheckResult) GetVnis() []uint32 {
+	if x != nil {
+		return x.Vnis
+	}
+	return nil
+}
+
+func (x *PathCheckResult) GetReferenceVni() uint32 {
+	if x != nil {
+		return x.ReferenceVni
+	}
+	return 0
+}
+
+func (x *PathCheckResult) GetOverlayMtu() uint32 {
+	if x != nil {
+		return x.OverlayMtu
+	}
+	return 0
+}
+
+func (x *PathCheckResult) GetSizes() []uint32 {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
+func (x *PathCheckResult) GetSampling() string {
+	if x != nil {
+		return x.Sampling
+	}
+	return ""
+}
+
+func (x *PathCheckResult) GetNodes() uint32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *PathCheckResult) GetPairsChecked() uint32 {
+	if x != nil {
+		return x.PairsChecked
+	}
+	return 0
+}
+
+func (x *PathCheckResult) GetPairs() []*PathPair {
+	if x != nil {
+		return x.Pairs
+	}
+	return nil
+}
+
+func (x *PathCheckResult) GetProblems() []string {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+func (x *PathCheckResult) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+func (x *PathCheckResult) GetTookMicros() int64 {
+	if x != nil {
+		return x.TookMicros
+	}
+	return 0
+}
+
+func (x *PathCheckResult) GetBlockedPairs() uint32 {
+	if x != nil {
+		return x.BlockedPairs
+	}
+	return 0
+}
+
+func (x *PathCheckResult) GetControlPort() uint32 {
+	if x != nil {
+		return x.ControlPort
+	}
+	return 0
+}
+
+type PathPair struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	To    string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	// "ok", "blocked" (nothing passed), "vni" (the overlay's VNI dropped,
+	// the reference VNI passed), "mtu" (small frames passed, full-size ones
+	// did not), "inconclusive" (nothing passed on the current port either),
+	// "not_checked" (a node's side of the check failed).
+	Verdict       string   `protobuf:"bytes,3,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	DroppedVnis   []uint32 `protobuf:"varint,4,rep,packed,name=dropped_vnis,json=droppedVnis,proto3" json:"dropped_vnis,omitempty"`
+	LargestSize   uint32   `protobuf:"varint,5,opt,name=largest_size,json=largestSize,proto3" json:"largest_size,omitempty"` // the largest outer packet that passed (0: none)
+	Detail        string   `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathPair) Reset() {
+	*x = PathPair{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathPair) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathPair) ProtoMessage() {}
+
+func (x *PathPair) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathPair.ProtoReflect.Descriptor instead.
+func (*PathPair) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PathPair) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *PathPair) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *PathPair) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *PathPair) GetDroppedVnis() []uint32 {
+	if x != nil {
+		return x.DroppedVnis
+	}
+	return nil
+}
+
+func (x *PathPair) GetLargestSize() uint32 {
+	if x != nil {
+		return x.LargestSize
+	}
+	return 0
+}
+
+func (x *PathPair) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 type OperationEvent struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
@@ -569,7 +830,7 @@ type OperationEvent struct {
 
 func (x *OperationEvent) Reset() {
 	*x = OperationEvent{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[6]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +842,7 @@ func (x *OperationEvent) String() string {
 func (*OperationEvent) ProtoMessage() {}
 
 func (x *OperationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[6]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +855,7 @@ func (x *OperationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationEvent.ProtoReflect.Descriptor instead.
 func (*OperationEvent) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{6}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *OperationEvent) GetOperationId() string {
@@ -670,7 +931,7 @@ type PhaseDuration struct {
 
 func (x *PhaseDuration) Reset() {
 	*x = PhaseDuration{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[7]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +943,7 @@ func (x *PhaseDuration) String() string {
 func (*PhaseDuration) ProtoMessage() {}
 
 func (x *PhaseDuration) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[7]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +956,7 @@ func (x *PhaseDuration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseDuration.ProtoReflect.Descriptor instead.
 func (*PhaseDuration) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{7}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PhaseDuration) GetPhase() string {
@@ -745,7 +1006,7 @@ type NodeResult struct {
 
 func (x *NodeResult) Reset() {
 	*x = NodeResult{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[8]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +1018,7 @@ func (x *NodeResult) String() string {
 func (*NodeResult) ProtoMessage() {}
 
 func (x *NodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[8]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +1031,7 @@ func (x *NodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeResult.ProtoReflect.Descriptor instead.
 func (*NodeResult) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{8}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeResult) GetNode() string {
@@ -898,7 +1159,7 @@ type PairDisruption struct {
 
 func (x *PairDisruption) Reset() {
 	*x = PairDisruption{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[9]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1171,7 @@ func (x *PairDisruption) String() string {
 func (*PairDisruption) ProtoMessage() {}
 
 func (x *PairDisruption) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[9]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1184,7 @@ func (x *PairDisruption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PairDisruption.ProtoReflect.Descriptor instead.
 func (*PairDisruption) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{9}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PairDisruption) GetFrom() string {
@@ -1018,7 +1279,7 @@ type Report struct {
 
 func (x *Report) Reset() {
 	*x = Report{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1291,7 @@ func (x *Report) String() string {
 func (*Report) ProtoMessage() {}
 
 func (x *Report) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1304,7 @@ func (x *Report) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Report.ProtoReflect.Descriptor instead.
 func (*Report) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{10}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Report) GetOperationId() string {
@@ -1252,7 +1513,7 @@ type LateNode struct {
 
 func (x *LateNode) Reset() {
 	*x = LateNode{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1525,7 @@ func (x *LateNode) String() string {
 func (*LateNode) ProtoMessage() {}
 
 func (x *LateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1538,7 @@ func (x *LateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LateNode.ProtoReflect.Descriptor instead.
 func (*LateNode) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{11}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LateNode) GetNode() string {
@@ -1310,7 +1571,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1583,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1596,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatusRequest) GetOperationId() string {
@@ -1354,7 +1615,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1627,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1640,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RollbackRequest) GetOperationId() string {
@@ -1413,7 +1674,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
 	"\x12ListAgentsResponse\x125\n" +
-	"\x06agents\x18\x01 \x03(\v2\x1d.cutover.coordinator.v1.AgentR\x06agents\"\xbe\x02\n" +
+	"\x06agents\x18\x01 \x03(\v2\x1d.cutover.coordinator.v1.AgentR\x06agents\"\xee\x02\n" +
 	"\x0eCutoverRequest\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x14\n" +
@@ -1423,19 +1684,47 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x14allow_nodeport_range\x18\x06 \x01(\bR\x12allowNodeportRange\x12*\n" +
 	"\x11allow_tunnel_port\x18\a \x01(\bR\x0fallowTunnelPort\x12!\n" +
 	"\foperation_id\x18\b \x01(\tR\voperationId\x12%\n" +
-	"\x0eallow_unprobed\x18( \x01(\bR\rallowUnprobed\"\xa1\x01\n" +
+	"\x0eallow_unprobed\x18( \x01(\bR\rallowUnprobed\x12.\n" +
+	"\x13allow_path_problems\x18F \x01(\bR\x11allowPathProblems\"\xa1\x01\n" +
 	"\bNodePlan\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12!\n" +
 	"\fcurrent_port\x18\x02 \x01(\rR\vcurrentPort\x12(\n" +
 	"\x10target_port_free\x18\x03 \x01(\bR\x0etargetPortFree\x12\x1a\n" +
 	"\bproblems\x18\x04 \x03(\tR\bproblems\x12\x18\n" +
-	"\aactions\x18\x05 \x03(\tR\aactions\"\xa6\x01\n" +
+	"\aactions\x18\x05 \x03(\tR\aactions\"\xee\x01\n" +
 	"\fPlanResponse\x12!\n" +
 	"\fcurrent_port\x18\x01 \x01(\rR\vcurrentPort\x12\x1f\n" +
 	"\vtarget_port\x18\x02 \x01(\rR\n" +
 	"targetPort\x126\n" +
 	"\x05nodes\x18\x03 \x03(\v2 .cutover.coordinator.v1.NodePlanR\x05nodes\x12\x1a\n" +
-	"\bproblems\x18\x04 \x03(\tR\bproblems\"\xa0\x02\n" +
+	"\bproblems\x18\x04 \x03(\tR\bproblems\x12F\n" +
+	"\n" +
+	"path_check\x18F \x01(\v2'.cutover.coordinator.v1.PathCheckResultR\tpathCheck\"\xbf\x03\n" +
+	"\x0fPathCheckResult\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12\x12\n" +
+	"\x04vnis\x18\x02 \x03(\rR\x04vnis\x12#\n" +
+	"\rreference_vni\x18\x03 \x01(\rR\freferenceVni\x12\x1f\n" +
+	"\voverlay_mtu\x18\x04 \x01(\rR\n" +
+	"overlayMtu\x12\x14\n" +
+	"\x05sizes\x18\x05 \x03(\rR\x05sizes\x12\x1a\n" +
+	"\bsampling\x18\x06 \x01(\tR\bsampling\x12\x14\n" +
+	"\x05nodes\x18\a \x01(\rR\x05nodes\x12#\n" +
+	"\rpairs_checked\x18\b \x01(\rR\fpairsChecked\x126\n" +
+	"\x05pairs\x18\t \x03(\v2 .cutover.coordinator.v1.PathPairR\x05pairs\x12\x1a\n" +
+	"\bproblems\x18\n" +
+	" \x03(\tR\bproblems\x12\x14\n" +
+	"\x05notes\x18\v \x03(\tR\x05notes\x12\x1f\n" +
+	"\vtook_micros\x18\f \x01(\x03R\n" +
+	"tookMicros\x12#\n" +
+	"\rblocked_pairs\x18\r \x01(\rR\fblockedPairs\x12!\n" +
+	"\fcontrol_port\x18\x0e \x01(\rR\vcontrolPort\"\xa6\x01\n" +
+	"\bPathPair\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\x12\x18\n" +
+	"\averdict\x18\x03 \x01(\tR\averdict\x12!\n" +
+	"\fdropped_vnis\x18\x04 \x03(\rR\vdroppedVnis\x12!\n" +
+	"\flargest_size\x18\x05 \x01(\rR\vlargestSize\x12\x16\n" +
+	"\x06detail\x18\x06 \x01(\tR\x06detail\"\xa0\x02\n" +
 	"\x0eOperationEvent\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x12\n" +
@@ -1526,14 +1815,15 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x19OPERATION_STATE_SUCCEEDED\x10\x02\x12\x1b\n" +
 	"\x17OPERATION_STATE_ABORTED\x10\x03\x12\x1f\n" +
 	"\x1bOPERATION_STATE_ROLLED_BACK\x10\x04\x12\x1a\n" +
-	"\x16OPERATION_STATE_FAILED\x10\x052\xdc\x03\n" +
+	"\x16OPERATION_STATE_FAILED\x10\x052\xba\x04\n" +
 	"\x12CoordinatorService\x12c\n" +
 	"\n" +
 	"ListAgents\x12).cutover.coordinator.v1.ListAgentsRequest\x1a*.cutover.coordinator.v1.ListAgentsResponse\x12T\n" +
 	"\x04Plan\x12&.cutover.coordinator.v1.CutoverRequest\x1a$.cutover.coordinator.v1.PlanResponse\x12[\n" +
 	"\aCutover\x12&.cutover.coordinator.v1.CutoverRequest\x1a&.cutover.coordinator.v1.OperationEvent0\x01\x12O\n" +
 	"\x06Status\x12%.cutover.coordinator.v1.StatusRequest\x1a\x1e.cutover.coordinator.v1.Report\x12]\n" +
-	"\bRollback\x12'.cutover.coordinator.v1.RollbackRequest\x1a&.cutover.coordinator.v1.OperationEvent0\x01BCZAgithub.com/cutover-dev/cutover/proto/coordinator/v1;coordinatorv1b\x06proto3"
+	"\bRollback\x12'.cutover.coordinator.v1.RollbackRequest\x1a&.cutover.coordinator.v1.OperationEvent0\x01\x12\\\n" +
+	"\tPathCheck\x12&.cutover.coordinator.v1.CutoverRequest\x1a'.cutover.coordinator.v1.PathCheckResultBCZAgithub.com/cutover-dev/cutover/proto/coordinator/v1;coordinatorv1b\x06proto3"
 
 var (
 	file_coordinator_v1_coordinator_proto_rawDescOnce sync.Once
@@ -1548,7 +1838,7 @@ func file_coordinator_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_coordinator_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(OperationState)(0),        // 0: cutover.coordinator.v1.OperationState
 	(*ListAgentsRequest)(nil),  // 1: cutover.coordinator.v1.ListAgentsRequest
@@ -1557,44 +1847,50 @@ var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(*CutoverRequest)(nil),     // 4: cutover.coordinator.v1.CutoverRequest
 	(*NodePlan)(nil),           // 5: cutover.coordinator.v1.NodePlan
 	(*PlanResponse)(nil),       // 6: cutover.coordinator.v1.PlanResponse
-	(*OperationEvent)(nil),     // 7: cutover.coordinator.v1.OperationEvent
-	(*PhaseDuration)(nil),      // 8: cutover.coordinator.v1.PhaseDuration
-	(*NodeResult)(nil),         // 9: cutover.coordinator.v1.NodeResult
-	(*PairDisruption)(nil),     // 10: cutover.coordinator.v1.PairDisruption
-	(*Report)(nil),             // 11: cutover.coordinator.v1.Report
-	(*LateNode)(nil),           // 12: cutover.coordinator.v1.LateNode
-	(*StatusRequest)(nil),      // 13: cutover.coordinator.v1.StatusRequest
-	(*RollbackRequest)(nil),    // 14: cutover.coordinator.v1.RollbackRequest
-	nil,                        // 15: cutover.coordinator.v1.Agent.LabelsEntry
+	(*PathCheckResult)(nil),    // 7: cutover.coordinator.v1.PathCheckResult
+	(*PathPair)(nil),           // 8: cutover.coordinator.v1.PathPair
+	(*OperationEvent)(nil),     // 9: cutover.coordinator.v1.OperationEvent
+	(*PhaseDuration)(nil),      // 10: cutover.coordinator.v1.PhaseDuration
+	(*NodeResult)(nil),         // 11: cutover.coordinator.v1.NodeResult
+	(*PairDisruption)(nil),     // 12: cutover.coordinator.v1.PairDisruption
+	(*Report)(nil),             // 13: cutover.coordinator.v1.Report
+	(*LateNode)(nil),           // 14: cutover.coordinator.v1.LateNode
+	(*StatusRequest)(nil),      // 15: cutover.coordinator.v1.StatusRequest
+	(*RollbackRequest)(nil),    // 16: cutover.coordinator.v1.RollbackRequest
+	nil,                        // 17: cutover.coordinator.v1.Agent.LabelsEntry
 }
 var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
-	15, // 0: cutover.coordinator.v1.Agent.labels:type_name -> cutover.coordinator.v1.Agent.LabelsEntry
+	17, // 0: cutover.coordinator.v1.Agent.labels:type_name -> cutover.coordinator.v1.Agent.LabelsEntry
 	2,  // 1: cutover.coordinator.v1.ListAgentsResponse.agents:type_name -> cutover.coordinator.v1.Agent
 	5,  // 2: cutover.coordinator.v1.PlanResponse.nodes:type_name -> cutover.coordinator.v1.NodePlan
-	11, // 3: cutover.coordinator.v1.OperationEvent.report:type_name -> cutover.coordinator.v1.Report
-	0,  // 4: cutover.coordinator.v1.Report.state:type_name -> cutover.coordinator.v1.OperationState
-	8,  // 5: cutover.coordinator.v1.Report.phases:type_name -> cutover.coordinator.v1.PhaseDuration
-	9,  // 6: cutover.coordinator.v1.Report.nodes:type_name -> cutover.coordinator.v1.NodeResult
-	10, // 7: cutover.coordinator.v1.Report.disruption:type_name -> cutover.coordinator.v1.PairDisruption
-	12, // 8: cutover.coordinator.v1.Report.late_nodes:type_name -> cutover.coordinator.v1.LateNode
-	4,  // 9: cutover.coordinator.v1.Report.request:type_name -> cutover.coordinator.v1.CutoverRequest
-	6,  // 10: cutover.coordinator.v1.Report.plan:type_name -> cutover.coordinator.v1.PlanResponse
-	7,  // 11: cutover.coordinator.v1.Report.events:type_name -> cutover.coordinator.v1.OperationEvent
-	1,  // 12: cutover.coordinator.v1.CoordinatorService.ListAgents:input_type -> cutover.coordinator.v1.ListAgentsRequest
-	4,  // 13: cutover.coordinator.v1.CoordinatorService.Plan:input_type -> cutover.coordinator.v1.CutoverRequest
-	4,  // 14: cutover.coordinator.v1.CoordinatorService.Cutover:input_type -> cutover.coordinator.v1.CutoverRequest
-	13, // 15: cutover.coordinator.v1.CoordinatorService.Status:input_type -> cutover.coordinator.v1.StatusRequest
-	14, // 16: cutover.coordinator.v1.CoordinatorService.Rollback:input_type -> cutover.coordinator.v1.RollbackRequest
-	3,  // 17: cutover.coordinator.v1.CoordinatorService.ListAgents:output_type -> cutover.coordinator.v1.ListAgentsResponse
-	6,  // 18: cutover.coordinator.v1.CoordinatorService.Plan:output_type -> cutover.coordinator.v1.PlanResponse
-	7,  // 19: cutover.coordinator.v1.CoordinatorService.Cutover:output_type -> cutover.coordinator.v1.OperationEvent
-	11, // 20: cutover.coordinator.v1.CoordinatorService.Status:output_type -> cutover.coordinator.v1.Report
-	7,  // 21: cutover.coordinator.v1.CoordinatorService.Rollback:output_type -> cutover.coordinator.v1.OperationEvent
-	17, // [17:22] is the sub-list for method output_type
-	12, // [12:17] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	7,  // 3: cutover.coordinator.v1.PlanResponse.path_check:type_name -> cutover.coordinator.v1.PathCheckResult
+	8,  // 4: cutover.coordinator.v1.PathCheckResult.pairs:type_name -> cutover.coordinator.v1.PathPair
+	13, // 5: cutover.coordinator.v1.OperationEvent.report:type_name -> cutover.coordinator.v1.Report
+	0,  // 6: cutover.coordinator.v1.Report.state:type_name -> cutover.coordinator.v1.OperationState
+	10, // 7: cutover.coordinator.v1.Report.phases:type_name -> cutover.coordinator.v1.PhaseDuration
+	11, // 8: cutover.coordinator.v1.Report.nodes:type_name -> cutover.coordinator.v1.NodeResult
+	12, // 9: cutover.coordinator.v1.Report.disruption:type_name -> cutover.coordinator.v1.PairDisruption
+	14, // 10: cutover.coordinator.v1.Report.late_nodes:type_name -> cutover.coordinator.v1.LateNode
+	4,  // 11: cutover.coordinator.v1.Report.request:type_name -> cutover.coordinator.v1.CutoverRequest
+	6,  // 12: cutover.coordinator.v1.Report.plan:type_name -> cutover.coordinator.v1.PlanResponse
+	9,  // 13: cutover.coordinator.v1.Report.events:type_name -> cutover.coordinator.v1.OperationEvent
+	1,  // 14: cutover.coordinator.v1.CoordinatorService.ListAgents:input_type -> cutover.coordinator.v1.ListAgentsRequest
+	4,  // 15: cutover.coordinator.v1.CoordinatorService.Plan:input_type -> cutover.coordinator.v1.CutoverRequest
+	4,  // 16: cutover.coordinator.v1.CoordinatorService.Cutover:input_type -> cutover.coordinator.v1.CutoverRequest
+	15, // 17: cutover.coordinator.v1.CoordinatorService.Status:input_type -> cutover.coordinator.v1.StatusRequest
+	16, // 18: cutover.coordinator.v1.CoordinatorService.Rollback:input_type -> cutover.coordinator.v1.RollbackRequest
+	4,  // 19: cutover.coordinator.v1.CoordinatorService.PathCheck:input_type -> cutover.coordinator.v1.CutoverRequest
+	3,  // 20: cutover.coordinator.v1.CoordinatorService.ListAgents:output_type -> cutover.coordinator.v1.ListAgentsResponse
+	6,  // 21: cutover.coordinator.v1.CoordinatorService.Plan:output_type -> cutover.coordinator.v1.PlanResponse
+	9,  // 22: cutover.coordinator.v1.CoordinatorService.Cutover:output_type -> cutover.coordinator.v1.OperationEvent
+	13, // 23: cutover.coordinator.v1.CoordinatorService.Status:output_type -> cutover.coordinator.v1.Report
+	9,  // 24: cutover.coordinator.v1.CoordinatorService.Rollback:output_type -> cutover.coordinator.v1.OperationEvent
+	7,  // 25: cutover.coordinator.v1.CoordinatorService.PathCheck:output_type -> cutover.coordinator.v1.PathCheckResult
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }
@@ -1608,7 +1904,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_v1_coordinator_proto_rawDesc), len(file_coordinator_v1_coordinator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	CoordinatorService_Cutover_FullMethodName    = "/cutover.coordinator.v1.CoordinatorService/Cutover"
 	CoordinatorService_Status_FullMethodName     = "/cutover.coordinator.v1.CoordinatorService/Status"
 	CoordinatorService_Rollback_FullMethodName   = "/cutover.coordinator.v1.CoordinatorService/Rollback"
+	CoordinatorService_PathCheck_FullMethodName  = "/cutover.coordinator.v1.CoordinatorService/PathCheck"
 )
 
 // CoordinatorServiceClient is the client API for CoordinatorService service.
@@ -44,6 +45,12 @@ type CoordinatorServiceClient interface {
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*Report, error)
 	// Rollback puts every node of an operation back on its prior port.
 	Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OperationEvent], error)
+	// PathCheck tests whether the underlay passes real VXLAN frames on the
+	// request's port between the targeted nodes (the check every preflight
+	// runs), alone. Changes nothing; the other request fields but port,
+	// nodes, selector, timeout_millis and the allow_* port checks are
+	// ignored.
+	PathCheck(ctx context.Context, in *CutoverRequest, opts ...grpc.CallOption) (*PathCheckResult, error)
 }
 
 type coordinatorServiceClient struct {
@@ -122,6 +129,16 @@ func (c *coordinatorServiceClient) Rollback(ctx context.Context, in *RollbackReq
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type CoordinatorService_RollbackClient = grpc.ServerStreamingClient[OperationEvent]
 
+func (c *coordinatorServiceClient) PathCheck(ctx context.Context, in *CutoverRequest, opts ...grpc.CallOption) (*PathCheckResult, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PathCheckResult)
+	err := c.cc.Invoke(ctx, CoordinatorService_PathCheck_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServiceServer is the server API for CoordinatorService service.
 // All implementations must embed UnimplementedCoordinatorServiceServer
 // for forward compatibility.
@@ -138,6 +155,12 @@ type CoordinatorServiceServer interface {
 	Status(context.Context, *StatusRequest) (*Report, error)
 	// Rollback puts every node of an operation back on its prior port.
 	Rollback(*RollbackRequest, grpc.ServerStreamingServer[OperationEvent]) error
+	// PathCheck tests whether the underlay passes real VXLAN frames on the
+	// request's port between the targeted nodes (the check every preflight
+	// runs), alone. Changes nothing; the other request fields but port,
+	// nodes, selector, timeout_millis and the allow_* port checks are
+	// ignored.
+	PathCheck(context.Context, *CutoverRequest) (*PathCheckResult, error)
 	mustEmbedUnimplementedCoordinatorServiceServer()
 }
 
@@ -162,6 +185,9 @@ func (UnimplementedCoordinatorServiceServer) Status(context.Context, *StatusRequ
 }
 func (UnimplementedCoordinatorServiceServer) Rollback(*RollbackRequest, grpc.ServerStreamingServer[OperationEvent]) error {
 	return status.Errorf(codes.Unimplemented, "method Rollback not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) PathCheck(context.Context, *CutoverRequest) (*PathCheckResult, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PathCheck not implemented")
 }
 func (UnimplementedCoordinatorServiceServer) mustEmbedUnimplementedCoordinatorServiceServer() {}
 func (UnimplementedCoordinatorServiceServer) testEmbeddedByValue()                            {}
@@ -260,6 +286,24 @@ func _CoordinatorService_Rollback_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type CoordinatorService_RollbackServer = grpc.ServerStreamingServer[OperationEvent]
 
+func _CoordinatorService_PathCheck_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CutoverRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).PathCheck(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_PathCheck_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).PathCheck(ctx, req.(*CutoverRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // CoordinatorService_ServiceDesc is the grpc.ServiceDesc for CoordinatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -278,6 +322,10 @@ var CoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _CoordinatorService_Status_Handler,
+		},
+		{
+			MethodName: "PathCheck",
+			Handler:    _CoordinatorService_PathCheck_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,105 @@
+package fakeagent
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Underlay is the network the fake agents' path checks cross: Drop says
+// whether a frame from → to with vni and outer size is dropped. Agents
+// share one (SetUnderlay); nil drops nothing.
+type Underlay struct {
+	mu   sync.Mutex
+	Drop func(from, to string, vni, size uint32) bool
+	// DropControl drops the control frames from → to on the current
+	// port; nil drops none.
+	DropControl func(from, to string) bool
+}
+
+func (u *Underlay) drops(from, to string, vni, size uint32) bool {
+	if u == nil {
+		return false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.Drop != nil && u.Drop(from, to, vni, size)
+}
+
+// SetDrop replaces the drop rule.
+func (u *Underlay) SetDrop(f func(from, to string, vni, size uint32) bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.Drop = f
+}
+
+// SetDropControl replaces the control drop rule.
+func (u *Underlay) SetDropControl(f func(from, to string) bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.DropControl = f
+}
+
+func (u *Underlay) dropsControl(from, to string) bool {
+	if u == nil {
+		return false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.DropControl != nil && u.DropControl(from, to)
+}
+
+// SetUnderlay makes the agent's path checks cross u.
+func (a *Agent) SetUnderlay(u *Underlay) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.underlay = u
+}
+
+// defaultUnderlayAddr is a node's underlay address as Info reports it.
+func defaultUnderlayAddr(node string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(node))
+	v := h.Sum32()
+	return fmt.Sprintf("198.18.%d.%d", (v>>8)%256, 1+v%254)
+}
+
+// PathCheck implements AgentService: every request is judged by the
+// shared Underlay at once (no window), both directions. A port in
+// busyPorts is refused as the real agent refuses it.
+func (a *Agent) PathCheck(ctx context.Context, req *agentv1.PathCheckRequest) (*agentv1.PathCheckResponse, error) {
+	if err, _ := a.faultRO(ctx, "PathCheck"); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if who, ok := a.busyPorts[req.Port]; ok || req.Port == a.port {
+		if !ok {
+			who = "the overlay"
+		}
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s: udp port %d on %s is not free: address already in use (held by %s)", a.node, req.Port, defaultUnderlayAddr(a.node), who)
+	}
+	resp := &agentv1.PathCheckResponse{Node: a.node, Address: fmt.Sprintf("%s:%d", defaultUnderlayAddr(a.node), req.Port)}
+	for _, p := range req.Peers {
+		for _, v := range req.Vnis {
+			for _, z := range req.Sizes {
+				there := !a.underlay.drops(a.node, p.Name, v, z)
+				back := !a.underlay.drops(p.Name, a.node, v, z)
+				resp.Results = append(resp.Results, &agentv1.PathProbeResult{Peer: p.Name, Vni: v, Size: z, Sent: 1,
+					Answered: there && back, Received: back})
+			}
+		}
+		if req.ControlPort != 0 {
+			small := slices.Min(req.Sizes)
+			resp.Results = append(resp.Results, &agentv1.PathProbeResult{Peer: p.Name, Vni: req.ControlVni, Size: small, Sent: 1,
+				Control: true, Received: !a.underlay.dropsControl(p.Name, a.node)})
+		}
+	}
+	return resp, nil
+}

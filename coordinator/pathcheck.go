@@ -1,0 +1,282 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/status"
+
+	"github.com/cutover-dev/cutover/pkg/pathprobe"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+)
+
+// The underlay path check (issue 14, docs/pathcheck.md): before anything
+// changes, every targeted agent binds the target port on its underlay
+// address and exchanges real VXLAN frames with its peers, both ways, at
+// the overlay's VNIs and up to its full frame size with DF set. What
+// passed is judged by pathMatrix (pathmatrix.go).
+
+// defaultOverlayMTU is assumed when no agent reports its overlay's MTU:
+// openshift-sdn's and flannel's default on a 1500-byte underlay.
+const defaultOverlayMTU = 1450
+
+// The path check's start lead: at least pathLeadMin, plus per targeted
+// agent (fan-out cost), or three times the worst agent round trip.
+const (
+	pathLeadMin     = 100 * time.Millisecond
+	pathLeadPerNode = 3 * time.Millisecond
+)
+
+// smallFrame is the size of the frames that tell "blocked" and "VNI
+// dropped" from an MTU problem: far below any underlay's MTU.
+const smallFrame = 256
+
+// pathPeers is whom each node exchanges frames with, both ways: every
+// other node up to sampleAbove nodes, else the probe sample of k (every
+// node sends to and receives from k others) made symmetric, so that every
+// node is sender and receiver of each of its pairs. The second result
+// says which.
+func pathPeers(nodes []string, sampleAbove, k int) (map[string][]string, string) {
+	if len(nodes) <= sampleAbove {
+		return probeSample(nodes, 0), "every pair"
+	}
+	s := probeSample(nodes, k)
+	sym := map[string][]string{}
+	for from, tos := range s {
+		for _, to := range tos {
+			sym[from] = append(sym[from], to)
+			sym[to] = append(sym[to], from)
+		}
+	}
+	for n := range sym {
+		sym[n] = slices.Compact(slices.Sorted(slices.Values(sym[n])))
+	}
+	return sym, fmt.Sprintf("sampled above %d nodes: every node exchanges frames both ways with at least %d others (a ring at spread distances, as the probe mesh)", sampleAbove, k)
+}
+
+// pathSizes are the outer packet sizes sent: a small frame, steps below
+// the full size to name the largest that passes, and the full size.
+func pathSizes(mtu uint32) []uint32 {
+	full := mtu + pathprobe.Overhead
+	out := []uint32{smallFrame}
+	for _, d := range []uint32{400, 200, 100, 0} {
+		if full > d && full-d > smallFrame {
+			out = append(out, full-d)
+		}
+	}
+	return slices.Compact(out)
+}
+
+// referenceVNI is a VNI the overlay does not use.
+func referenceVNI(vnis []uint32) uint32 {
+	for v := uint32(0xC07); ; v++ {
+		if !slices.Contains(vnis, v) {
+			return v
+		}
+	}
+}
+
+// pathCheck runs the check on port between nodes, whose Info answers
+// are in infos (nil: not reached, with the error in errs). It changes
+// nothing: each agent's socket is closed when its PathCheck returns.
+func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nodes []string, infos map[string]*agentv1.InfoResponse, errs map[string]error, clocks map[string]clockSample) *coordinatorv1.PathCheckResult {
+	start := time.Now()
+	res := &coordinatorv1.PathCheckResult{Port: port}
+	m := &pathMatrix{port: port, failed: map[string]string{}, sides: map[string]pathSide{}}
+	addr := map[string]string{}
+	var checked []string
+	var mtu uint32
+	for _, n := range nodes {
+		info := infos[n]
+		switch {
+		case info == nil:
+			why := "agent unreachable"
+			if e := errs[n]; e != nil {
+				why += ": " + status.Convert(e).Message()
+			}
+			m.failed[n] = why
+			continue
+		case info.UnderlayAddress == "":
+			m.failed[n] = info.PathCheckOffReason
+			if m.failed[n] == "" {
+				m.failed[n] = "the agent reports no underlay address (an agent without the path check?)"
+			}
+			continue
+		}
+		addr[n] = info.UnderlayAddress
+		checked = append(checked, n)
+		for _, v := range info.OverlayVnis {
+			if !slices.Contains(m.vnis, v) && len(m.vnis) < 7 {
+				m.vnis = append(m.vnis, v)
+			}
+		}
+		if info.OverlayMtu > 0 && (mtu == 0 || info.OverlayMtu < mtu) {
+			mtu = info.OverlayMtu
+		}
+	}
+	if len(m.vnis) == 0 {
+		m.vnis = []uint32{0}
+	}
+	slices.Sort(m.vnis)
+	if mtu == 0 {
+		mtu = defaultOverlayMTU
+		res.Notes = append(res.Notes, fmt.Sprintf("no agent reported its overlay MTU: %d assumed (set the agents' --overlay-mtu)", mtu))
+	}
+	m.reference = referenceVNI(m.vnis)
+	m.sizes = pathSizes(mtu)
+	var sampling string
+	m.peers, sampling = pathPeers(checked, c.cfg.PathSampleAbove, c.cfg.PathPeersK)
+	res.Vnis, res.ReferenceVni, res.OverlayMtu, res.Sizes, res.Sampling = m.vnis, m.reference, mtu, m.sizes, sampling
+	res.Nodes = uint32(len(checked))
+	// The control: the current port most checked nodes report.
+	ports := map[uint32]int{}
+	for _, n := range checked {
+		if p := infos[n].CurrentPort; p != 0 && p != port {
+			ports[p]++
+		}
+	}
+	for p, k := range ports {
+		if k > ports[m.control] || (k == ports[m.control] && p < m.control) {
+			m.control = p
+		}
+	}
+	m.controlVNI = m.vnis[0]
+	res.ControlPort = m.control
+
+	var mu sync.Mutex
+	window := c.cfg.PathWindow
+	// One start instant for every agent, in its own clock, far enough
+	// ahead for the fan-out to reach them all: otherwise a late agent's
+	// window would miss the others' and its pairs look blocked.
+	lead := pathLeadMin + time.Duration(len(checked))*pathLeadPerNode
+	for _, cs := range clocks {
+		lead = max(lead, pathLeadMin+3*cs.rtt)
+	}
+	at := time.Now().Add(lead)
+	fanOut(checked, func(n string) {
+		req := &agentv1.PathCheckRequest{CheckId: id + "/path", Port: port, Vnis: append(slices.Clone(m.vnis), m.reference), Sizes: m.sizes,
+			WindowMillis: window.Milliseconds(), IntervalMillis: c.cfg.PathInterval.Milliseconds(),
+			ControlPort: m.control, ControlVni: m.controlVNI}
+		if cs, ok := clocks[n]; ok {
+			req.StartUnixNano = at.Add(cs.offset).UnixNano()
+		}
+		for _, p := range m.peers[n] {
+			req.Peers = append(req.Peers, &agentv1.PathPeer{Name: p, Address: addr[p]})
+		}
+		cctx, cancel := context.WithTimeout(ctx, lead+window+2*time.Second)
+		defer cancel()
+		resp, err := c.agent(n).client.PathCheck(cctx, req)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			m.failed[n] = status.Convert(err).Message()
+			return
+		}
+		m.sides[n] = sideOf(resp)
+	})
+	res.Pairs, res.Problems = m.judge()
+	var noCapture []string
+	for _, n := range checked {
+		for _, byFrame := range m.sides[n] {
+			if r := byFrame[pathFrame{m.controlVNI, m.sizes[0], true}]; r != nil && r.ControlError != "" {
+				noCapture = append(noCapture, n+": "+r.ControlError)
+				break
+			}
+		}
+	}
+	if len(noCapture) > 0 {
+		res.Notes = append(res.Notes, "no control on the current port on "+abbreviate(noCapture, 5)+": a pair blocked there is reported blocked, not inconclusive")
+	}
+	for _, p := range res.Pairs {
+		if p.Verdict != "not_checked" {
+			res.PairsChecked++
+		}
+		if p.Verdict == "blocked" {
+			res.BlockedPairs++
+		}
+	}
+	res.TookMicros = time.Since(start).Microseconds()
+	result := "passed"
+	if len(res.Problems) > 0 {
+		result = "problems"
+	}
+	c.metrics.pathChecks.WithLabelValues(result).Inc()
+	c.metrics.pathBlocked.Set(float64(res.BlockedPairs))
+	return res
+}
+
+// preflightPath runs the path check of a preflight on the agents pf
+// reached. Its problems refuse the cutover, or with allow_path_problems
+// become the result's warnings.
+func (c *Coordinator) preflightPath(ctx context.Context, r request, pf *preflight) {
+	if c.cfg.NoPathCheck {
+		pf.pathWarnings = append(pf.pathWarnings, fmt.Sprintf("underlay path check off (--path-check=false): udp/%d was not checked between the nodes", r.to))
+		return
+	}
+	if len(r.nodes) < 2 {
+		return
+	}
+	infos, errs, clocks := map[string]*agentv1.InfoResponse{}, map[string]error{}, map[string]clockSample{}
+	for n, nc := range pf.checks {
+		if nc.err != nil {
+			errs[n] = nc.err
+			continue
+		}
+		infos[n], clocks[n] = nc.info, nc.clock
+	}
+	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs, clocks)
+	pf.resp.PathCheck = res
+	if len(res.Problems) == 0 {
+		return
+	}
+	if r.allowPathProblems {
+		for _, p := range res.Problems {
+			pf.pathWarnings = append(pf.pathWarnings, p+" (accepted: allow_path_problems)")
+		}
+		return
+	}
+	pf.problems = append(pf.problems, res.Problems...)
+	pf.resp.Problems = pf.problems
+}
+
+// PathCheck implements CoordinatorService: the path check alone, on the
+// request's port and nodes. Changes nothing.
+func (c *Coordinator) PathCheck(ctx context.Context, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PathCheckResult, error) {
+	if err := c.refreshInventory(ctx); err != nil {
+		return nil, inventoryUnread(err)
+	}
+	r, err := c.validate(req)
+	if err != nil {
+		return nil, err
+	}
+	infos, errs, clocks := map[string]*agentv1.InfoResponse{}, map[string]error{}, map[string]clockSample{}
+	var mu sync.Mutex
+	fanOut(r.nodes, func(n string) {
+		cctx, cancel := context.WithTimeout(ctx, r.step)
+		defer cancel()
+		cl := c.agent(n).client
+		info, err := cl.Info(cctx, &agentv1.InfoRequest{})
+		var cs clockSample
+		if err == nil {
+			cs, err = measureClock(cctx, cl, c.cfg.ClockSamples)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs[n] = err
+			return
+		}
+		infos[n], clocks[n] = info, cs
+	})
+	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs, clocks)
+	for _, n := range r.nodes {
+		if info := infos[n]; info != nil && info.CurrentPort == r.to {
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: already on port %d: the overlay holds it, the check cannot bind it", n, r.to))
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,243 @@
+package coordinator
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// pathLab is a lab of n fake agents whose path checks cross one
+// simulated underlay.
+func pathLab(t *testing.T, n int) (*lab, *fakeagent.Underlay) {
+	t.Helper()
+	l := newLab(t, n, nil)
+	u := &fakeagent.Underlay{}
+	for _, f := range l.fakes {
+		f.SetUnderlay(u)
+	}
+	return l, u
+}
+
+func between(a, b string) func(from, to string) bool {
+	return func(from, to string) bool { return (from == a && to == b) || (from == b && to == a) }
+}
+
+const lines = "\n"
+
+func TestPathCheckClean(t *testing.T) {
+	l, _ := pathLab(t, 4)
+	p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+	if err != nil || len(p.Problems) != 0 {
+		t.Fatalf("plan: %v %q", err, p.GetProblems())
+	}
+	pc := p.PathCheck
+	if pc == nil || pc.Port != 4889 || pc.PairsChecked != 12 || pc.BlockedPairs != 0 || pc.Sampling != "every pair" || pc.OverlayMtu != 1450 {
+		t.Fatalf("path check = %v", pc)
+	}
+	if !slices.Equal(pc.Vnis, []uint32{0}) || pc.ReferenceVni == 0 || pc.Sizes[len(pc.Sizes)-1] != 1500 {
+		t.Fatalf("vnis %v ref %d sizes %v: want [0], a reference VNI, up to 1500", pc.Vnis, pc.ReferenceVni, pc.Sizes)
+	}
+	for _, pp := range pc.Pairs {
+		if pp.Verdict != "ok" || pp.LargestSize != 1500 {
+			t.Errorf("pair %v", pp)
+		}
+	}
+	if got := testutil.ToFloat64(l.c.metrics.pathChecks.WithLabelValues("passed")); got != 1 {
+		t.Errorf("path_checks_total{passed} = %v", got)
+	}
+}
+
+// TestPathCheckRefuses: each underlay fault refuses the cutover with the
+// nodes or the size named, and nothing was prepared.
+func TestPathCheckRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		drop    func(from, to string, vni, size uint32) bool
+		verdict map[[2]string]string
+		want    []string
+	}{
+		{"blocked pair", func(from, to string, _, _ uint32) bool { return between("n1", "n3")(from, to) },
+			map[[2]string]string{{"n1", "n3"}: "blocked", {"n3", "n1"}: "blocked"},
+			[]string{"udp/4889 blocked between 2 node pair(s)", "n1→n3", "n3→n1"}},
+		{"one direction", func(from, to string, _, _ uint32) bool { return from == "n2" && to == "n4" },
+			map[[2]string]string{{"n2", "n4"}: "blocked"},
+			[]string{"blocked between 1 node pair(s)", "n2→n4"}},
+		{"vni", func(from, to string, vni, _ uint32) bool { return vni == 0 && between("n1", "n2")(from, to) },
+			map[[2]string]string{{"n1", "n2"}: "vni", {"n2", "n1"}: "vni"},
+			[]string{"overlay's VNI dropped", "n1→n2 (VNI 0)", "n2→n1 (VNI 0)"}},
+		{"mtu", func(_, _ string, _, size uint32) bool { return size > 1400 },
+			nil, // every pair
+			[]string{"full-size VXLAN frames (1500 bytes, DF) dropped", "n1→n2 (largest passed 1400)", "MTU"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, u := pathLab(t, 4)
+			u.SetDrop(tc.drop)
+			before := l.dump()
+			p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := strings.Join(p.Problems, lines)
+			for _, w := range tc.want {
+				if !strings.Contains(all, w) {
+					t.Errorf("plan problems do not say %q:\n%s", w, all)
+				}
+			}
+			for _, pp := range p.PathCheck.Pairs {
+				want := tc.verdict[[2]string{pp.From, pp.To}]
+				if want == "" {
+					want = "ok"
+					if tc.verdict == nil {
+						want = "mtu"
+					}
+				}
+				if pp.Verdict != want {
+					t.Errorf("%s→%s: verdict %q, want %q (%s)", pp.From, pp.To, pp.Verdict, want, pp.Detail)
+				}
+			}
+			_, _, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), tc.want[0]) {
+				t.Fatalf("cutover: %v: want FailedPrecondition saying %q", err, tc.want[0])
+			}
+			_, _, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op2", DryRun: true})
+			if status.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("dry run: %v: want FailedPrecondition", err)
+			}
+			l.nobodyGot("Prepare")
+			wantDump(t, l.dump(), before)
+			if got := testutil.ToFloat64(l.c.metrics.pathChecks.WithLabelValues("problems")); got != 3 {
+				t.Errorf("path_checks_total{problems} = %v, want 3 (plan, cutover, dry run)", got)
+			}
+		})
+	}
+}
+
+// TestPathCheckOverride: with allow_path_problems the cutover goes on and
+// the problems flag the result.
+func TestPathCheckOverride(t *testing.T) {
+	l, u := pathLab(t, 3)
+	u.SetDrop(func(from, to string, _, _ uint32) bool { return between("n1", "n2")(from, to) })
+	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1", AllowPathProblems: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != succeeded || !strings.Contains(strings.Join(rep.Warnings, lines), "n1→n2") || !strings.Contains(strings.Join(rep.Warnings, lines), "accepted: allow_path_problems") {
+		t.Fatalf("state %s warnings %q", rep.State, rep.Warnings)
+	}
+}
+
+// TestPathCheckPortHeld: a node where the port is bound says so, by node
+// and port, and the pairs with it are not judged.
+func TestPathCheckPortHeld(t *testing.T) {
+	l, _ := pathLab(t, 3)
+	l.fakes["n2"].HoldPort(4889, "socket inode 42 (0.0.0.0:4889)")
+	res, err := l.client.PathCheck(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(res.Problems, lines)
+	if !strings.Contains(all, "underlay path check not run on n2: node n2: udp port 4889") || !strings.Contains(all, "address already in use") {
+		t.Fatalf("problems %q", res.Problems)
+	}
+	for _, pp := range res.Pairs {
+		involved := pp.From == "n2" || pp.To == "n2"
+		if involved != (pp.Verdict == "not_checked") {
+			t.Errorf("pair %v", pp)
+		}
+	}
+	if res.PairsChecked != 2 {
+		t.Errorf("pairs checked %d, want 2 (n1↔n3)", res.PairsChecked)
+	}
+}
+
+func TestPathCheckBadInput(t *testing.T) {
+	l, _ := pathLab(t, 2)
+	for _, req := range []*coordinatorv1.CutoverRequest{{Port: 0}, {Port: 4889, Nodes: []string{"nope"}}, {Port: 30001}} {
+		if _, err := l.client.PathCheck(context.Background(), req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%v: err %v, want InvalidArgument", req, err)
+		}
+	}
+}
+
+// TestPathPeersSampled: above the threshold every node is sender and
+// receiver of at least k pairs, both ways.
+func TestPathPeersSampled(t *testing.T) {
+	var nodes []string
+	for i := range 40 {
+		nodes = append(nodes, "n"+string(rune('A'+i/26))+string(rune('a'+i%26)))
+	}
+	peers, how := pathPeers(nodes, 16, 4)
+	if !strings.Contains(how, "sampled") {
+		t.Fatalf("sampling %q", how)
+	}
+	for _, n := range nodes {
+		if len(peers[n]) < 4 || len(peers[n]) > 8 {
+			t.Errorf("%s: %d peers", n, len(peers[n]))
+		}
+		for _, p := range peers[n] {
+			if !slices.Contains(peers[p], n) {
+				t.Errorf("%s→%s without %s→%s", n, p, p, n)
+			}
+		}
+	}
+	if all, how := pathPeers(nodes[:5], 16, 4); how != "every pair" || len(all["nAa"]) != 4 {
+		t.Errorf("5 nodes: %q %v", how, all)
+	}
+}
+
+// TestPathCheckControl: a pair blocked on the new port whose control
+// frames pass on the current port is blocked, said so; one that passes
+// nothing on either port is inconclusive, not a verdict on the new port.
+func TestPathCheckControl(t *testing.T) {
+	l, u := pathLab(t, 3)
+	u.SetDrop(func(from, to string, _, _ uint32) bool {
+		return between("n1", "n3")(from, to) || between("n2", "n3")(from, to)
+	})
+	u.SetDropControl(between("n2", "n3"))
+	res, err := l.client.PathCheck(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ControlPort != fromPort {
+		t.Fatalf("control port %d, want %d", res.ControlPort, fromPort)
+	}
+	want := map[string]string{"n1→n3": "blocked", "n3→n1": "blocked", "n2→n3": "inconclusive", "n3→n2": "inconclusive", "n1→n2": "ok", "n2→n1": "ok"}
+	for _, p := range res.Pairs {
+		if w := want[p.From+"→"+p.To]; p.Verdict != w {
+			t.Errorf("%s→%s: %s (%s), want %s", p.From, p.To, p.Verdict, p.Detail, w)
+		}
+		if p.Verdict == "blocked" && !strings.Contains(p.Detail, "while the current port udp/4789 passes") {
+			t.Errorf("%s→%s: detail %q does not say the control passed", p.From, p.To, p.Detail)
+		}
+	}
+	all := strings.Join(res.Problems, lines)
+	for _, w := range []string{"blocked between 2 node pair(s), nothing passed: n1→n3,n3→n1", "cannot conclude for 2 node pair(s)", "n2→n3,n3→n2"} {
+		if !strings.Contains(all, w) {
+			t.Errorf("problems do not say %q:\n%s", w, all)
+		}
+	}
+}
+
+// TestPathCheckOff: with --path-check=false nothing is checked and the
+// result is flagged, never a clean success.
+func TestPathCheckOff(t *testing.T) {
+	l, u := pathLab(t, 3)
+	u.SetDrop(func(from, to string, _, _ uint32) bool { return true })
+	l.crash()
+	l.cfg = func(c *Config) { c.NoPathCheck = true }
+	l.start()
+	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != succeeded || !strings.Contains(strings.Join(rep.Warnings, lines), "underlay path check off (--path-check=false)") {
+		t.Fatalf("state %s warnings %q", rep.State, rep.Warnings)
+	}
+}

@@ -1,0 +1,217 @@
+package coordinator
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/cutover-dev/cutover/pkg/pathprobe"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+)
+
+// pathFrame is one (VNI, size) of a path check.
+type pathFrame struct {
+	vni     uint32
+	size    uint32
+	control bool // sent to the current port (pathMatrix.control)
+}
+
+// pathSide is what one node's agent answered, by peer and frame.
+type pathSide map[string]map[pathFrame]*agentv1.PathProbeResult
+
+func sideOf(resp *agentv1.PathCheckResponse) pathSide {
+	s := pathSide{}
+	for _, r := range resp.GetResults() {
+		if s[r.Peer] == nil {
+			s[r.Peer] = map[pathFrame]*agentv1.PathProbeResult{}
+		}
+		s[r.Peer][pathFrame{r.Vni, r.Size, r.Control}] = r
+	}
+	return s
+}
+
+// pathMatrix judges every checked direction from the two sides' answers.
+// It does no I/O: the inputs are the plan (who exchanged frames with
+// whom, which VNIs and sizes) and what each agent saw (sides; a node
+// whose check failed is in failed with why).
+type pathMatrix struct {
+	port      uint32
+	vnis      []uint32 // the overlay's
+	reference uint32   // not the overlay's: tells a VNI-specific drop
+	sizes     []uint32 // ascending; sizes[0] is the small frame, the last the full one
+	peers     map[string][]string
+	sides     map[string]pathSide
+	failed    map[string]string
+	// control is the current port the control frames went to (0: none),
+	// with the VNI they carried.
+	control    uint32
+	controlVNI uint32
+}
+
+// controlSeen reports whether to saw from's control frames on the
+// current port; ran is false when to's capture could not run.
+func (m *pathMatrix) controlSeen(from, to string) (seen, ran bool) {
+	if m.control == 0 {
+		return false, false
+	}
+	r := m.sides[to][from][pathFrame{m.controlVNI, m.sizes[0], true}]
+	if r == nil || r.ControlError != "" {
+		return false, false
+	}
+	return r.Received, true
+}
+
+// passed reports whether frame f went from → to: to received from's
+// request, or from got to's answer (which needs both directions).
+func (m *pathMatrix) passed(from, to string, f pathFrame) bool {
+	if r := m.sides[to][from][f]; r != nil && r.Received {
+		return true
+	}
+	r := m.sides[from][to][f]
+	return r != nil && r.Answered
+}
+
+// sendErr is the local send error of from's frame f to to, if any.
+func (m *pathMatrix) sendErr(from, to string, f pathFrame) string {
+	if r := m.sides[from][to][f]; r != nil {
+		return r.SendError
+	}
+	return ""
+}
+
+// judge returns one PathPair per direction of every pair, sorted, and the
+// problems, each naming the nodes.
+func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string) {
+	dirs := map[[2]string]bool{}
+	for from, ps := range m.peers {
+		for _, to := range ps {
+			dirs[[2]string{from, to}] = true
+			dirs[[2]string{to, from}] = true
+		}
+	}
+	keys := slices.SortedFunc(func(yield func([2]string) bool) {
+		for k := range dirs {
+			if !yield(k) {
+				return
+			}
+		}
+	}, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
+	full := m.sizes[len(m.sizes)-1]
+	small := m.sizes[0]
+	var blocked, vniDrops, mtu, inconclusive []string
+	ctlPassed := 0 // blocked directions whose control passed
+	for _, k := range keys {
+		from, to := k[0], k[1]
+		p := &coordinatorv1.PathPair{From: from, To: to}
+		pairs = append(pairs, p)
+		if why, ok := m.failed[from]; ok {
+			p.Verdict, p.Detail = "not_checked", from+": "+why
+			continue
+		}
+		if why, ok := m.failed[to]; ok {
+			p.Verdict, p.Detail = "not_checked", to+": "+why
+			continue
+		}
+		passedAny := false
+		for _, v := range append(slices.Clone(m.vnis), m.reference) {
+			for _, z := range m.sizes {
+				if m.passed(from, to, pathFrame{vni: v, size: z}) {
+					passedAny = true
+					p.LargestSize = max(p.LargestSize, z)
+				}
+			}
+		}
+		if !passedAny {
+			seen, ran := m.controlSeen(from, to)
+			if ran && !seen {
+				p.Verdict = "inconclusive"
+				p.Detail = fmt.Sprintf("nothing passed %s→%s on udp/%d, nor on the current port udp/%d: the pair's underlay or the check is down, this says nothing about udp/%d", from, to, m.port, m.control, m.port)
+				inconclusive = append(inconclusive, from+"→"+to)
+				continue
+			}
+			p.Verdict = "blocked"
+			p.Detail = fmt.Sprintf("no VXLAN frame passed %s→%s on udp/%d (no VNI, no size)", from, to, m.port)
+			if seen {
+				p.Detail += fmt.Sprintf(" while the current port udp/%d passes", m.control)
+				ctlPassed++
+			}
+			blocked = append(blocked, from+"→"+to)
+			continue
+		}
+		refOK := m.passed(from, to, pathFrame{vni: m.reference, size: small})
+		for _, v := range m.vnis {
+			if refOK && !m.passed(from, to, pathFrame{vni: v, size: small}) {
+				p.DroppedVnis = append(p.DroppedVnis, v)
+			}
+		}
+		if len(p.DroppedVnis) > 0 {
+			p.Verdict = "vni"
+			p.Detail = fmt.Sprintf("VXLAN frames with the overlay's VNI %s dropped %s→%s on udp/%d while VNI %d passes: a middlebox inspects VXLAN", joinU32(p.DroppedVnis), from, to, m.port, m.reference)
+			vniDrops = append(vniDrops, fmt.Sprintf("%s→%s (VNI %s)", from, to, joinU32(p.DroppedVnis)))
+			continue
+		}
+		// The full size with any VNI that passes small frames.
+		fullOK := false
+		var local string
+		for _, v := range append(slices.Clone(m.vnis), m.reference) {
+			if m.passed(from, to, pathFrame{vni: v, size: small}) && m.passed(from, to, pathFrame{vni: v, size: full}) {
+				fullOK = true
+			}
+			if e := m.sendErr(from, to, pathFrame{vni: v, size: full}); e != "" {
+				local = e
+			}
+		}
+		if !fullOK {
+			p.Verdict = "mtu"
+			p.Detail = fmt.Sprintf("frames of %d bytes (overlay MTU + %d) with DF dropped %s→%s on udp/%d; the largest that passed: %d", full, full-m.mtu(), from, to, m.port, p.LargestSize)
+			if local != "" {
+				p.Detail += "; sending failed on " + from + ": " + local
+			}
+			mtu = append(mtu, fmt.Sprintf("%s→%s (largest passed %d)", from, to, p.LargestSize))
+			continue
+		}
+		p.Verdict = "ok"
+	}
+	if len(blocked) > 0 {
+		ctl := ""
+		if ctlPassed == len(blocked) {
+			ctl = fmt.Sprintf(" (the current port udp/%d passes between them: the control)", m.control)
+		}
+		problems = append(problems, fmt.Sprintf("underlay path check: udp/%d blocked between %d node pair(s), nothing passed: %s%s; open udp/%d between these nodes in the underlay (firewall, security group, NSX) or pick another port",
+			m.port, len(blocked), abbreviate(blocked, 20), ctl, m.port))
+	}
+	if len(vniDrops) > 0 {
+		problems = append(problems, fmt.Sprintf("underlay path check: VXLAN frames with the overlay's VNI dropped on udp/%d while other VNIs pass (a middlebox inspecting VXLAN): %s",
+			m.port, abbreviate(vniDrops, 20)))
+	}
+	if len(mtu) > 0 {
+		problems = append(problems, fmt.Sprintf("underlay path check: full-size VXLAN frames (%d bytes, DF) dropped on udp/%d (MTU black hole): %s; raise the underlay MTU or lower the overlay MTU to fit",
+			full, m.port, abbreviate(mtu, 20)))
+	}
+	if len(inconclusive) > 0 {
+		problems = append(problems, fmt.Sprintf("underlay path check cannot conclude for %d node pair(s): nothing passed on udp/%d nor on the current port udp/%d (the control): %s; is the overlay itself up between them?",
+			len(inconclusive), m.port, m.control, abbreviate(inconclusive, 20)))
+	}
+	var nc []string
+	for _, n := range slices.Sorted(maps.Keys(m.failed)) {
+		nc = append(nc, n+": "+m.failed[n])
+	}
+	if len(nc) > 0 {
+		problems = append(problems, "underlay path check not run on "+strings.Join(nc, "; "))
+	}
+	return pairs, problems
+}
+
+func (m *pathMatrix) mtu() uint32 {
+	return m.sizes[len(m.sizes)-1] - pathprobe.Overhead
+}
+
+func joinU32(v []uint32) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
+}

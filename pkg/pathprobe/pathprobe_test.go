@@ -1,0 +1,152 @@
+package pathprobe
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestFrameRoundTrip(t *testing.T) {
+	f := Frame{Kind: Request, Nonce: Nonce("c1"), VNI: 0xabcdef, Size: 1500, Seq: 7}
+	b, err := f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != 1500-OuterOverhead {
+		t.Fatalf("payload %d bytes, want %d", len(b), 1500-OuterOverhead)
+	}
+	// RFC 7348: I flag, VNI in bytes 4–6.
+	if b[0] != 0x08 || b[4] != 0xab || b[5] != 0xcd || b[6] != 0xef || b[7] != 0 {
+		t.Fatalf("VXLAN header % x", b[:8])
+	}
+	if [6]byte(b[8:14]) != InnerDstMAC() {
+		t.Fatalf("inner dst MAC % x", b[8:14])
+	}
+	if checksum(b[22:42]) != 0 {
+		t.Fatal("inner IPv4 header checksum does not verify")
+	}
+	g, err := Unmarshal(b)
+	if err != nil || g != f {
+		t.Fatalf("Unmarshal = %+v, %v; want %+v", g, err, f)
+	}
+	// A rewritten VNI or a truncated frame is not counted.
+	b2 := append([]byte(nil), b...)
+	b2[6] ^= 1
+	if _, err := Unmarshal(b2); err == nil || !strings.Contains(err.Error(), "VNI") {
+		t.Fatalf("rewritten VNI: err %v", err)
+	}
+	if _, err := Unmarshal(b[:len(b)-1]); err == nil || !strings.Contains(err.Error(), "truncated") {
+		t.Fatalf("truncated: err %v", err)
+	}
+	b2 = append([]byte(nil), b...)
+	b2[0] = 0
+	if _, err := Unmarshal(b2); err == nil {
+		t.Fatal("no I flag: accepted")
+	}
+}
+
+func TestMarshalBadInput(t *testing.T) {
+	for _, f := range []Frame{{Size: MinSize - 1}, {Size: 70000}, {Size: 200, VNI: 1 << 24}} {
+		if _, err := f.Marshal(); err == nil {
+			t.Errorf("%+v: no error", f)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := Config{Local: netip.MustParseAddr("127.0.0.1"), Port: 4889, CheckID: "c", VNIs: []uint32{1}, Sizes: []int{200}, Window: time.Second, Interval: 100 * time.Millisecond}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mod := range map[string]func(*Config){
+		"local address": func(c *Config) { c.Local = netip.Addr{} },
+		"port 0":        func(c *Config) { c.Port = 0 },
+		"vni 16777216":  func(c *Config) { c.VNIs = []uint32{1 << 24} },
+		"size 10":       func(c *Config) { c.Sizes = []int{10} },
+		"window 0s":     func(c *Config) { c.Window = 0 },
+		"interval 2s":   func(c *Config) { c.Interval = 2 * time.Second },
+		"own address":   func(c *Config) { c.Peers = []Peer{{"x", c.Local}} },
+	} {
+		c := good
+		mod(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), strings.Fields(name)[0]) {
+			t.Errorf("%s: err %v", name, err)
+		}
+	}
+}
+
+// TestLoopbackPair runs two nodes' sides of a check on 127.0.0.1 and
+// 127.0.0.2, both bound on the same port: every frame passes both ways.
+func TestLoopbackPair(t *testing.T) {
+	a, b := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	port := freePort(t)
+	base := Config{Port: port, CheckID: "loop", VNIs: []uint32{0, 1}, Sizes: []int{200, 1400}, Window: 400 * time.Millisecond, Interval: 50 * time.Millisecond}
+	ca, cb := base, base
+	ca.Local, ca.Peers = a, []Peer{{"b", b}}
+	cb.Local, cb.Peers = b, []Peer{{"a", a}}
+	var wg sync.WaitGroup
+	var ra, rb []Result
+	var ea, eb error
+	wg.Add(2)
+	go func() { defer wg.Done(); ra, ea = Run(context.Background(), ca) }()
+	go func() { defer wg.Done(); rb, eb = Run(context.Background(), cb) }()
+	wg.Wait()
+	if ea != nil || eb != nil {
+		t.Fatal(ea, eb)
+	}
+	for _, rs := range [][]Result{ra, rb} {
+		if len(rs) != 4 {
+			t.Fatalf("%d results, want 4: %+v", len(rs), rs)
+		}
+		for _, r := range rs {
+			if !r.Answered || !r.Received || r.Sent == 0 || r.SendErr != "" {
+				t.Errorf("%+v: want answered, received", r)
+			}
+		}
+	}
+}
+
+// TestSilentPeer: a peer that never answers is neither answered nor
+// received; the frames were sent.
+func TestSilentPeer(t *testing.T) {
+	port := freePort(t)
+	c := Config{Local: netip.MustParseAddr("127.0.0.1"), Port: port, CheckID: "s", VNIs: []uint32{1}, Sizes: []int{200},
+		Window: 200 * time.Millisecond, Interval: 50 * time.Millisecond, Peers: []Peer{{"b", netip.MustParseAddr("127.0.0.3")}}}
+	rs, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].Answered || rs[0].Received || rs[0].Sent < 2 {
+		t.Fatalf("%+v", rs)
+	}
+}
+
+func TestBindInUse(t *testing.T) {
+	l, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := uint16(l.LocalAddr().(*net.UDPAddr).Port)
+	c := Config{Local: netip.MustParseAddr("127.0.0.1"), Port: port, CheckID: "b", VNIs: []uint32{1}, Sizes: []int{200}, Window: 100 * time.Millisecond, Interval: 50 * time.Millisecond}
+	_, err = Run(context.Background(), c)
+	var be *BindError
+	if !errors.As(err, &be) || !be.InUse() || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("err %v: want a BindError, address in use", err)
+	}
+}
+
+func freePort(t *testing.T) uint16 {
+	t.Helper()
+	l, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return uint16(l.LocalAddr().(*net.UDPAddr).Port)
+}
