@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+
 	"fmt"
 	"io"
 	"strings"
@@ -28,23 +30,11 @@ Exit codes: 0 the path passes, 4 problems found, 2 bad input, 3 coordinator
 unreachable. See coordctl help exit-codes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req, err := t.request()
+			req, res, err := checkCall(cmd, g, &t, "pathcheck", func(ctx context.Context, c coordinatorv1.CoordinatorServiceClient, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PathCheckResult, error) {
+				return c.PathCheck(ctx, req)
+			})
 			if err != nil {
 				return err
-			}
-			client, closer, err := g.Dial()
-			if err != nil {
-				return err
-			}
-			defer func() { _ = closer.Close() }()
-			ctx, cancel := withTimeout(cmd, g)
-			defer cancel()
-			if g.timeoutSet {
-				req.TimeoutMillis = g.Timeout.Milliseconds()
-			}
-			res, err := client.PathCheck(ctx, req)
-			if err != nil {
-				return rpcError(g, "pathcheck", err, false)
 			}
 			if g.JSON() {
 				if err := writeJSON(g.Stdout, res); err != nil {

@@ -1,7 +1,11 @@
 package cli
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
+
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
 func newPlanCmd(g *Globals) *cobra.Command {
@@ -20,23 +24,11 @@ Exit codes: 0 no problems (the cutover may go), 4 problems found, 2 bad
 input, 3 coordinator unreachable. See coordctl help exit-codes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req, err := t.request()
+			req, resp, err := checkCall(cmd, g, &t, "plan", func(ctx context.Context, c coordinatorv1.CoordinatorServiceClient, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PlanResponse, error) {
+				return c.Plan(ctx, req)
+			})
 			if err != nil {
 				return err
-			}
-			client, closer, err := g.Dial()
-			if err != nil {
-				return err
-			}
-			defer func() { _ = closer.Close() }()
-			ctx, cancel := withTimeout(cmd, g)
-			defer cancel()
-			if g.timeoutSet {
-				req.TimeoutMillis = g.Timeout.Milliseconds()
-			}
-			resp, err := client.Plan(ctx, req)
-			if err != nil {
-				return rpcError(g, "plan", err, false)
 			}
 			if g.JSON() {
 				if err := writeJSON(g.Stdout, resp); err != nil {

@@ -54,20 +54,9 @@ operations. Exit codes: 0 the record was written, 2 bad or unknown OP, 3
 coordinator unreachable. See docs/change-record.md.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := optionalOpID(args)
+			rep, err := fetchReport(cmd, g, args, "report")
 			if err != nil {
 				return err
-			}
-			client, closer, err := g.Dial()
-			if err != nil {
-				return err
-			}
-			defer func() { _ = closer.Close() }()
-			ctx, cancel := withTimeout(cmd, g)
-			defer cancel()
-			rep, err := client.Status(ctx, &coordinatorv1.StatusRequest{OperationId: id})
-			if err != nil {
-				return rpcError(g, "report", err, false)
 			}
 			switch g.Output {
 			case "html":

@@ -20,20 +20,9 @@ needed), 2 bad or unknown OP, 3 coordinator unreachable. See coordctl help
 exit-codes.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := optionalOpID(args)
+			rep, err := fetchReport(cmd, g, args, "status")
 			if err != nil {
 				return err
-			}
-			client, closer, err := g.Dial()
-			if err != nil {
-				return err
-			}
-			defer func() { _ = closer.Close() }()
-			ctx, cancel := withTimeout(cmd, g)
-			defer cancel()
-			rep, err := client.Status(ctx, &coordinatorv1.StatusRequest{OperationId: id})
-			if err != nil {
-				return rpcError(g, "status", err, false)
 			}
 			if err := printReport(g, rep); err != nil {
 				return err
