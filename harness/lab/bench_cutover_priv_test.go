@@ -208,25 +208,7 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 			lo, hi = minT(lo, t), maxT(hi, t)
 		}
 		f := figure(base, method, pairs, hi.Sub(lo), wall)
-		// Back to the old port on every node, then close the opening.
-		var wg sync.WaitGroup
-		for _, node := range nodes {
-			wg.Go(func() {
-				if err := l.SetPortDirect(ctx, node, oldPort); err != nil {
-					b.Error(err)
-				}
-			})
-		}
-		wg.Wait()
-		for _, node := range nodes {
-			if err := l.ClosePortDirect(ctx, node, newPort); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if m, err := l.Mesh(ctx, 10*time.Second); err != nil || !m.AllOK() {
-			b.Logf("mesh after %s not complete: %v %s", method, err, failing(m))
-		}
-		time.Sleep(time.Second)
+		restoreDirect(b, ctx, l, nodes, oldPort, newPort, method)
 		return f
 	}
 	figs := []cutoverFigure{direct("sequential", false), direct("parallel", true)}
@@ -321,25 +303,31 @@ func limitOVS(b *testing.B, ctx context.Context, l *lab.Lab, base cutoverFigure,
 		lo, hi = minT(lo, t), maxT(hi, t)
 	}
 	f := figure(base, "limit", pairs, hi.Sub(lo), wall)
-	var back sync.WaitGroup
+	restoreDirect(b, ctx, l, nodes, oldPort, newPort, "limit")
+	return f
+}
+
+// restoreDirect puts every node back on the old port, closes the opening
+// and lets the overlay settle before the next method is measured.
+func restoreDirect(b *testing.B, ctx context.Context, l *lab.Lab, nodes []string, oldPort, newPort int, method string) {
+	var wg sync.WaitGroup
 	for _, node := range nodes {
-		back.Go(func() {
+		wg.Go(func() {
 			if err := l.SetPortDirect(ctx, node, oldPort); err != nil {
 				b.Error(err)
 			}
 		})
 	}
-	back.Wait()
+	wg.Wait()
 	for _, node := range nodes {
 		if err := l.ClosePortDirect(ctx, node, newPort); err != nil {
 			b.Fatal(err)
 		}
 	}
 	if m, err := l.Mesh(ctx, 10*time.Second); err != nil || !m.AllOK() {
-		b.Logf("mesh after limit not complete: %v %s", err, failing(m))
+		b.Logf("mesh after %s not complete: %v %s", method, err, failing(m))
 	}
 	time.Sleep(time.Second)
-	return f
 }
 
 func figure(base cutoverFigure, method string, pairs []lab.PairStats, spread, wall time.Duration) cutoverFigure {
