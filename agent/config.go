@@ -112,6 +112,9 @@ type Config struct {
 	ProbePeers    string
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
+	// ProbeLinger is how long the coordinator's probe peers stay after the
+	// operation that brought them ended (0: until the next Prepare).
+	ProbeLinger time.Duration
 
 	// Underlay path check (PathCheck, pathcheck.go). UnderlayAddress is
 	// the node IP the overlay's tunnel sends from; empty: the --listen
@@ -167,6 +170,7 @@ func Default() Config {
 		ProbeInterval:    10 * time.Millisecond,
 		PortRefresh:      5 * time.Second,
 		ProbeTimeout:     200 * time.Millisecond,
+		ProbeLinger:      10 * time.Minute,
 	}
 }
 
@@ -209,6 +213,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ProbePeers, "probe-peers", c.ProbePeers, "static probe targets over the overlay, name=ip:port,...; the peers a coordinator sends with Prepare replace them")
 	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "interval between two probes to the same peer (1ms to 1m)")
 	fs.DurationVar(&c.ProbeTimeout, "probe-timeout", c.ProbeTimeout, "an unanswered probe counts as lost after this")
+	fs.DurationVar(&c.ProbeLinger, "probe-linger", c.ProbeLinger, "keep probing the peers a Prepare gave this long after the operation ended, then go back to --probe-peers (0: keep them until the next Prepare)")
 	fs.StringVar(&c.UnderlayAddress, "underlay-address", c.UnderlayAddress, "node IP the overlay tunnel sends from, where the path check binds the target port (default: the --listen host)")
 	fs.UintSliceVar(&c.OverlayVNIs, "overlay-vnis", c.OverlayVNIs, "ovs backend: VNIs the overlay uses (openshift-sdn multitenant netids); default 0")
 	fs.IntVar(&c.OverlayMTU, "overlay-mtu", c.OverlayMTU, "MTU of the overlay's inner packets for the path check (default: read from the dataplane)")
@@ -305,6 +310,9 @@ func (c Config) Validate() error {
 	}
 	if c.PortRefresh < 0 || (c.PortRefresh > 0 && c.PortRefresh < 100*time.Millisecond) {
 		bad("port-refresh", c.PortRefresh.String(), "must be 0 (off) or at least 100ms")
+	}
+	if c.ProbeLinger < 0 {
+		bad("probe-linger", c.ProbeLinger.String(), "must be 0 (keep the peers) or positive")
 	}
 	if c.UnderlayAddress != "" {
 		if a, err := netip.ParseAddr(c.UnderlayAddress); err != nil || !a.Is4() || a.IsUnspecified() || a.IsMulticast() {

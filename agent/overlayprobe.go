@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cutover-dev/cutover/agent/probe"
@@ -18,8 +19,10 @@ import (
 // probing is off when it is. The mesh and its peer set outlive every
 // restart, so peers a Prepare set stay.
 type overlayProbe struct {
-	cfg  Config
-	mesh *probe.Mesh
+	// coordPeers is set while the mesh probes the peers a Prepare gave.
+	coordPeers atomic.Bool
+	cfg        Config
+	mesh       *probe.Mesh
 
 	mu   sync.Mutex
 	addr netip.AddrPort // where the mesh runs; zero while off

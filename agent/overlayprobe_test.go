@@ -233,3 +233,49 @@ func TestPrepareHandsProbePeers(t *testing.T) {
 		t.Fatalf("Prepare with peers on an agent with probing off: %v", err)
 	}
 }
+
+// The peers a Prepare gave stay while the operation is in flight and for
+// --probe-linger after it ended, then the mesh goes back to --probe-peers.
+func TestProbePeersLingerOut(t *testing.T) {
+	ctx := context.Background()
+	tun0 := ifaddr.Fake{"tun0": {pfx("127.0.0.1/8")}}
+	ca := testConfig(t)
+	ca.ProbePort = 39483
+	ca.ProbeInterval = 2 * time.Millisecond
+	ca.ProbeTimeout = 50 * time.Millisecond
+	ca.ProbePeers = "static=127.0.0.1:39490"
+	ca.ProbeLinger = 300 * time.Millisecond
+	cb := testConfig(t)
+	cb.NodeName = "node-2"
+	cb.ProbePort = 39484
+	a := startAgent(t, ca, newFake(), WithInterfaceAddrs(tun0))
+	b := startAgent(t, cb, newFake(), WithInterfaceAddrs(tun0))
+	waitInfo(t, a, func(r *agentv1.InfoResponse) bool { return r.GetProbeAddress() != "" })
+	ib := waitInfo(t, b, func(r *agentv1.InfoResponse) bool { return r.GetProbeAddress() != "" })
+	peerNow := func() string {
+		r, err := a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{})
+		if err != nil || len(r.GetPeers()) != 1 {
+			t.Fatalf("probe stats: %v, %v", r, err)
+		}
+		return r.GetPeers()[0].GetPeer()
+	}
+	peers := []*agentv1.ProbePeer{{Name: "node-2", Address: ib.GetProbeAddress()}}
+	if _, err := a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-1", FromPort: 4789, ToPort: 4889, ProbePeers: peers}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.client.Commit(ctx, &agentv1.CommitRequest{OperationId: "op-1", DeadmanMillis: 30_000}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond) // two of the linger's checks, the operation in flight
+	if p := peerNow(); p != "node-2" {
+		t.Fatalf("in flight for longer than the linger, the mesh probes %q; want node-2 kept", p)
+	}
+	if _, err := a.client.Rollback(ctx, &agentv1.RollbackRequest{OperationId: "op-1", Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); peerNow() != "static"; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the operation ended the mesh still probes %q; want the --probe-peers back after the 300ms linger", peerNow())
+		}
+	}
+}

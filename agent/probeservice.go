@@ -49,7 +49,8 @@ func (s *Service) checkProbePeers(in []*agentv1.ProbePeer) ([]probe.Peer, error)
 
 // setProbePeers makes peers the mesh's peer set after a Prepare succeeded
 // (none: leave it). The coordinator's sample wins over --probe-peers for the
-// operation and after it, until the next Prepare with peers. With probing
+// operation and --probe-linger after it (probelinger.go), or until the next
+// Prepare with peers. With probing
 // off (--probe=false) the peers are ignored: Info says probing is off, and
 // the coordinator sees no figures.
 func (s *Service) setProbePeers(opID string, peers []probe.Peer) error {
@@ -62,6 +63,7 @@ func (s *Service) setProbePeers(opID string, peers []probe.Peer) error {
 	if err := s.probes.mesh.SetPeers(peers); err != nil {
 		return status.Errorf(codes.Internal, "operation %s: probe_peers: %v", opID, err)
 	}
+	s.probes.coordPeers.Store(true) // until they linger out (probelinger.go)
 	return nil
 }
 

@@ -215,6 +215,9 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 	if cfg.PortRefresh > 0 {
 		go refreshPort(setupCtx, svc, cfg.PortRefresh, cfg.CallTimeout)
 	}
+	if probes != nil {
+		go svc.lingerProbes(setupCtx, probes.mesh.Peers(), cfg.ProbeLinger, min(cfg.ProbeLinger/4+time.Second, 30*time.Second), log)
+	}
 	machc := make(chan *operation.Machine, 1)
 	go func() {
 		m, err := setupCore(setupCtx, cfg, o, svc, store, metrics, log)
