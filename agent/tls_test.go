@@ -30,30 +30,7 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := pki.AgentFiles(dir, "node-1")
-	cfg := testConfig(t)
-	cfg.Insecure = false
-	cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key = files.CA, files.Cert, files.Key
-
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, cfg, WithBackend(newFake()), WithListeners(gl, hl), WithRegistry(reg), WithLogger(quiet))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	gl, reg := startTLSAgent(t, files)
 
 	call := func(client pki.Files) error {
 		tc, err := pki.ClientConfig(client, pki.RoleAgent)
@@ -144,30 +121,7 @@ func TestTLSReload(t *testing.T) {
 	}
 	issue()
 	files := pki.AgentFiles(dir, "node-1")
-	cfg := testConfig(t)
-	cfg.Insecure = false
-	cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key = files.CA, files.Cert, files.Key
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, cfg, WithBackend(newFake()), WithListeners(gl, hl), WithRegistry(reg), WithLogger(quiet),
-			WithTLSReloadInterval(time.Millisecond))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	gl, reg := startTLSAgent(t, files, WithTLSReloadInterval(time.Millisecond))
 	coord := pki.CoordinatorFiles(dir)
 	tc, err := pki.ClientConfig(coord, pki.RoleAgent)
 	if err != nil {
@@ -237,4 +191,33 @@ func TestTLSReload(t *testing.T) {
 	if err := info(); err != nil {
 		t.Fatalf("connection made before the rotation: %v", err)
 	}
+}
+
+// startTLSAgent runs the agent with mTLS from files on a loopback listener
+// until the test ends; it returns the gRPC listener and the registry.
+func startTLSAgent(t *testing.T, files pki.Files, opts ...Option) (net.Listener, *prometheus.Registry) {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.Insecure = false
+	cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key = files.CA, files.Cert, files.Key
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	opts = append([]Option{WithBackend(newFake()), WithListeners(gl, hl), WithRegistry(reg), WithLogger(quiet)}, opts...)
+	go func() { done <- Run(ctx, cfg, opts...) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return gl, reg
 }

@@ -67,14 +67,14 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			ph := r.GetStatus().GetPhase()
 			op.noteSelfUndo(n, r.GetStatus())
 			ok := err == nil && phaseIn(ph, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED) && r.ReadbackPort == op.to
+			off := op.offsets[n].offset.Nanoseconds()
 			var appliedAt int64
-			if err == nil && r.AppliedUnixNano != 0 {
-				appliedAt = r.AppliedUnixNano - op.offsets[n].offset.Nanoseconds()
+			if err == nil {
+				appliedAt = coordClock(r.AppliedUnixNano, off)
 			}
 			late.answer(n, appliedAt, r)
 			if err == nil {
-				applied := r.AppliedUnixNano - op.offsets[n].offset.Nanoseconds()
-				off := op.offsets[n].offset.Nanoseconds()
+				applied := r.AppliedUnixNano - off
 				written, effective := coordClock(r.WrittenUnixNano, off), coordClock(r.EffectiveUnixNano, off)
 				op.setResult(n, func(nr *coordinatorv1.NodeResult) {
 					nr.AppliedUnixNano, nr.ApplyNanos = applied, r.ApplyNanos

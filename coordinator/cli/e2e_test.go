@@ -31,19 +31,7 @@ func TestEndToEndRealCoordinator(t *testing.T) {
 	for _, n := range []string{"n1", "n2"} {
 		f := fakeagent.New(n, 4789)
 		fakes[n] = f
-		cfg, err := pki.ServerConfig(pki.AgentFiles(dir, n), pki.RoleCoordinator)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)))
-		agentv1.RegisterAgentServiceServer(s, f)
-		go func() { _ = s.Serve(ln) }()
-		t.Cleanup(s.Stop)
-		specs = append(specs, coordinator.AgentSpec{Node: n, Address: ln.Addr().String(), Labels: map[string]string{"rack": n}})
+		specs = append(specs, coordinator.AgentSpec{Node: n, Address: serveFakeAgent(t, dir, n, f), Labels: map[string]string{"rack": n}})
 	}
 	inv, err := coordinator.NewInventory("test", specs)
 	if err != nil {
@@ -164,4 +152,23 @@ func serveMTLS(t *testing.T, c *coordinator.Coordinator, dir string) (*grpc.Serv
 	coordinator.Serve(srv, c)
 	go func() { _ = srv.Serve(ln) }()
 	return srv, ln.Addr().String()
+}
+
+// serveFakeAgent serves f over mTLS with node's agent certificate from dir
+// (coordinators only) until the test ends, and returns its address.
+func serveFakeAgent(t *testing.T, dir, node string, f *fakeagent.Agent) string {
+	t.Helper()
+	cfg, err := pki.ServerConfig(pki.AgentFiles(dir, node), pki.RoleCoordinator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)))
+	agentv1.RegisterAgentServiceServer(s, f)
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Stop)
+	return ln.Addr().String()
 }

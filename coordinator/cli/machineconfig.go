@@ -50,7 +50,7 @@ type kubeFlags struct {
 
 func (k *kubeFlags) add(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&k.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig with the credentials (default $KUBECONFIG)")
-	cmd.PersistentFlags().StringVar(&k.server, "server", "", "API server address, overriding the kubeconfig's (e.g. https://10.0.0.5:6443: a master's host address, not the kubernetes Service)")
+	cmd.PersistentFlags().StringVar(&k.server, "server", "", "API server address, overriding the kubeconfig's (e.g. https://<master-host-ip>:6443: a master's host address, not the kubernetes Service)")
 }
 
 func (k *kubeFlags) cluster(g *Globals) (*machineconfig.Cluster, error) {
@@ -60,7 +60,7 @@ func (k *kubeFlags) cluster(g *Globals) (*machineconfig.Cluster, error) {
 	if k.server != "" {
 		u, err := url.Parse(k.server)
 		if err != nil || u.Scheme != "https" || u.Host == "" {
-			return nil, usageError("--server %q: want an https URL such as https://10.0.0.5:6443", k.server)
+			return nil, usageError("--server %q: want an https URL such as https://<master-host-ip>:6443", k.server)
 		}
 	}
 	rc, err := clientcmd.BuildConfigFromFlags(k.server, k.kubeconfig)

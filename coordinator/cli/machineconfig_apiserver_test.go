@@ -111,7 +111,7 @@ func TestMachineConfigCommands(t *testing.T) {
 		{"SelectorMatchesNoNode", []string{"rollout", "--pool", "cli", "--selector", "zone=nowhere"}, `--selector "zone=nowhere": matches no node of pool cli`},
 		{"MaxUnavailableZero", []string{"rollout", "--pool", "cli", "--max-unavailable", "0"}, `--max-unavailable "0": must be at least 1`},
 		{"NodesAndSelector", []string{"rollout", "--pool", "cli", "--nodes", "cli-0", "--selector", "a=b"}, "give one of them"},
-		{"ServerNotHTTPS", []string{"rollout", "--pool", "cli", "--server", "10.0.0.1:6443"}, `--server "10.0.0.1:6443": want an https URL`},
+		{"ServerNotHTTPS", []string{"rollout", "--pool", "cli", "--server", "198.18.0.1:6443"}, `--server "198.18.0.1:6443": want an https URL`},
 	} {
 		t.Run("BadInput"+tc.name, func(t *testing.T) {
 			code, _, errs := run(t, append(append([]string{"machineconfig"}, kc...), tc.args...)...)

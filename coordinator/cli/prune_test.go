@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,13 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-
 	"github.com/cutover-dev/cutover/coordinator"
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
 	"github.com/cutover-dev/cutover/pkg/pki"
-	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
 
 // TestStatusOfPrunedOperation runs cutovers through coordctl and the real
@@ -29,20 +24,7 @@ func TestStatusOfPrunedOperation(t *testing.T) {
 	dir := certsDir(t)
 	var specs []coordinator.AgentSpec
 	for _, n := range []string{"n1", "n2"} {
-		f := fakeagent.New(n, 4789)
-		cfg, err := pki.ServerConfig(pki.AgentFiles(dir, n), pki.RoleCoordinator)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)))
-		agentv1.RegisterAgentServiceServer(s, f)
-		go func() { _ = s.Serve(ln) }()
-		t.Cleanup(s.Stop)
-		specs = append(specs, coordinator.AgentSpec{Node: n, Address: ln.Addr().String()})
+		specs = append(specs, coordinator.AgentSpec{Node: n, Address: serveFakeAgent(t, dir, n, fakeagent.New(n, 4789))})
 	}
 	inv, err := coordinator.NewInventory("test", specs)
 	if err != nil {

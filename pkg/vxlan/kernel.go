@@ -262,14 +262,6 @@ func (k *Kernel) Recreate(snap Snapshot, newPort int) (Window, error) {
 			return Window{Strategy: "noop"}, nil
 		}
 	}
-	vtep := 0
-	if snap.Device.VtepDev != "" {
-		p, err := netlinksafe.LinkByName(k.H, snap.Device.VtepDev)
-		if err != nil {
-			return fail(fmt.Errorf("device.vtepDev %q: %w", snap.Device.VtepDev, err))
-		}
-		vtep = p.Attrs().Index
-	}
 	tmp := tmpName(name)
 	var adopt *netlink.Vxlan
 	if k.Strategy == "" || k.Strategy == StrategyPrebuilt {
@@ -289,7 +281,7 @@ func (k *Kernel) Recreate(snap Snapshot, newPort int) (Window, error) {
 		}
 		return k.recreatePrebuilt(snap, old, tmp, newPort)
 	case StrategyDeleteFirst:
-		return k.recreateDeleteFirst(snap, old, newPort, vtep)
+		return k.recreateDeleteFirst(snap, old, newPort)
 	default:
 		return fail(fmt.Errorf("strategy %q: must be %q or %q", k.Strategy, StrategyPrebuilt, StrategyDeleteFirst))
 	}
@@ -348,13 +340,9 @@ func (k *Kernel) Prebuild(snap Snapshot, newPort int) (Window, error) {
 // still carries traffic; routes cannot (IPv4 refuses a nexthop on a down
 // device), so they wait for the window.
 func (k *Kernel) buildTmp(snap Snapshot, tmp string, port int, withAddrs bool) (*netlink.Vxlan, error) {
-	vtep := 0
-	if snap.Device.VtepDev != "" {
-		p, err := netlinksafe.LinkByName(k.H, snap.Device.VtepDev)
-		if err != nil {
-			return nil, fmt.Errorf("device.vtepDev %q: %w", snap.Device.VtepDev, err)
-		}
-		vtep = p.Attrs().Index
+	vtep, err := k.vtepIndex(snap.Device)
+	if err != nil {
+		return nil, err
 	}
 	nlink, err := newLink(snap.Device, tmp, port, vtep)
 	if err != nil {
@@ -376,6 +364,18 @@ func (k *Kernel) buildTmp(snap Snapshot, tmp string, port int, withAddrs bool) (
 		return nil, err
 	}
 	return nlink, nil
+}
+
+// vtepIndex is the ifindex of the underlay device d is pinned to (0: none).
+func (k *Kernel) vtepIndex(d Device) (int, error) {
+	if d.VtepDev == "" {
+		return 0, nil
+	}
+	p, err := netlinksafe.LinkByName(k.H, d.VtepDev)
+	if err != nil {
+		return 0, fmt.Errorf("device.vtepDev %q: %w", d.VtepDev, err)
+	}
+	return p.Attrs().Index, nil
 }
 
 // adoptable returns the device Prebuild left under tmp if Recreate(snap,
@@ -585,9 +585,13 @@ func (k *Kernel) switchTo(snap Snapshot, old, nlink *netlink.Vxlan, w Window) (W
 	return w, nil
 }
 
-func (k *Kernel) recreateDeleteFirst(snap Snapshot, old *netlink.Vxlan, port, vtep int) (Window, error) {
+func (k *Kernel) recreateDeleteFirst(snap Snapshot, old *netlink.Vxlan, port int) (Window, error) {
 	name := snap.Device.Name
 	fail := func(err error) (Window, error) { return Window{}, &Error{Op: "recreate", Device: name, Err: err} }
+	vtep, err := k.vtepIndex(snap.Device)
+	if err != nil {
+		return fail(err)
+	}
 	nlink, err := newLink(snap.Device, name, port, vtep)
 	if err != nil {
 		return fail(err)

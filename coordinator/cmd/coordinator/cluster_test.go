@@ -413,14 +413,7 @@ func TestClusterHandOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last *coordinatorv1.OperationEvent
-	for {
-		ev, err := rep2.Recv()
-		if err != nil {
-			break
-		}
-		last = ev
-	}
+	last := lastEvent(rep2)
 	if last.GetReport().GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
 		t.Fatalf("op-b under B: %v", last)
 	}
@@ -598,14 +591,7 @@ func TestClusterInventoryFollows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last *coordinatorv1.OperationEvent
-	for {
-		ev, err := st.Recv()
-		if err != nil {
-			break
-		}
-		last = ev
-	}
+	last := lastEvent(st)
 	if last.GetReport().GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
 		t.Fatalf("op-n3: %v", last)
 	}
@@ -613,5 +599,17 @@ func TestClusterInventoryFollows(t *testing.T) {
 		if f.Port() != 4889 {
 			t.Errorf("%s on %d after the cutover (I1)", n, f.Port())
 		}
+	}
+}
+
+// lastEvent reads an operation stream to its end and returns its last event.
+func lastEvent(st grpc.ServerStreamingClient[coordinatorv1.OperationEvent]) *coordinatorv1.OperationEvent {
+	var last *coordinatorv1.OperationEvent
+	for {
+		ev, err := st.Recv()
+		if err != nil {
+			return last
+		}
+		last = ev
 	}
 }
