@@ -63,6 +63,9 @@ type Client struct {
 	// testHookBeforeWrite runs between the read and the write transaction
 	// (tests race another controller against the CAS with it).
 	testHookBeforeWrite func()
+	// testNoCAS leaves the compare-and-set on the row's options out of
+	// the write (TestPreparedCASBites shows what it guards).
+	testNoCAS bool
 }
 
 var _ Driver = (*Client)(nil)
@@ -238,8 +241,12 @@ func (c *Client) PrepareDstPort(ctx context.Context, name string, from, to uint1
 // of them are the leading waits (for txnError's decoding).
 func (c *Client) buildDstPortTxn(cur Interface, id ovsdb.UUID, options map[string]string, from, to uint16) ([]ovsdb.Operation, int) {
 	self := []ovsdb.Condition{ovsdb.Where("_uuid", "==", id)}
+	cas := ovsdb.Wait("Interface", self, []string{"options"}, "==", []ovsdb.Row{{"options": ovsdb.StringMap(cur.Options)}}, 0)
+	if c.testNoCAS {
+		cas = ovsdb.Wait("Interface", self, []string{"name"}, "==", []ovsdb.Row{{"name": cur.Name}}, 0)
+	}
 	ops := []ovsdb.Operation{
-		ovsdb.Wait("Interface", self, []string{"options"}, "==", []ovsdb.Row{{"options": ovsdb.StringMap(cur.Options)}}, 0),
+		cas,
 		ovsdb.Wait("Interface", []ovsdb.Condition{
 			ovsdb.Where("_uuid", "!=", id), ovsdb.Where("type", "==", cur.Type), ovsdb.Where("options", "==", ovsdb.StringMap(options)),
 		}, []string{"name"}, "==", nil, 0),

@@ -151,3 +151,29 @@ func TestRealPreparedAfterConnectionLoss(t *testing.T) {
 		})
 	}
 }
+
+// TestPreparedCASBites: without the compare-and-set on the row's options, a
+// change prepared before another controller's edit writes the options as
+// read at Prepare and silently undoes that edit — what the "row changed
+// after prepare" case of preparedContract must catch.
+func TestPreparedCASBites(t *testing.T) {
+	e, _, c := realEnv(t)
+	c.testNoCAS = true
+	ctx := context.Background()
+	p, err := c.PrepareDstPort(ctx, "vxlan0", 4789, 4889)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	e.setOption("vxlan0", "tos", "inherit")
+	if _, err := p.Apply(ctx); IsConflict(err) {
+		t.Fatalf("Apply without the CAS: %v; the switch did not take the guard out, so the bite proves nothing", err)
+	}
+	now, err := c.GetInterface(ctx, "vxlan0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Options["tos"] == "inherit" {
+		t.Fatalf("without the CAS the other controller's tos survived (%s): the guarded case would pass without its guard", now)
+	}
+}

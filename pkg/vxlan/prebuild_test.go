@@ -200,3 +200,33 @@ func TestPrebuildBadInput(t *testing.T) {
 	}
 	var _ vxlan.Interface = a.Kernel
 }
+
+// TestTopUpBites: adopted without its top-up, the device lacks what the CNI
+// added between Prebuild and Recreate — what TestPrebuildThenRecreateAdopts
+// must catch.
+func TestTopUpBites(t *testing.T) {
+	a, _ := newLab(t, 4789)
+	vxlan.SkipTopUp(a.Kernel)
+	snap, err := a.Kernel.Snapshot(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Kernel.Prebuild(snap, 4889); err != nil {
+		t.Fatal(err)
+	}
+	ipIn(t, a.NS, "neigh", "add", "198.18.100.77", "lladdr", "02:00:00:00:00:77", "dev", dev, "nud", "permanent")
+	before, err := a.Kernel.Snapshot(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := a.Kernel.Recreate(before, 4889); err != nil || !w.Adopted {
+		t.Fatalf("Recreate: %+v, %v; want adopted", w, err)
+	}
+	after, err := a.Kernel.Snapshot(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Neighbors) == len(before.Neighbors) {
+		t.Fatalf("without the top-up the CNI's neighbour is still there (%s): the adoption test would pass without its guard", after.Text())
+	}
+}
