@@ -80,3 +80,46 @@ type Backend interface {
 	// Ready reports what is not ready, by name (empty: ready). Used by /readyz.
 	Ready(ctx context.Context) []string
 }
+
+// Stager is a Backend that supports the staged (make-before-break)
+// strategy: every node first receives on both ports, then the senders
+// switch to the new port a batch at a time, then the old port is retired.
+// Invariant: at every moment a node receives on every port any node sends
+// on. So receiving on both is always safe, and sending is the only thing
+// a node may undo by itself (the dead-man calls UnswitchSend, never
+// Unlisten: a node cannot know whether a peer already sends the new
+// port).
+//
+// Every method works from the Snapshot alone (taken before Listen, so it
+// records the node state Listen changes, such as a sysctl) and is
+// idempotent: a replay, or a call after a restart, converges on the
+// state the method promises and does nothing when it is already there.
+type Stager interface {
+	Backend
+	// StagedProblems names why this node cannot run the staged strategy
+	// (an overlay whose controller would undo the second receiver, say);
+	// empty when it can. Changes nothing.
+	StagedProblems(ctx context.Context, to uint16) []string
+	// StagedActions is what Listen, SwitchSend and Retire would do here,
+	// in order, for the plan. Changes nothing.
+	StagedActions(from, to uint16) []string
+	// Listen opens s.ToPort in the firewall, then makes the node receive
+	// on s.ToPort as well as s.FromPort. Sending is unchanged.
+	Listen(ctx context.Context, s Snapshot) error
+	// Unlisten undoes Listen (the second receiver and the firewall
+	// opening go; what Listen changed is restored). Only safe once no
+	// node sends s.ToPort. A no-op when not listening.
+	Unlisten(ctx context.Context, s Snapshot) error
+	// SwitchSend makes the node send on s.ToPort (it keeps receiving on
+	// both) and reads the state back. Requires Listen.
+	SwitchSend(ctx context.Context, s Snapshot) (State, error)
+	// UnswitchSend puts the node's sending back on s.FromPort; it keeps
+	// receiving on both.
+	UnswitchSend(ctx context.Context, s Snapshot) (State, error)
+	// Retire ends the change once every node sends s.ToPort: the overlay
+	// is left in its normal form on s.ToPort (the tunnel device or
+	// interface itself on the new port, the second receiver and the extra
+	// flows or entries gone) and the old port's firewall rules removed.
+	// State.Port is then s.ToPort.
+	Retire(ctx context.Context, s Snapshot) (State, error)
+}
