@@ -169,9 +169,16 @@ func (s *Service) Preflight(ctx context.Context, req *agentv1.PreflightRequest) 
 	if err != nil {
 		return nil, err
 	}
+	staged, err := checkStrategy(req.GetStrategy())
+	if err != nil {
+		return nil, err
+	}
 	c, err := be.Preflight(ctx, to)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "preflight of %s %s on %s: %v", be.Name(), be.Device(), s.cfg.NodeName, err)
+	}
+	if staged {
+		stagedCheck(ctx, be, &c, to)
 	}
 	resp := &agentv1.PreflightResponse{
 		CurrentPort:    uint32(c.CurrentPort),
@@ -207,11 +214,14 @@ func (s *Service) Prepare(ctx context.Context, req *agentv1.PrepareRequest) (*ag
 	if err != nil {
 		return nil, err
 	}
+	if _, err := checkStrategy(req.GetStrategy()); err != nil {
+		return nil, err
+	}
 	m, _, err := s.core()
 	if err != nil {
 		return nil, err
 	}
-	rec, err := m.Prepare(ctx, req.GetOperationId(), from, to)
+	rec, err := m.PrepareStrategy(ctx, req.GetOperationId(), from, to, req.GetStrategy())
 	if err != nil {
 		return nil, grpcErr(err)
 	}
@@ -295,7 +305,7 @@ func (s *Service) Rollback(ctx context.Context, req *agentv1.RollbackRequest) (*
 		return nil, status.Errorf(codes.InvalidArgument, "reason: %d bytes long, at most 1024", len(req.GetReason()))
 	}
 	return s.mutate(ctx, req.GetOperationId(), func(m *operation.Machine, id string) (operation.Record, error) {
-		return m.Rollback(ctx, id, req.GetReason())
+		return m.RollbackScope(ctx, id, req.GetReason(), req.GetSendOnly())
 	})
 }
 
@@ -382,6 +392,10 @@ func toStatus(r operation.Record, currentPort uint16) *agentv1.OperationStatus {
 		CurrentPort: uint32(currentPort),
 		Error:       r.Error,
 		RevertedBy:  r.RevertedBy,
+		Strategy:    r.Strategy,
+	}
+	if st.Strategy == "" && r.ID != "" {
+		st.Strategy = operation.StrategyAtomic
 	}
 	// The instant the agent undoes the operation by itself: the dead-man
 	// once committed, the prepare deadline while prepared. A coordinator

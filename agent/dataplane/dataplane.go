@@ -111,10 +111,12 @@ type Stager interface {
 	// node sends s.ToPort. A no-op when not listening.
 	Unlisten(ctx context.Context, s Snapshot) error
 	// SwitchSend makes the node send on s.ToPort (it keeps receiving on
-	// both) and reads the state back. Requires Listen.
+	// both) and reads the state back: State.Port is then the port the node
+	// sends on (s.ToPort), whatever port the device itself still has.
+	// Requires Listen.
 	SwitchSend(ctx context.Context, s Snapshot) (State, error)
-	// UnswitchSend puts the node's sending back on s.FromPort; it keeps
-	// receiving on both.
+	// UnswitchSend puts the node's sending back on s.FromPort (State.Port
+	// s.FromPort); it keeps receiving on both.
 	UnswitchSend(ctx context.Context, s Snapshot) (State, error)
 	// Retire ends the change once every node sends s.ToPort: the overlay
 	// is left in its normal form on s.ToPort (the tunnel device or

@@ -22,10 +22,17 @@ const (
 	MethodRevert    = "Revert"
 	MethodAbort     = "Abort"
 	MethodFinalize  = "Finalize"
+	// The Stager methods.
+	MethodListen       = "Listen"
+	MethodUnlisten     = "Unlisten"
+	MethodSwitchSend   = "SwitchSend"
+	MethodUnswitchSend = "UnswitchSend"
+	MethodRetire       = "Retire"
 )
 
 var fakeMethods = []string{MethodRead, MethodPreflight, MethodSnapshot, MethodPrepare,
-	MethodCommit, MethodRevert, MethodAbort, MethodFinalize}
+	MethodCommit, MethodRevert, MethodAbort, MethodFinalize,
+	MethodListen, MethodUnlisten, MethodSwitchSend, MethodUnswitchSend, MethodRetire}
 
 // Fake is an in-memory Backend for tests and benchmarks of everything above
 // the drivers. It models one tunnel port and a set of firewall openings, and
@@ -45,9 +52,15 @@ type Fake struct {
 	failNext map[string]error // one-shot failures
 	latency  map[string]time.Duration
 	calls    []string
+	// The staged strategy: a second receiver's port (0: none) and the port
+	// the node sends on when it is not the tunnel's own (0: the tunnel's).
+	rx2  uint16
+	send uint16
+	// stagedRefusal, when set, is StagedProblems' answer.
+	stagedRefusal string
 }
 
-var _ Backend = (*Fake)(nil)
+var _ Stager = (*Fake)(nil)
 
 // fakeData is the backend-specific part of a Fake snapshot: whether the
 // target port was already open before Prepare, so that Abort and Revert do
@@ -164,7 +177,11 @@ func (f *Fake) Dump() string {
 	for i, p := range open {
 		s[i] = strconv.Itoa(p)
 	}
-	return fmt.Sprintf("port=%d fw=[%s]", f.port, strings.Join(s, " "))
+	out := fmt.Sprintf("port=%d fw=[%s]", f.port, strings.Join(s, " "))
+	if f.rx2 != 0 || f.send != 0 {
+		out += fmt.Sprintf(" rx2=%d send=%d", f.rx2, f.sendPort())
+	}
+	return out
 }
 
 // Calls returns the effectful calls made so far (Prepare, Commit, Revert,

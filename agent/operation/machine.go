@@ -114,6 +114,9 @@ func New(ctx context.Context, o Options) (*Machine, error) {
 	case PhasePreparing:
 		m.abortLocked(ctx, *rec, ByRestart, "agent restarted during prepare")
 	case PhasePrepared:
+		if rec.Staged() {
+			break // a listening node never stops listening by itself
+		}
 		if rec.PrepareDeadline.IsZero() {
 			rec.PrepareDeadline = now.Add(m.prepareTimeout)
 		}
@@ -122,7 +125,7 @@ func New(ctx context.Context, o Options) (*Machine, error) {
 		if !now.Before(rec.Deadline) {
 			m.log.Warn("dead-man deadline passed while the agent was down: reverting now",
 				"operation", rec.ID, "deadline", rec.Deadline)
-			m.revertLocked(*rec, ByDeadman)
+			m.deadmanLocked(*rec)
 		} else {
 			m.armLocked(rec.Deadline.Sub(now), m.deadmanFired)
 		}
@@ -173,8 +176,26 @@ func (m *Machine) NotReady() []string {
 // open the target port and pre-build the change. A replay with the same id
 // and ports returns the record without acting again.
 func (m *Machine) Prepare(ctx context.Context, id string, from, to uint16) (Record, error) {
+	return m.PrepareStrategy(ctx, id, from, to, "")
+}
+
+// PrepareStrategy is Prepare for a strategy: StrategyStaged has the
+// backend listen on both ports (dataplane.Stager) instead of pre-building
+// a flip, and arms no prepare timeout. Empty or StrategyAtomic: Prepare.
+func (m *Machine) PrepareStrategy(ctx context.Context, id string, from, to uint16, strategy string) (Record, error) {
+	if strategy == StrategyAtomic {
+		strategy = ""
+	}
+	if strategy != "" && strategy != StrategyStaged {
+		return Record{}, errf(CodeInvalidArgument, nil, "strategy %q: must be %q or %q", strategy, StrategyAtomic, StrategyStaged)
+	}
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
+	if cur := m.current(); cur != nil && cur.ID == id && cur.Snapshot != nil && cur.Strategy != strategy {
+		return *cur, errf(CodeInvalidArgument, nil,
+			"operation %s was prepared with strategy %s; this request says %s: use a new operation id for a different change",
+			id, strategyName(cur.Strategy), strategyName(strategy))
+	}
 	if cur := m.current(); cur != nil && cur.ID == id {
 		// A rollback that came first leaves a record without ports.
 		if cur.Snapshot != nil && (cur.FromPort != from || cur.ToPort != to) {
@@ -200,17 +221,22 @@ func (m *Machine) Prepare(ctx context.Context, id string, from, to uint16) (Reco
 	if err := m.store.Check(); err != nil {
 		return Record{}, errf(CodeUnavailable, err, "prepare %s refused before any change", id)
 	}
+	if strategy == StrategyStaged {
+		if _, ok := m.be.(dataplane.Stager); !ok {
+			return Record{}, errf(CodeFailedPrecondition, nil, "prepare %s: backend %s does not support the staged strategy (nothing changed)", id, m.be.Name())
+		}
+	}
 	snap, err := m.be.Snapshot(ctx, from, to)
 	if err != nil {
 		return Record{}, errf(CodeFailedPrecondition, err, "prepare %s: snapshot of %s %s (nothing changed)", id, m.be.Name(), m.be.Device())
 	}
 	now := m.clock.Now()
-	rec := Record{ID: id, Phase: PhasePreparing, FromPort: from, ToPort: to, Snapshot: &snap, CurrentPort: from, Updated: now}
+	rec := Record{ID: id, Phase: PhasePreparing, FromPort: from, ToPort: to, Snapshot: &snap, Strategy: strategy, CurrentPort: from, Updated: now}
 	if err := m.store.Save(rec); err != nil {
 		return Record{}, errf(CodeUnavailable, err, "prepare %s refused before any change", id)
 	}
 	m.setLocked(rec)
-	if err := m.be.Prepare(ctx, snap); err != nil {
+	if err := m.prepareBackend(ctx, rec); err != nil {
 		m.log.Warn("prepare failed: aborting", "operation", id, "err", err)
 		out := m.abortLocked(ctx, rec, "", "prepare: "+err.Error())
 		if out.Phase == PhaseFailed {
@@ -220,7 +246,9 @@ func (m *Machine) Prepare(ctx context.Context, id string, from, to uint16) (Reco
 	}
 	rec.Phase = PhasePrepared
 	rec.Updated = m.clock.Now()
-	rec.PrepareDeadline = rec.Updated.Add(m.prepareTimeout)
+	if !rec.Staged() {
+		rec.PrepareDeadline = rec.Updated.Add(m.prepareTimeout)
+	}
 	if err := m.store.Save(rec); err != nil {
 		// The disk said PREPARING: a restart would abort. Undo now rather
 		// than run an operation this agent cannot record.
@@ -228,7 +256,9 @@ func (m *Machine) Prepare(ctx context.Context, id string, from, to uint16) (Reco
 		return out, errf(CodeUnavailable, err, "prepare %s: could not record it, so it was aborted", id)
 	}
 	m.setLocked(rec)
-	m.armLocked(m.prepareTimeout, m.prepareTimedOut)
+	if !rec.Staged() {
+		m.armLocked(m.prepareTimeout, m.prepareTimedOut)
+	}
 	return rec, nil
 }
 
@@ -301,7 +331,7 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.callTimeout)
 	defer cancel()
 	t0 := m.clock.Now()
-	st, err := m.be.Commit(actx, *rec.Snapshot)
+	st, err := m.commitBackend(actx, rec)
 	dur := m.clock.Now().Sub(t0)
 	rec.Applied, rec.ApplyDuration, rec.Lateness = t0, dur, late
 	if err == nil && st.Port != rec.ToPort {
@@ -377,9 +407,20 @@ func (m *Machine) Confirm(_ context.Context, id string) (Record, error) {
 // goes ahead even when the state store is failing (the error is reported in
 // the record).
 func (m *Machine) Rollback(ctx context.Context, id, reason string) (Record, error) {
+	return m.RollbackScope(ctx, id, reason, false)
+}
+
+// RollbackScope is Rollback; with sendOnly, a staged operation that
+// switched this node's sending only switches it back and stays listening
+// on both (PREPARED): the coordinator unlistens nobody until no node
+// sends the new port. sendOnly on an atomic operation is refused.
+func (m *Machine) RollbackScope(ctx context.Context, id, reason string, sendOnly bool) (Record, error) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	cur := m.current()
+	if sendOnly {
+		return m.unswitchRequestLocked(id, cur, reason)
+	}
 	if cur == nil || cur.ID != id {
 		if err := m.refuseIfBusyLocked(id); err != nil {
 			return Record{}, err
@@ -426,10 +467,15 @@ func (m *Machine) Finalize(ctx context.Context, id string) (Record, error) {
 	if err := m.store.Check(); err != nil {
 		return cur, errf(CodeUnavailable, err, "finalize %s refused before any change", id)
 	}
-	if err := m.be.Finalize(ctx, *cur.Snapshot); err != nil {
+	st, err := m.finalizeBackend(ctx, cur)
+	if err != nil {
 		return cur, errf(CodeInternal, err, "finalize %s (still CONFIRMED; retry Finalize)", id)
 	}
 	rec := cur
+	if rec.Staged() {
+		rec.CurrentPort = st.Port
+		m.obs.PortObserved(st.Port)
+	}
 	rec.Phase = PhaseFinalized
 	rec.Updated = m.clock.Now()
 	rec.Ended = rec.Updated
@@ -451,7 +497,7 @@ func (m *Machine) deadmanFired(gen uint64) {
 		return
 	}
 	m.log.Warn("dead-man deadline reached without confirm: reverting", "operation", cur.ID, "deadline", cur.Deadline)
-	m.revertLocked(*cur, ByDeadman)
+	m.deadmanLocked(*cur)
 }
 
 func (m *Machine) prepareTimedOut(gen uint64) {
@@ -492,7 +538,7 @@ func (m *Machine) abortLocked(ctx context.Context, rec Record, by, why string) R
 	defer cancel()
 	now := m.clock.Now()
 	rec.Updated, rec.Ended, rec.RevertedBy = now, now, by
-	if err := m.be.Abort(actx, *rec.Snapshot); err != nil {
+	if err := m.abortBackend(actx, rec); err != nil {
 		rec.Phase = PhaseFailed
 		rec.Error = joinErr(why, "abort: "+err.Error())
 		m.log.Error("abort failed: operator needed", "operation", rec.ID, "err", rec.Error)
@@ -511,7 +557,7 @@ func (m *Machine) revertLocked(rec Record, by string) Record {
 	m.disarmLocked()
 	ctx, cancel := context.WithTimeout(context.Background(), m.callTimeout)
 	defer cancel()
-	st, err := m.be.Revert(ctx, *rec.Snapshot)
+	st, err := m.revertBackend(ctx, rec)
 	now := m.clock.Now()
 	rec.Updated, rec.Ended, rec.RevertedBy = now, now, by
 	if err != nil {

@@ -42,6 +42,16 @@ func (p Phase) InFlight() bool {
 	return false
 }
 
+// Strategies (Record.Strategy). An empty strategy is atomic: records
+// written before staged existed read back as atomic.
+const (
+	StrategyAtomic = "atomic"
+	StrategyStaged = "staged"
+)
+
+// Staged reports whether the record is a staged operation's.
+func (r Record) Staged() bool { return r.Strategy == StrategyStaged }
+
 // Who ended an operation (Record.RevertedBy).
 const (
 	ByRollback       = "rollback"
@@ -60,6 +70,9 @@ type Record struct {
 	FromPort uint16              `json:"from_port,omitempty"`
 	ToPort   uint16              `json:"to_port,omitempty"`
 	Snapshot *dataplane.Snapshot `json:"snapshot,omitempty"`
+	// Strategy is StrategyStaged for a make-before-break operation (the
+	// backend's Stager methods); empty for the one-instant flip.
+	Strategy string `json:"strategy,omitempty"`
 
 	PrepareDeadline time.Time     `json:"prepare_deadline,omitzero"` // abort by itself after
 	CommitAt        time.Time     `json:"commit_at,omitzero"`        // as requested

@@ -379,9 +379,13 @@ func (x *ClockResponse) GetUnixNano() int64 {
 }
 
 type PreflightRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
-	TargetPort    uint32                 `protobuf:"varint,2,opt,name=target_port,json=targetPort,proto3" json:"target_port,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	TargetPort  uint32                 `protobuf:"varint,2,opt,name=target_port,json=targetPort,proto3" json:"target_port,omitempty"`
+	// "staged": check the staged strategy (listen on both, switch senders,
+	// retire): its problems and actions replace the atomic ones'. Empty or
+	// "atomic": the one-instant flip.
+	Strategy      string `protobuf:"bytes,100,opt,name=strategy,proto3" json:"strategy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -428,6 +432,13 @@ func (x *PreflightRequest) GetTargetPort() uint32 {
 		return x.TargetPort
 	}
 	return 0
+}
+
+func (x *PreflightRequest) GetStrategy() string {
+	if x != nil {
+		return x.Strategy
+	}
+	return ""
 }
 
 type PreflightResponse struct {
@@ -518,7 +529,16 @@ type PrepareRequest struct {
 	// peer already probed under the same name and address keeps its
 	// counters (a replayed Prepare changes nothing); others start from zero.
 	// Empty: the peer set is left as it is.
-	ProbePeers    []*ProbePeer `protobuf:"bytes,4,rep,name=probe_peers,json=probePeers,proto3" json:"probe_peers,omitempty"`
+	ProbePeers []*ProbePeer `protobuf:"bytes,4,rep,name=probe_peers,json=probePeers,proto3" json:"probe_peers,omitempty"`
+	// "staged": prepare means listen on both ports (the firewall opened for
+	// the new port, a second receiver added); Commit then switches this
+	// node's sending to the new port at once (at_unix_nano is ignored),
+	// Finalize retires the old port, and the dead-man only switches sending
+	// back (the node keeps receiving on both: it cannot know whether a peer
+	// already sends the new port). No prepare timeout: a listening node
+	// never stops listening by itself. Empty or "atomic": the one-instant
+	// flip. A replay must name the same strategy.
+	Strategy      string `protobuf:"bytes,100,opt,name=strategy,proto3" json:"strategy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -579,6 +599,13 @@ func (x *PrepareRequest) GetProbePeers() []*ProbePeer {
 		return x.ProbePeers
 	}
 	return nil
+}
+
+func (x *PrepareRequest) GetStrategy() string {
+	if x != nil {
+		return x.Strategy
+	}
+	return ""
 }
 
 type ProbePeer struct {
@@ -888,9 +915,14 @@ func (x *ConfirmRequest) GetOperationId() string {
 }
 
 type RollbackRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	Reason      string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Staged operations only: switch this node's sending back to the old
+	// port and keep it listening on both (phase back to PREPARED). The
+	// coordinator sends it to every node first, and the full rollback only
+	// once no node sends the new port.
+	SendOnly      bool `protobuf:"varint,100,opt,name=send_only,json=sendOnly,proto3" json:"send_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -937,6 +969,13 @@ func (x *RollbackRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *RollbackRequest) GetSendOnly() bool {
+	if x != nil {
+		return x.SendOnly
+	}
+	return false
 }
 
 type FinalizeRequest struct {
@@ -1039,6 +1078,7 @@ type OperationStatus struct {
 	Error            string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
 	RevertedBy       string                 `protobuf:"bytes,9,opt,name=reverted_by,json=revertedBy,proto3" json:"reverted_by,omitempty"` // "rollback", "deadman"
 	UpdatedUnixNano  int64                  `protobuf:"varint,10,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
+	Strategy         string                 `protobuf:"bytes,100,opt,name=strategy,proto3" json:"strategy,omitempty"` // "atomic" or "staged"
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1141,6 +1181,13 @@ func (x *OperationStatus) GetUpdatedUnixNano() int64 {
 		return x.UpdatedUnixNano
 	}
 	return 0
+}
+
+func (x *OperationStatus) GetStrategy() string {
+	if x != nil {
+		return x.Strategy
+	}
+	return ""
 }
 
 type ProbeStatsRequest struct {
@@ -1786,23 +1833,25 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0e\n" +
 	"\fClockRequest\",\n" +
 	"\rClockResponse\x12\x1b\n" +
-	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\"V\n" +
+	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\"r\n" +
 	"\x10PreflightRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1f\n" +
 	"\vtarget_port\x18\x02 \x01(\rR\n" +
-	"targetPort\"\xc0\x01\n" +
+	"targetPort\x12\x1a\n" +
+	"\bstrategy\x18d \x01(\tR\bstrategy\"\xc0\x01\n" +
 	"\x11PreflightResponse\x12!\n" +
 	"\fcurrent_port\x18\x01 \x01(\rR\vcurrentPort\x12(\n" +
 	"\x10target_port_free\x18\x02 \x01(\bR\x0etargetPortFree\x12(\n" +
 	"\x10target_port_user\x18\x03 \x01(\tR\x0etargetPortUser\x12\x1a\n" +
 	"\bproblems\x18\x04 \x03(\tR\bproblems\x12\x18\n" +
-	"\aactions\x18\x05 \x03(\tR\aactions\"\xa7\x01\n" +
+	"\aactions\x18\x05 \x03(\tR\aactions\"\xc3\x01\n" +
 	"\x0ePrepareRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1b\n" +
 	"\tfrom_port\x18\x02 \x01(\rR\bfromPort\x12\x17\n" +
 	"\ato_port\x18\x03 \x01(\rR\x06toPort\x12<\n" +
 	"\vprobe_peers\x18\x04 \x03(\v2\x1b.cutover.agent.v1.ProbePeerR\n" +
-	"probePeers\"9\n" +
+	"probePeers\x12\x1a\n" +
+	"\bstrategy\x18d \x01(\tR\bstrategy\"9\n" +
 	"\tProbePeer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"L\n" +
@@ -1823,14 +1872,15 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x11written_unix_nano\x18Z \x01(\x03R\x0fwrittenUnixNano\x12.\n" +
 	"\x13effective_unix_nano\x18[ \x01(\x03R\x11effectiveUnixNano\"3\n" +
 	"\x0eConfirmRequest\x12!\n" +
-	"\foperation_id\x18\x01 \x01(\tR\voperationId\"L\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\"i\n" +
 	"\x0fRollbackRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"4\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1b\n" +
+	"\tsend_only\x18d \x01(\bR\bsendOnly\"4\n" +
 	"\x0fFinalizeRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\"2\n" +
 	"\rStatusRequest\x12!\n" +
-	"\foperation_id\x18\x01 \x01(\tR\voperationId\"\xf9\x02\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\"\x95\x03\n" +
 	"\x0fOperationStatus\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12-\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x17.cutover.agent.v1.PhaseR\x05phase\x12\x1b\n" +
@@ -1843,7 +1893,8 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\vreverted_by\x18\t \x01(\tR\n" +
 	"revertedBy\x12*\n" +
 	"\x11updated_unix_nano\x18\n" +
-	" \x01(\x03R\x0fupdatedUnixNano\")\n" +
+	" \x01(\x03R\x0fupdatedUnixNano\x12\x1a\n" +
+	"\bstrategy\x18d \x01(\tR\bstrategy\")\n" +
 	"\x11ProbeStatsRequest\x12\x14\n" +
 	"\x05reset\x18\x01 \x01(\bR\x05reset\"\x8d\x02\n" +
 	"\x12ProbeStatsResponse\x12\x12\n" +

@@ -312,8 +312,17 @@ type CutoverRequest struct {
 	// pairs, VNI-specific drops, MTU): they become warnings of the result
 	// (Report.warnings), never a clean success.
 	AllowPathProblems bool `protobuf:"varint,70,opt,name=allow_path_problems,json=allowPathProblems,proto3" json:"allow_path_problems,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// "atomic" (default): every node flips at one instant. "staged"
+	// (make-before-break): every node listens on both ports, then senders
+	// switch batch by batch with the probe mesh verified after each, then
+	// the old port is retired (docs/staged.md).
+	Strategy string `protobuf:"bytes,100,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	// Staged only: the batches' cumulative sizes, a count or a percentage of
+	// the nodes, e.g. ["1", "10%", "100%"]; the last must cover every node.
+	// Empty: ["1", "100%"] (a canary, then the rest).
+	Batches       []string `protobuf:"bytes,101,rep,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CutoverRequest) Reset() {
@@ -414,6 +423,20 @@ func (x *CutoverRequest) GetAllowPathProblems() bool {
 		return x.AllowPathProblems
 	}
 	return false
+}
+
+func (x *CutoverRequest) GetStrategy() string {
+	if x != nil {
+		return x.Strategy
+	}
+	return ""
+}
+
+func (x *CutoverRequest) GetBatches() []string {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
 }
 
 type NodePlan struct {
@@ -1272,7 +1295,11 @@ type Report struct {
 	// commit was sent.
 	CommitUnixNano int64 `protobuf:"varint,83,opt,name=commit_unix_nano,json=commitUnixNano,proto3" json:"commit_unix_nano,omitempty"`
 	// Every progress event of the operation, in order (their report unset).
-	Events        []*OperationEvent `protobuf:"bytes,84,rep,name=events,proto3" json:"events,omitempty"`
+	Events []*OperationEvent `protobuf:"bytes,84,rep,name=events,proto3" json:"events,omitempty"`
+	// "atomic" or "staged", and for staged the batches as run: the nodes of
+	// each, in order.
+	Strategy      string         `protobuf:"bytes,100,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	Batches       []*StagedBatch `protobuf:"bytes,101,rep,name=batches,proto3" json:"batches,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1496,6 +1523,81 @@ func (x *Report) GetEvents() []*OperationEvent {
 	return nil
 }
 
+func (x *Report) GetStrategy() string {
+	if x != nil {
+		return x.Strategy
+	}
+	return ""
+}
+
+func (x *Report) GetBatches() []*StagedBatch {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
+}
+
+// StagedBatch is one batch of a staged operation's sender switch.
+type StagedBatch struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Nodes            []string               `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	SwitchedUnixNano int64                  `protobuf:"varint,2,opt,name=switched_unix_nano,json=switchedUnixNano,proto3" json:"switched_unix_nano,omitempty"` // every node of it answered the switch (coordinator clock); 0: never
+	VerifiedUnixNano int64                  `protobuf:"varint,3,opt,name=verified_unix_nano,json=verifiedUnixNano,proto3" json:"verified_unix_nano,omitempty"` // the probe mesh passed after it; 0: never
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *StagedBatch) Reset() {
+	*x = StagedBatch{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StagedBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StagedBatch) ProtoMessage() {}
+
+func (x *StagedBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StagedBatch.ProtoReflect.Descriptor instead.
+func (*StagedBatch) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StagedBatch) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *StagedBatch) GetSwitchedUnixNano() int64 {
+	if x != nil {
+		return x.SwitchedUnixNano
+	}
+	return 0
+}
+
+func (x *StagedBatch) GetVerifiedUnixNano() int64 {
+	if x != nil {
+		return x.VerifiedUnixNano
+	}
+	return 0
+}
+
 // LateNode is a node that had not applied the commit by the instant plus
 // the lateness budget.
 type LateNode struct {
@@ -1513,7 +1615,7 @@ type LateNode struct {
 
 func (x *LateNode) Reset() {
 	*x = LateNode{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1627,7 @@ func (x *LateNode) String() string {
 func (*LateNode) ProtoMessage() {}
 
 func (x *LateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1640,7 @@ func (x *LateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LateNode.ProtoReflect.Descriptor instead.
 func (*LateNode) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LateNode) GetNode() string {
@@ -1571,7 +1673,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1685,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1698,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StatusRequest) GetOperationId() string {
@@ -1615,7 +1717,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1729,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1742,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RollbackRequest) GetOperationId() string {
@@ -1674,7 +1776,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
 	"\x12ListAgentsResponse\x125\n" +
-	"\x06agents\x18\x01 \x03(\v2\x1d.cutover.coordinator.v1.AgentR\x06agents\"\xee\x02\n" +
+	"\x06agents\x18\x01 \x03(\v2\x1d.cutover.coordinator.v1.AgentR\x06agents\"\xa4\x03\n" +
 	"\x0eCutoverRequest\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x14\n" +
@@ -1685,7 +1787,9 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x11allow_tunnel_port\x18\a \x01(\bR\x0fallowTunnelPort\x12!\n" +
 	"\foperation_id\x18\b \x01(\tR\voperationId\x12%\n" +
 	"\x0eallow_unprobed\x18( \x01(\bR\rallowUnprobed\x12.\n" +
-	"\x13allow_path_problems\x18F \x01(\bR\x11allowPathProblems\"\xa1\x01\n" +
+	"\x13allow_path_problems\x18F \x01(\bR\x11allowPathProblems\x12\x1a\n" +
+	"\bstrategy\x18d \x01(\tR\bstrategy\x12\x18\n" +
+	"\abatches\x18e \x03(\tR\abatches\"\xa1\x01\n" +
 	"\bNodePlan\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12!\n" +
 	"\fcurrent_port\x18\x02 \x01(\rR\vcurrentPort\x12(\n" +
@@ -1765,7 +1869,8 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
 	"\x04sent\x18\x03 \x01(\x04R\x04sent\x12\x12\n" +
 	"\x04lost\x18\x04 \x01(\x04R\x04lost\x12,\n" +
-	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\"\xc1\t\n" +
+	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\"\x9c\n" +
+	"\n" +
 	"\x06Report\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12<\n" +
 	"\x05state\x18\x02 \x01(\x0e2&.cutover.coordinator.v1.OperationStateR\x05state\x12\x1b\n" +
@@ -1800,7 +1905,13 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\arequest\x18Q \x01(\v2&.cutover.coordinator.v1.CutoverRequestR\arequest\x128\n" +
 	"\x04plan\x18R \x01(\v2$.cutover.coordinator.v1.PlanResponseR\x04plan\x12(\n" +
 	"\x10commit_unix_nano\x18S \x01(\x03R\x0ecommitUnixNano\x12>\n" +
-	"\x06events\x18T \x03(\v2&.cutover.coordinator.v1.OperationEventR\x06events\"_\n" +
+	"\x06events\x18T \x03(\v2&.cutover.coordinator.v1.OperationEventR\x06events\x12\x1a\n" +
+	"\bstrategy\x18d \x01(\tR\bstrategy\x12=\n" +
+	"\abatches\x18e \x03(\v2#.cutover.coordinator.v1.StagedBatchR\abatches\"\x7f\n" +
+	"\vStagedBatch\x12\x14\n" +
+	"\x05nodes\x18\x01 \x03(\tR\x05nodes\x12,\n" +
+	"\x12switched_unix_nano\x18\x02 \x01(\x03R\x10switchedUnixNano\x12,\n" +
+	"\x12verified_unix_nano\x18\x03 \x01(\x03R\x10verifiedUnixNano\"_\n" +
 	"\bLateNode\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12%\n" +
 	"\x0elateness_nanos\x18\x02 \x01(\x03R\rlatenessNanos\x12\x18\n" +
@@ -1838,7 +1949,7 @@ func file_coordinator_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_coordinator_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(OperationState)(0),        // 0: cutover.coordinator.v1.OperationState
 	(*ListAgentsRequest)(nil),  // 1: cutover.coordinator.v1.ListAgentsRequest
@@ -1854,13 +1965,14 @@ var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(*NodeResult)(nil),         // 11: cutover.coordinator.v1.NodeResult
 	(*PairDisruption)(nil),     // 12: cutover.coordinator.v1.PairDisruption
 	(*Report)(nil),             // 13: cutover.coordinator.v1.Report
-	(*LateNode)(nil),           // 14: cutover.coordinator.v1.LateNode
-	(*StatusRequest)(nil),      // 15: cutover.coordinator.v1.StatusRequest
-	(*RollbackRequest)(nil),    // 16: cutover.coordinator.v1.RollbackRequest
-	nil,                        // 17: cutover.coordinator.v1.Agent.LabelsEntry
+	(*StagedBatch)(nil),        // 14: cutover.coordinator.v1.StagedBatch
+	(*LateNode)(nil),           // 15: cutover.coordinator.v1.LateNode
+	(*StatusRequest)(nil),      // 16: cutover.coordinator.v1.StatusRequest
+	(*RollbackRequest)(nil),    // 17: cutover.coordinator.v1.RollbackRequest
+	nil,                        // 18: cutover.coordinator.v1.Agent.LabelsEntry
 }
 var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
-	17, // 0: cutover.coordinator.v1.Agent.labels:type_name -> cutover.coordinator.v1.Agent.LabelsEntry
+	18, // 0: cutover.coordinator.v1.Agent.labels:type_name -> cutover.coordinator.v1.Agent.LabelsEntry
 	2,  // 1: cutover.coordinator.v1.ListAgentsResponse.agents:type_name -> cutover.coordinator.v1.Agent
 	5,  // 2: cutover.coordinator.v1.PlanResponse.nodes:type_name -> cutover.coordinator.v1.NodePlan
 	7,  // 3: cutover.coordinator.v1.PlanResponse.path_check:type_name -> cutover.coordinator.v1.PathCheckResult
@@ -1870,27 +1982,28 @@ var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
 	10, // 7: cutover.coordinator.v1.Report.phases:type_name -> cutover.coordinator.v1.PhaseDuration
 	11, // 8: cutover.coordinator.v1.Report.nodes:type_name -> cutover.coordinator.v1.NodeResult
 	12, // 9: cutover.coordinator.v1.Report.disruption:type_name -> cutover.coordinator.v1.PairDisruption
-	14, // 10: cutover.coordinator.v1.Report.late_nodes:type_name -> cutover.coordinator.v1.LateNode
+	15, // 10: cutover.coordinator.v1.Report.late_nodes:type_name -> cutover.coordinator.v1.LateNode
 	4,  // 11: cutover.coordinator.v1.Report.request:type_name -> cutover.coordinator.v1.CutoverRequest
 	6,  // 12: cutover.coordinator.v1.Report.plan:type_name -> cutover.coordinator.v1.PlanResponse
 	9,  // 13: cutover.coordinator.v1.Report.events:type_name -> cutover.coordinator.v1.OperationEvent
-	1,  // 14: cutover.coordinator.v1.CoordinatorService.ListAgents:input_type -> cutover.coordinator.v1.ListAgentsRequest
-	4,  // 15: cutover.coordinator.v1.CoordinatorService.Plan:input_type -> cutover.coordinator.v1.CutoverRequest
-	4,  // 16: cutover.coordinator.v1.CoordinatorService.Cutover:input_type -> cutover.coordinator.v1.CutoverRequest
-	15, // 17: cutover.coordinator.v1.CoordinatorService.Status:input_type -> cutover.coordinator.v1.StatusRequest
-	16, // 18: cutover.coordinator.v1.CoordinatorService.Rollback:input_type -> cutover.coordinator.v1.RollbackRequest
-	4,  // 19: cutover.coordinator.v1.CoordinatorService.PathCheck:input_type -> cutover.coordinator.v1.CutoverRequest
-	3,  // 20: cutover.coordinator.v1.CoordinatorService.ListAgents:output_type -> cutover.coordinator.v1.ListAgentsResponse
-	6,  // 21: cutover.coordinator.v1.CoordinatorService.Plan:output_type -> cutover.coordinator.v1.PlanResponse
-	9,  // 22: cutover.coordinator.v1.CoordinatorService.Cutover:output_type -> cutover.coordinator.v1.OperationEvent
-	13, // 23: cutover.coordinator.v1.CoordinatorService.Status:output_type -> cutover.coordinator.v1.Report
-	9,  // 24: cutover.coordinator.v1.CoordinatorService.Rollback:output_type -> cutover.coordinator.v1.OperationEvent
-	7,  // 25: cutover.coordinator.v1.CoordinatorService.PathCheck:output_type -> cutover.coordinator.v1.PathCheckResult
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	14, // 14: cutover.coordinator.v1.Report.batches:type_name -> cutover.coordinator.v1.StagedBatch
+	1,  // 15: cutover.coordinator.v1.CoordinatorService.ListAgents:input_type -> cutover.coordinator.v1.ListAgentsRequest
+	4,  // 16: cutover.coordinator.v1.CoordinatorService.Plan:input_type -> cutover.coordinator.v1.CutoverRequest
+	4,  // 17: cutover.coordinator.v1.CoordinatorService.Cutover:input_type -> cutover.coordinator.v1.CutoverRequest
+	16, // 18: cutover.coordinator.v1.CoordinatorService.Status:input_type -> cutover.coordinator.v1.StatusRequest
+	17, // 19: cutover.coordinator.v1.CoordinatorService.Rollback:input_type -> cutover.coordinator.v1.RollbackRequest
+	4,  // 20: cutover.coordinator.v1.CoordinatorService.PathCheck:input_type -> cutover.coordinator.v1.CutoverRequest
+	3,  // 21: cutover.coordinator.v1.CoordinatorService.ListAgents:output_type -> cutover.coordinator.v1.ListAgentsResponse
+	6,  // 22: cutover.coordinator.v1.CoordinatorService.Plan:output_type -> cutover.coordinator.v1.PlanResponse
+	9,  // 23: cutover.coordinator.v1.CoordinatorService.Cutover:output_type -> cutover.coordinator.v1.OperationEvent
+	13, // 24: cutover.coordinator.v1.CoordinatorService.Status:output_type -> cutover.coordinator.v1.Report
+	9,  // 25: cutover.coordinator.v1.CoordinatorService.Rollback:output_type -> cutover.coordinator.v1.OperationEvent
+	7,  // 26: cutover.coordinator.v1.CoordinatorService.PathCheck:output_type -> cutover.coordinator.v1.PathCheckResult
+	21, // [21:27] is the sub-list for method output_type
+	15, // [15:21] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }
@@ -1904,7 +2017,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_v1_coordinator_proto_rawDesc), len(file_coordinator_v1_coordinator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
