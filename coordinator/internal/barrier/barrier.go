@@ -121,6 +121,12 @@ const (
 	Finalize Step = "finalize"
 	Abort    Step = "abort"
 	Rollback Step = "rollback"
+	// Unswitch is the staged strategy's first undo step: every node
+	// switches its sending back to the old port and keeps listening on
+	// both; only once every node answered does Rollback go out (which
+	// stops them listening), so no node stops receiving a port a peer may
+	// still send on.
+	Unswitch Step = "unswitch"
 	Done     Step = "done" // terminal: no step in flight
 )
 
@@ -184,6 +190,15 @@ type Config struct {
 	// Probes: the agents keep probe mesh counters, reset alongside
 	// Prepare and read when an operation that sent Commit ends.
 	Probes bool
+	// Batches, when set, make the operation staged (make-before-break):
+	// Prepare (listen on both ports) goes to every node, then Commit
+	// (switch sending), Verify and Confirm go batch by batch, in order,
+	// with the verifier run over every node after each batch; Finalize
+	// (retire the old port) goes to every node once the last batch is
+	// confirmed. Every node must be in exactly one batch. Any failure
+	// after the first Commit undoes with Unswitch to every node, then
+	// Rollback.
+	Batches [][]string
 }
 
 // HookPoint is where in the plan a hook is called.
@@ -325,6 +340,9 @@ type Send struct {
 	Nodes   []string
 	Timeout time.Duration
 	After   time.Duration
+	// Batch is the staged batch (1-based) a Commit, Verify or Confirm is
+	// for; 0 otherwise.
+	Batch int
 }
 
 // Declare announces the final outcome. Unreached is set when Outcome is
@@ -344,6 +362,7 @@ type Journal struct {
 	Step       Step
 	Attempt    int
 	CommitSent bool
+	Batch      int // as Send.Batch
 }
 
 // CallHook asks the caller to call one hook at one point, within Timeout,
@@ -363,6 +382,7 @@ type CallHook struct {
 type RunVerifier struct {
 	Nodes   []string
 	Timeout time.Duration
+	Batch   int // the staged batch just switched (1-based); 0 otherwise
 }
 
 // ResetProbes asks the caller to zero every agent's probe counters and
@@ -382,6 +402,9 @@ func (ResetProbes) isAction() {}
 func (ReadProbes) isAction()  {}
 
 func (j Journal) String() string {
+	if j.Batch > 0 {
+		return fmt.Sprintf("journal %s#%d batch=%d commit-sent=%t", j.Step, j.Attempt, j.Batch, j.CommitSent)
+	}
 	return fmt.Sprintf("journal %s#%d commit-sent=%t", j.Step, j.Attempt, j.CommitSent)
 }
 
@@ -402,6 +425,9 @@ func (ReadProbes) String() string  { return "read-probes" }
 
 func (s Send) String() string {
 	str := fmt.Sprintf("send %s#%d to %s within %s", s.Step, s.Attempt, strings.Join(s.Nodes, ","), s.Timeout)
+	if s.Batch > 0 {
+		str += fmt.Sprintf(" batch %d", s.Batch)
+	}
 	if s.After > 0 {
 		str += " after " + s.After.String()
 	}
@@ -454,6 +480,9 @@ const (
 	// ResumeRollback: commit was reached but not every agent is committed
 	// (or the caller could not tell): roll back.
 	ResumeRollback
+	// ResumeFinalize (staged only): every batch was confirmed and the old
+	// port's retirement had started: finish it.
+	ResumeFinalize
 )
 
 // stage is what the current step waits for.
@@ -494,6 +523,9 @@ type Op struct {
 	ending    Outcome  // stageHooks (restore) and stageProbes: the outcome to declare next
 
 	history map[string][]NodeStep // per node, in order
+
+	batch    int  // staged: index of the batch in flight in cfg.Batches
+	lastUndo Step // the undo step last started (a retry of a Failed one starts there)
 }
 
 // New returns an operation over cfg.Nodes that has not started.
@@ -546,6 +578,23 @@ func ChooseResume(commitSent bool, step Step, allCommitted bool) Resume {
 	return ResumeRollback
 }
 
+// ChooseStagedResume is ChooseResume for a staged operation, where the
+// agents' answers do not matter: before any Commit nothing sends the new
+// port, so abort (every node stops listening on it); once the old port's
+// retirement started, every node was confirmed sending the new port, so
+// finish it; anything in between is undone (Unswitch, then Rollback),
+// which is safe whatever each node did, where going on would need to know
+// which batches really switched.
+func ChooseStagedResume(commitSent bool, step Step) Resume {
+	switch {
+	case !commitSent:
+		return ResumeAbort
+	case step == Finalize:
+		return ResumeFinalize
+	}
+	return ResumeRollback
+}
+
 // NeedsAgents reports whether ChooseResume's answer depends on the agents'
 // state for a record with these fields.
 func NeedsAgents(commitSent bool, step Step) bool {
@@ -566,8 +615,16 @@ func (o *Op) ResumeAt(r Resume) []Action {
 	case ResumeVerify:
 		o.sentCommit = true
 		return o.send(Verify, o.cfg.Nodes)
+	case ResumeFinalize:
+		o.sentCommit = true
+		o.batch = len(o.cfg.Batches) - 1
+		return o.send(Finalize, o.cfg.Nodes)
 	default:
 		o.sentCommit = true
+		if o.staged() {
+			o.reason = "coordinator restarted while the senders were switching"
+			return o.undo(Unswitch, o.cfg.Nodes)
+		}
 		o.reason = "coordinator restarted after commit and not every agent is committed"
 		return o.undo(Rollback, o.cfg.Nodes)
 	}
@@ -659,19 +716,22 @@ func (o *Op) requestRollback(reason string) []Action {
 		// Never started: nothing to undo.
 		o.step, o.outcome, o.reason = Done, Aborted, reason
 		return []Action{Declare{Outcome: Aborted, Reason: reason}}
-	case Abort, Rollback:
+	case Abort, Rollback, Unswitch:
 		return nil
 	case Done:
 		switch o.outcome {
 		case Succeeded:
 			o.reason = reason
 			o.outcome = Pending
-			return o.undo(Rollback, o.cfg.Nodes)
+			return o.undo(o.rollbackStep(), o.cfg.Nodes)
 		case Failed:
 			// Retry reaching the nodes the last attempt missed.
 			st := Rollback
 			if !o.sentCommit {
 				st = Abort
+			}
+			if o.lastUndo == Unswitch {
+				st = Unswitch // nobody was unlistened yet
 			}
 			o.outcome = Pending
 			nodes := o.unreached
@@ -752,9 +812,13 @@ func (o *Op) advance() []Action {
 		case Verify:
 			if o.cfg.Verifier {
 				o.stage = stageVerifier
-				return []Action{RunVerifier{Nodes: slices.Clone(o.cfg.Nodes), Timeout: o.cfg.StepTimeout}}
+				return []Action{RunVerifier{Nodes: slices.Clone(o.cfg.Nodes), Timeout: o.cfg.StepTimeout, Batch: o.batchNumber(Verify)}}
 			}
 		case Confirm:
+			if o.staged() && o.batch < len(o.cfg.Batches)-1 {
+				o.batch++
+				return o.send(Commit, o.cfg.Batches[o.batch])
+			}
 			return o.callHooks(HookAfterConfirm)
 		}
 		return o.proceed()
@@ -763,7 +827,12 @@ func (o *Op) advance() []Action {
 			return o.succeed()
 		}
 		return o.callHooks(HookFinalize)
-	case Abort, Rollback:
+	case Abort, Rollback, Unswitch:
+		if len(bad) == 0 && o.step == Unswitch {
+			// No node sends the new port any more: now they may stop
+			// listening on it.
+			return o.undo(Rollback, o.cfg.Nodes)
+		}
 		if len(bad) == 0 {
 			o.ending = Aborted
 			if o.step == Rollback {
@@ -806,12 +875,48 @@ func (o *Op) proceed() []Action {
 			o.reason = o.rollbackReq
 		}
 		if o.sentCommit {
-			return o.undo(Rollback, o.cfg.Nodes)
+			return o.undo(o.rollbackStep(), o.cfg.Nodes)
 		}
 		return o.undo(Abort, o.cfg.Nodes)
 	}
 	next := map[Step]Step{Prepare: Commit, Commit: Verify, Verify: Confirm, Confirm: Finalize}[o.step]
+	if o.staged() && next != Finalize {
+		return o.send(next, o.cfg.Batches[o.batch])
+	}
 	return o.send(next, o.cfg.Nodes)
+}
+
+// testNoUnswitch is the bite switch of TestStagedInvariantBites: staged
+// operations roll back without switching every sender back first.
+var testNoUnswitch bool
+
+// staged reports whether the operation switches its senders in batches.
+func (o *Op) staged() bool { return len(o.cfg.Batches) > 0 }
+
+// rollbackStep is how an operation that sent Commit is undone: staged
+// ones switch every sender back before anyone stops listening.
+func (o *Op) rollbackStep() Step {
+	if o.staged() && !testNoUnswitch {
+		return Unswitch
+	}
+	return Rollback
+}
+
+// batchNumber is the 1-based staged batch a step is for, 0 when none.
+func (o *Op) batchNumber(step Step) int {
+	if !o.staged() || (step != Commit && step != Verify && step != Confirm) {
+		return 0
+	}
+	return o.batch + 1
+}
+
+// Batch is the staged batch (1-based) in flight or last run; 0 for an
+// atomic operation or before the first Commit.
+func (o *Op) Batch() int {
+	if !o.staged() || !o.sentCommit {
+		return 0
+	}
+	return o.batch + 1
 }
 
 // callHooks starts the hook calls due at point, one at a time; with none
@@ -898,7 +1003,7 @@ func (o *Op) succeed() []Action {
 	if o.rollbackReq != "" {
 		o.reason = o.rollbackReq
 		o.rollbackReq = ""
-		return o.undo(Rollback, o.cfg.Nodes)
+		return o.undo(o.rollbackStep(), o.cfg.Nodes)
 	}
 	return o.finish(Succeeded)
 }
@@ -933,6 +1038,7 @@ func (o *Op) declare(out Outcome) []Action {
 // undo starts an abort or rollback with a fresh retry budget.
 func (o *Op) undo(step Step, nodes []string) []Action {
 	o.tries, o.spent = 1, 0
+	o.lastUndo = step
 	return o.send(step, nodes)
 }
 
@@ -979,9 +1085,10 @@ func (o *Op) send(step Step, nodes []string) []Action {
 		o.pending[n] = StatusPending
 		o.history[n] = append(o.history[n], NodeStep{Step: step, Status: StatusPending})
 	}
+	b := o.batchNumber(step)
 	return []Action{
-		Journal{Step: step, Attempt: o.attempt, CommitSent: o.sentCommit},
-		Send{Step: step, Attempt: o.attempt, Nodes: slices.Clone(nodes), Timeout: o.cfg.StepTimeout},
+		Journal{Step: step, Attempt: o.attempt, CommitSent: o.sentCommit, Batch: b},
+		Send{Step: step, Attempt: o.attempt, Nodes: slices.Clone(nodes), Timeout: o.cfg.StepTimeout, Batch: b},
 	}
 }
 
@@ -1021,6 +1128,9 @@ func (o *Op) String() string {
 		step = "new"
 	}
 	fmt.Fprintf(&b, "step=%s#%d outcome=%s commit-sent=%t", step, o.attempt, o.outcome, o.sentCommit)
+	if o.staged() {
+		fmt.Fprintf(&b, " batch=%d/%d", o.batch+1, len(o.cfg.Batches))
+	}
 	if o.reason != "" {
 		fmt.Fprintf(&b, " reason=%q", o.reason)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -24,7 +25,7 @@ func TestRandomized(t *testing.T) {
 	}
 	counts := map[Outcome]int{}
 	for seed := range seeds {
-		counts[runRandom(t, uint64(seed))]++
+		counts[runRandom(t, uint64(seed), nil)]++
 	}
 	t.Logf("outcomes over %d seeds: %v", seeds, counts)
 	for _, o := range []Outcome{Succeeded, Aborted, RolledBack, Failed} {
@@ -34,7 +35,9 @@ func TestRandomized(t *testing.T) {
 	}
 }
 
-func runRandom(t *testing.T, seed uint64) Outcome {
+// runRandom runs one random operation; a violation fails t, or, when
+// violated is set, is passed to it (which must not return).
+func runRandom(t *testing.T, seed uint64, violated func(string)) Outcome {
 	r := rand.New(rand.NewPCG(seed, seed*7+1))
 	n := 1 + r.IntN(6)
 	var nodes []string
@@ -54,6 +57,15 @@ func runRandom(t *testing.T, seed uint64) Outcome {
 	}
 	cfg.Verifier = r.IntN(2) == 0
 	cfg.Probes = r.IntN(2) == 0
+	staged := r.IntN(2) == 0
+	if staged {
+		// Contiguous batches of random sizes.
+		for i := 0; i < n; {
+			k := 1 + r.IntN(n-i)
+			cfg.Batches = append(cfg.Batches, slices.Clone(nodes[i:i+k]))
+			i += k
+		}
+	}
 	op := New(cfg)
 	agents := map[string]*simAgent{}
 	// What the application was asked to do, to check the core's ordering.
@@ -78,6 +90,9 @@ func runRandom(t *testing.T, seed uint64) Outcome {
 	var log []string
 	fail := func(msg string, args ...any) {
 		t.Helper()
+		if violated != nil {
+			violated(fmt.Sprintf(msg, args...))
+		}
 		t.Fatalf("seed %d: "+msg+"\nlog:\n%s\nstate:\n%s", append([]any{seed}, append(args, fmt.Sprint(log), op.String())...)...)
 	}
 	var declared []Declare
@@ -188,7 +203,7 @@ func runRandom(t *testing.T, seed uint64) Outcome {
 						}
 					}
 				}
-				if a.After < 0 || (a.After > 0 && a.Step != Abort && a.Step != Rollback) ||
+				if a.After < 0 || (a.After > 0 && a.Step != Abort && a.Step != Rollback && a.Step != Unswitch) ||
 					(cfg.RetryBackoffMax > 0 && a.After > cfg.RetryBackoffMax) || (cfg.RetryBackoff == 0 && a.After > 0) {
 					fail("pause %s on %s: only abort/rollback retries wait, within the back-off bounds", a.After, a)
 				}
@@ -202,7 +217,7 @@ func runRandom(t *testing.T, seed uint64) Outcome {
 				for _, nd := range a.Nodes {
 					ag := agents[nd]
 					p := failP
-					if a.Step == Abort || a.Step == Rollback {
+					if a.Step == Abort || a.Step == Rollback || a.Step == Unswitch {
 						p /= 2
 					}
 					x := r.Float64()
@@ -217,6 +232,19 @@ func runRandom(t *testing.T, seed uint64) Outcome {
 							ag.confirmed = ag.applied
 						case Abort, Rollback:
 							ag.prepared, ag.applied, ag.confirmed = false, false, false
+						case Unswitch:
+							ag.applied, ag.confirmed = false, false
+						}
+					}
+					if staged {
+						// The staged invariant: while any node sends the
+						// new port, every node receives it.
+						for sn, s := range agents {
+							for ln, l := range agents {
+								if s.applied && !l.prepared {
+									fail("staged: %s sends the new port while %s does not listen on it (after %s)", sn, ln, a)
+								}
+							}
 						}
 					}
 					var ev Event
@@ -311,10 +339,43 @@ func runRandom(t *testing.T, seed uint64) Outcome {
 			if len(unreached) == 0 {
 				fail("failed without naming unreached nodes")
 			}
+			if staged && op.lastUndo == Unswitch {
+				// Nobody was unlistened: only sending is undone.
+				if !unreached[nd] && ag.applied {
+					fail("failed in unswitch: reached node %s still sends the new port", nd)
+				}
+				break
+			}
 			if !unreached[nd] && (ag.applied || ag.prepared) {
 				fail("failed: reached node %s still applied=%t prepared=%t", nd, ag.applied, ag.prepared)
 			}
 		}
 	}
 	return op.Outcome()
+}
+
+type violation string
+
+// TestStagedInvariantBites: without the unswitch barrier (a staged
+// rollback unlistening nodes while others still send the new port), the
+// randomized test reports the staged invariant broken.
+func TestStagedInvariantBites(t *testing.T) {
+	testNoUnswitch = true
+	t.Cleanup(func() { testNoUnswitch = false })
+	caught := 0
+	for seed := range 300 {
+		func() {
+			defer func() {
+				if v, ok := recover().(violation); ok && strings.Contains(string(v), "does not listen on it") {
+					caught++
+				} else if ok {
+					panic(v)
+				}
+			}()
+			runRandom(t, uint64(seed), func(msg string) { panic(violation(msg)) })
+		}()
+	}
+	if caught == 0 {
+		t.Fatal("no seed broke the staged invariant without the unswitch step: the randomized check does not bite")
+	}
 }

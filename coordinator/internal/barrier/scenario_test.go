@@ -19,9 +19,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actua
 //
 //	new n1,n2,n3 [attempts=N] [backoff=D] [backoffmax=D] [retryfor=D]
 //	    [hooks=h1,h2] [marks=h1/before-commit/started,...] [verifier] [probes]
+//	    [batches=n1/n2,n3]       staged: batch 1 is n1, batch 2 is n2 and n3
 //	                             a new operation (timeout 10s)
 //	start                        Start
-//	resume abort|verify|rollback ResumeAt
+//	resume abort|verify|rollback|finalize ResumeAt
 //	ended OUTCOME [REASON]       Ended (an operation read back from a journal)
 //	ok NODE STEP[#ATTEMPT]       Reply OK (attempt defaults to 1)
 //	fail NODE STEP[#A] MESSAGE   Reply not OK
@@ -142,6 +143,10 @@ func runScenario(t *testing.T, path string) {
 					cfg.Verifier = true
 				case "probes":
 					cfg.Probes = true
+				case "batches": // n1/n2,n3: batch 1 is n1, batch 2 n2 and n3
+					for _, b := range strings.Split(v, "/") {
+						cfg.Batches = append(cfg.Batches, strings.Split(b, ","))
+					}
 				default:
 					t.Fatalf("%s: unknown option %q", path, kv)
 				}
@@ -151,7 +156,7 @@ func runScenario(t *testing.T, path string) {
 		case "start":
 			emit(op.Start())
 		case "resume":
-			r := map[string]Resume{"abort": ResumeAbort, "verify": ResumeVerify, "rollback": ResumeRollback}[f[1]]
+			r := map[string]Resume{"abort": ResumeAbort, "verify": ResumeVerify, "rollback": ResumeRollback, "finalize": ResumeFinalize}[f[1]]
 			emit(op.ResumeAt(r))
 		case "ok", "fail", "timeout":
 			s, a := parseStep(t, f[2])
