@@ -384,6 +384,11 @@ func (s *Service) ProbeStats(_ context.Context, req *agentv1.ProbeStatsRequest) 
 // toStatus maps a record to the API. PREPARING has no API phase: it is
 // reported as IDLE (nothing the coordinator may commit yet).
 func toStatus(r operation.Record, currentPort uint16) *agentv1.OperationStatus {
+	if r.Staged() && (r.Phase == operation.PhaseCommitted || r.Phase == operation.PhaseConfirmed) {
+		// Switched: the device keeps its own port until the retirement;
+		// the port the node sends on is what the switch read back.
+		currentPort = r.CurrentPort
+	}
 	st := &agentv1.OperationStatus{
 		OperationId: r.ID,
 		Phase:       toPhase(r.Phase),

@@ -36,7 +36,8 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 	timeout := s.Timeout
 	var commitAt time.Time
 	var late *lateWatch
-	if s.Step == barrier.Commit {
+	staged := len(op.rec.Batches) > 0
+	if s.Step == barrier.Commit && !staged {
 		lead := c.commitLead(op)
 		commitAt = time.Now().Add(lead)
 		timeout += lead
@@ -55,15 +56,20 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		var ev barrier.Event
 		switch s.Step {
 		case barrier.Prepare:
-			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.from, ToPort: op.to, ProbePeers: op.probePeers[n]})
+			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.from, ToPort: op.to, ProbePeers: op.probePeers[n], Strategy: op.report.GetStrategy()})
 			ph := r.GetStatus().GetPhase()
 			op.noteSelfUndo(n, r.GetStatus())
 			ev = callResult(n, s, err, ph == agentv1.Phase_PHASE_PREPARED, fmt.Sprintf("agent answered %s: %s", ph, r.GetStatus().GetError()))
 			op.noteTimeline(n, s, ev, r.GetStatus())
 		case barrier.Commit:
-			at := commitAt.Add(op.offsets[n].offset)
-			r, err := cl.Commit(ctx, &agentv1.CommitRequest{OperationId: id, AtUnixNano: at.UnixNano(), DeadmanMillis: op.deadman.Milliseconds(),
-				LateBudgetMillis: c.lateBudgetMillis()})
+			req := &agentv1.CommitRequest{OperationId: id, DeadmanMillis: op.deadman.Milliseconds()}
+			if !staged {
+				// A staged switch has no instant: every node keeps
+				// receiving on both ports, so each switches when asked.
+				req.AtUnixNano = commitAt.Add(op.offsets[n].offset).UnixNano()
+				req.LateBudgetMillis = c.lateBudgetMillis()
+			}
+			r, err := cl.Commit(ctx, req)
 			ph := r.GetStatus().GetPhase()
 			op.noteSelfUndo(n, r.GetStatus())
 			ok := err == nil && phaseIn(ph, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED) && r.ReadbackPort == op.to
@@ -94,9 +100,16 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		case barrier.Verify:
 			info, err := cl.Info(ctx, &agentv1.InfoRequest{})
 			o := info.GetOperation()
-			ok := info.GetCurrentPort() == op.to && o.GetOperationId() == id &&
+			// Staged: the device keeps its own port until the retirement;
+			// what switched is where the node sends, which the agent read
+			// back into its record (the operation's current port).
+			port := info.GetCurrentPort()
+			if staged {
+				port = o.GetCurrentPort()
+			}
+			ok := port == op.to && o.GetOperationId() == id &&
 				phaseIn(o.GetPhase(), agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
-			ev = callResult(n, s, err, ok, fmt.Sprintf("read back port %d (want %d), operation %q %s", info.GetCurrentPort(), op.to, o.GetOperationId(), o.GetPhase()))
+			ev = callResult(n, s, err, ok, fmt.Sprintf("read back port %d (want %d), operation %q %s", port, op.to, o.GetOperationId(), o.GetPhase()))
 		case barrier.Confirm:
 			r, err := cl.Confirm(ctx, &agentv1.ConfirmRequest{OperationId: id})
 			ok := phaseIn(r.GetPhase(), agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
@@ -106,6 +119,16 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			r, err := cl.Finalize(ctx, &agentv1.FinalizeRequest{OperationId: id})
 			ev = callResult(n, s, err, r.GetPhase() == agentv1.Phase_PHASE_FINALIZED, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
 			op.noteTimeline(n, s, ev, r)
+		case barrier.Unswitch:
+			r, err := cl.Rollback(ctx, &agentv1.RollbackRequest{OperationId: id, Reason: op.core.Reason(), SendOnly: true})
+			if status.Code(err) == codes.NotFound {
+				err = nil // never saw the operation: sends the old port
+				r = &agentv1.OperationStatus{Phase: agentv1.Phase_PHASE_IDLE}
+			}
+			// Switched back: listening on both (PREPARED), or never
+			// further than that, or already undone.
+			ok := !phaseIn(r.GetPhase(), agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED, agentv1.Phase_PHASE_FAILED)
+			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
 		case barrier.Abort, barrier.Rollback:
 			r, err := cl.Rollback(ctx, &agentv1.RollbackRequest{OperationId: id, Reason: op.core.Reason()})
 			if err != nil && status.Code(err) != codes.NotFound && ctx.Err() == nil {
@@ -129,8 +152,11 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		c.noteNode(op, n, ev)
 		post(ev)
 	})
-	if s.Step == barrier.Commit {
+	if s.Step == barrier.Commit && !staged {
 		c.commitSpread(op)
+	}
+	if s.Batch > 0 && s.Step == barrier.Commit {
+		op.batchDone(s.Batch, time.Now(), false)
 	}
 }
 

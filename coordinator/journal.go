@@ -32,6 +32,9 @@ type Record struct {
 	// Hooks are the hook calls made so far: a resumed operation never
 	// repeats a BeforeCommit and knows which hooks to Restore.
 	Hooks []HookMark `json:"hooks,omitempty"`
+	// Batches are a staged operation's batches (empty: atomic): a
+	// restarted coordinator rebuilds the same plan.
+	Batches [][]string `json:"batches,omitempty"`
 }
 
 // Terminal reports whether the operation ended.

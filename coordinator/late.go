@@ -98,6 +98,9 @@ func (c *Coordinator) watchLate(op *operation, s barrier.Send, at time.Time, pos
 // Unix nano applied (0: it did not apply). A node that applied past the
 // budget is late even if its answer beat the timer.
 func (w *lateWatch) answer(n string, applied int64, r *agentv1.CommitResponse) {
+	if w == nil {
+		return // no instant to be late for (a staged switch)
+	}
 	w.mu.Lock()
 	w.answered[n] = true
 	wasLate := w.late[n]

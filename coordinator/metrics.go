@@ -9,7 +9,7 @@ import (
 )
 
 // phases is every value the phase label takes.
-var phases = []string{"idle", "preflight", "prepare", "commit", "verify", "confirm", "finalize", "abort", "rollback"}
+var phases = []string{"idle", "preflight", "prepare", "commit", "verify", "confirm", "finalize", "abort", "unswitch", "rollback"}
 
 // Metrics are the coordinator's Prometheus metrics, in their own registry.
 type Metrics struct {

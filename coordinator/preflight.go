@@ -35,9 +35,20 @@ type request struct {
 	allowUnprobed bool   // targets without a probe address are left out, the result flagged
 	// allowPathProblems turns the path check's problems into warnings.
 	allowPathProblems bool
+	// staged is the staged strategy; batches its batches (nil: atomic).
+	staged  bool
+	batches [][]string
 	// progress, when set, is told as preflight asks the agents (live
 	// progress of a streamed cutover); it must be safe for concurrent use.
 	progress func(*coordinatorv1.OperationEvent)
+}
+
+// strategy is the request's strategy as the agent API spells it.
+func (r request) strategy() string {
+	if r.staged {
+		return StrategyStaged
+	}
+	return StrategyAtomic
 }
 
 // maxStepMillis bounds a request's per-step deadline (timeout_millis).
@@ -110,6 +121,23 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 		}
 	default:
 		r.nodes = inv.nodeNames()
+	}
+	var err error
+	if r.staged, err = parseStrategy(req.Strategy); err != nil {
+		return r, err
+	}
+	switch {
+	case !r.staged && len(req.Batches) > 0:
+		return r, invalid("batches", fmt.Sprintf("%q", strings.Join(req.Batches, ",")), "only the staged strategy switches in batches: add strategy staged")
+	case r.staged && (len(req.Nodes) > 0 || req.Selector != ""):
+		// Leaving untargeted nodes listening on both ports between runs
+		// needs an operation that outlives one run: not built yet.
+		return r, invalid("nodes/selector", fmt.Sprintf("%v/%q", req.Nodes, req.Selector), "the staged strategy covers every node of the inventory: drop nodes and selector (docs/staged.md)")
+	case r.staged:
+		slices.Sort(r.nodes)
+		if r.batches, err = planBatches(req.Batches, r.nodes); err != nil {
+			return r, err
+		}
 	}
 	// Last, so that r is complete: validateTarget tells "the current
 	// port" (4789 usually is) from "another tunnel's port".
@@ -242,7 +270,7 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		p.fanout = max(p.fanout, took)
 		mu.Unlock()
 		if nc.err == nil {
-			nc.pf, nc.err = ac.client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to})
+			nc.pf, nc.err = ac.client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to, Strategy: r.strategy()})
 		}
 		if nc.err == nil {
 			nc.clock, nc.err = measureClock(cctx, ac.client, c.cfg.ClockSamples)

@@ -111,12 +111,14 @@ func (c *Coordinator) runVerifier(op *operation, a barrier.RunVerifier) barrier.
 		}
 	}
 	if c.verifier == nil {
+		op.batchDone(a.Batch, time.Now(), true)
 		return barrier.Verified{}
 	}
 	if err := c.verifier.Verify(ctx, VerifyInput{OperationID: op.rec.ID, FromPort: op.from, ToPort: op.to, Nodes: a.Nodes}); err != nil {
 		op.emit("verify", "", "verification failed: "+err.Error(), true, nil)
 		return barrier.Verified{Err: err.Error()}
 	}
+	op.batchDone(a.Batch, time.Now(), true)
 	return barrier.Verified{}
 }
 

@@ -130,7 +130,12 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	c.mu.Unlock()
 	op := newOperation(r.id, kind, 0, r.to, r.nodes, r.step, c.deadmanFor(r.step), seq)
 	op.report.Kind, op.report.RevertsOperationId = kind, reverts
-	op.core = barrier.New(c.coreConfig(r.nodes, op.step, op.deadman, nil))
+	op.report.Strategy = r.strategy()
+	if r.staged {
+		op.rec.Batches = r.batches
+		op.report.Batches = reportBatches(r.batches)
+	}
+	op.core = barrier.New(c.coreConfig(r.nodes, op.step, op.deadman, nil, r.batches))
 	if err := c.reserve(op); err != nil {
 		return err
 	}
@@ -329,7 +334,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 		if op.step <= 0 {
 			op.step = c.cfg.StepTimeout
 		}
-		op.core = barrier.New(c.coreConfig(rec.Nodes, op.step, op.deadman, rec.Hooks))
+		op.core = barrier.New(c.coreConfig(rec.Nodes, op.step, op.deadman, rec.Hooks, rec.Batches))
 		for _, n := range rec.Nodes {
 			if c.agent(n) == nil {
 				return fmt.Errorf("journal: operation %s names node %s, which is not in the inventory: add it back so the operation can be finished or undone", rec.ID, n)
@@ -349,14 +354,20 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 			break // stopping (the Lease lost?): the next run takes it
 		}
 		last := barrier.Step(rec.Step)
-		allCommitted := false
-		if barrier.NeedsAgents(rec.CommitSent, last) {
-			allCommitted = c.allCommitted(ctx, op)
+		var point barrier.Resume
+		if len(rec.Batches) > 0 {
+			point = barrier.ChooseStagedResume(rec.CommitSent, last)
+		} else {
+			allCommitted := false
+			if barrier.NeedsAgents(rec.CommitSent, last) {
+				allCommitted = c.allCommitted(ctx, op)
+			}
+			point = barrier.ChooseResume(rec.CommitSent, last, allCommitted)
 		}
-		point := barrier.ChooseResume(rec.CommitSent, last, allCommitted)
 		c.log.Warn("resuming interrupted operation", "operation", rec.ID, "step", rec.Step, "commit_sent", rec.CommitSent, "resume", point)
 		op.emit("resume", "", fmt.Sprintf("coordinator restarted during %s: %s", rec.Step, map[barrier.Resume]string{
-			barrier.ResumeAbort: "aborting", barrier.ResumeVerify: "every agent is committed: verifying", barrier.ResumeRollback: "rolling back"}[point]), false, nil)
+			barrier.ResumeAbort: "aborting", barrier.ResumeVerify: "every agent is committed: verifying", barrier.ResumeRollback: "rolling back",
+			barrier.ResumeFinalize: "every batch was confirmed: finishing the old port's retirement"}[point]), false, nil)
 		c.launch(op, op.core.ResumeAt(point))
 		// Only one operation can have been running; any other non-terminal
 		// record is older and was superseded, but handle it the same way
@@ -376,7 +387,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 // separately); any other has nothing left to undo.
 func (c *Coordinator) doneCore(rec Record) *barrier.Op {
 	step := rec.stepTimeout()
-	op := barrier.New(c.coreConfig(rec.Nodes, step, c.deadmanFor(step), rec.Hooks))
+	op := barrier.New(c.coreConfig(rec.Nodes, step, c.deadmanFor(step), rec.Hooks, rec.Batches))
 	switch rec.Outcome {
 	case "succeeded", "failed":
 		op.Ended(barrier.Succeeded, "")

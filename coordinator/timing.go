@@ -14,8 +14,8 @@ import (
 // (longer) prepare deadline, which the Failed report names. marks are the
 // hook calls journaled by an earlier run: the core decides from them which
 // hook calls are due.
-func (c *Coordinator) coreConfig(nodes []string, step, deadman time.Duration, marks []HookMark) barrier.Config {
-	cfg := barrier.Config{Nodes: nodes, StepTimeout: step, RollbackAttempts: c.cfg.RollbackAttempts,
+func (c *Coordinator) coreConfig(nodes []string, step, deadman time.Duration, marks []HookMark, batches [][]string) barrier.Config {
+	cfg := barrier.Config{Nodes: nodes, Batches: batches, StepTimeout: step, RollbackAttempts: c.cfg.RollbackAttempts,
 		RetryBackoff: c.cfg.RollbackBackoff, RetryBackoffMax: 8 * c.cfg.RollbackBackoff, RetryFor: deadman + time.Second,
 		// The built-in probe mesh verifier (probeverify.go), and the
 		// operation-wide one when given.

@@ -340,6 +340,15 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 	if err != nil {
 		m.log.Error("commit failed: reverting now", "operation", id, "err", err)
 		rec.Error = "commit: " + err.Error()
+		if rec.Staged() {
+			// Only this node's sending is undone: peers may already send
+			// the new port, so it keeps listening on both.
+			out := m.unswitchLocked(rec, ByApplyFailure)
+			if out.Phase == PhaseFailed {
+				return out, errf(CodeInternal, nil, "operation %s: %s", id, out.Error)
+			}
+			return out, errf(CodeAborted, nil, "operation %s: %s (sending back on port %d, still listening on both)", id, rec.Error, rec.FromPort)
+		}
 		out := m.revertLocked(rec, ByApplyFailure)
 		if out.Phase == PhaseFailed {
 			return out, errf(CodeInternal, nil, "operation %s: %s", id, out.Error)

@@ -2,6 +2,7 @@ package operation
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -188,4 +189,19 @@ func TestStagedBadInput(t *testing.T) {
 	if be.Dump() != dumpIdle {
 		t.Fatalf("dataplane changed: %s", be.Dump())
 	}
+}
+
+// TestStagedCommitFailureKeepsListening: a switch that fails is undone on
+// this node's sending only (peers may already send the new port).
+func TestStagedCommitFailureKeepsListening(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	wantCode(t, mustErr(e.m.PrepareStrategy(ctx, opA, from, to, StrategyStaged)), 0)
+	e.be.FailNext(dataplane.MethodSwitchSend, errors.New("injected"))
+	r, err := e.m.Commit(ctx, opA, time.Time{}, deadman)
+	wantCode(t, err, CodeAborted, "still listening on both")
+	if r.Phase != PhasePrepared || r.RevertedBy != ByApplyFailure {
+		t.Fatalf("after a failed switch: %+v", r)
+	}
+	e.wantDump(dumpListening)
 }

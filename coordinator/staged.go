@@ -1,0 +1,113 @@
+package coordinator
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+)
+
+// The staged strategy (docs/staged.md): every node listens on both ports,
+// the senders switch batch by batch with the probe mesh verified after
+// each, then the old port is retired. The barrier core runs it
+// (barrier.Config.Batches); this file turns a request into batches.
+
+// Strategies, as CutoverRequest.strategy spells them.
+const (
+	StrategyAtomic = "atomic"
+	StrategyStaged = "staged"
+)
+
+// defaultBatches is a canary, then everyone else.
+var defaultBatches = []string{"1", "100%"}
+
+// parseStrategy validates CutoverRequest.strategy: true for staged.
+func parseStrategy(s string) (bool, error) {
+	switch s {
+	case "", StrategyAtomic:
+		return false, nil
+	case StrategyStaged:
+		return true, nil
+	}
+	return false, invalid("strategy", fmt.Sprintf("%q", s), fmt.Sprintf("want %q (every node at one instant) or %q (listen on both, switch senders in batches, retire)", StrategyAtomic, StrategyStaged))
+}
+
+// planBatches cuts nodes (sorted) into batches from cumulative sizes: a
+// count ("1") or a percentage of the nodes ("10%", rounded up), each
+// larger than the one before (a size that rounds to the previous one is
+// skipped: percentages of a small cluster collide), the last covering
+// every node. Pure; every error names the field, the value and the
+// reason.
+func planBatches(specs []string, nodes []string) ([][]string, error) {
+	if len(specs) == 0 {
+		specs = defaultBatches
+	}
+	n := len(nodes)
+	var out [][]string
+	prev := 0
+	for i, spec := range specs {
+		k, err := batchSize(spec, n)
+		if err != nil {
+			return nil, invalid(fmt.Sprintf("batches[%d]", i), fmt.Sprintf("%q", spec), err.Error())
+		}
+		if k > n {
+			return nil, invalid(fmt.Sprintf("batches[%d]", i), fmt.Sprintf("%q", spec), fmt.Sprintf("%d nodes, but the operation targets %d", k, n))
+		}
+		if k < prev {
+			return nil, invalid(fmt.Sprintf("batches[%d]", i), fmt.Sprintf("%q", spec), fmt.Sprintf("covers %d nodes, fewer than the batch before (%d): sizes are cumulative and must grow", k, prev))
+		}
+		if k == prev {
+			continue
+		}
+		out = append(out, nodes[prev:k])
+		prev = k
+	}
+	if prev != n {
+		return nil, invalid("batches", fmt.Sprintf("%q", strings.Join(specs, ",")), fmt.Sprintf("the last batch covers %d of the %d nodes: end with 100%%", prev, n))
+	}
+	return out, nil
+}
+
+// batchSize is how many nodes spec covers out of n.
+func batchSize(spec string, n int) (int, error) {
+	s := strings.TrimSpace(spec)
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		f, err := strconv.ParseFloat(p, 64)
+		if err != nil || math.IsNaN(f) || f <= 0 || f > 100 {
+			return 0, fmt.Errorf("want a percentage in (0, 100]")
+		}
+		return int(math.Ceil(f * float64(n) / 100)), nil
+	}
+	k, err := strconv.Atoi(s)
+	if err != nil || k < 1 {
+		return 0, fmt.Errorf("want a node count (1 or more) or a percentage such as 10%%")
+	}
+	return k, nil
+}
+
+// reportBatches is the report's view of the batches.
+func reportBatches(bs [][]string) []*coordinatorv1.StagedBatch {
+	out := make([]*coordinatorv1.StagedBatch, len(bs))
+	for i, b := range bs {
+		out[i] = &coordinatorv1.StagedBatch{Nodes: b}
+	}
+	return out
+}
+
+// batchDone stamps batch b (1-based) of the report: switched (every node
+// answered the switch) or verified (the mesh passed after it).
+func (op *operation) batchDone(b int, at time.Time, verified bool) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if b < 1 || b > len(op.report.Batches) {
+		return
+	}
+	if verified {
+		op.report.Batches[b-1].VerifiedUnixNano = at.UnixNano()
+	} else {
+		op.report.Batches[b-1].SwitchedUnixNano = at.UnixNano()
+	}
+}

@@ -1,0 +1,178 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cutover-dev/cutover/agent/dataplane"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+)
+
+func TestPlanBatches(t *testing.T) {
+	nodes := func(n int) []string {
+		var ns []string
+		for i := range n {
+			ns = append(ns, fmt.Sprintf("n%02d", i))
+		}
+		return ns
+	}
+	for _, tc := range []struct {
+		specs []string
+		n     int
+		want  string
+	}{
+		{nil, 1, "[n00]"},
+		{nil, 3, "[n00] [n01 n02]"},
+		{[]string{"1", "10%", "100%"}, 3, "[n00] [n01 n02]"}, // 10% of 3 rounds up to 1: skipped
+		{[]string{"1", "10%", "100%"}, 20, "[n00] [n01] [n02 n03 n04 n05 n06 n07 n08 n09 n10 n11 n12 n13 n14 n15 n16 n17 n18 n19]"},
+		{[]string{"50%", "100%"}, 4, "[n00 n01] [n02 n03]"},
+		{[]string{"100%"}, 2, "[n00 n01]"},
+		{[]string{"2", "4"}, 4, "[n00 n01] [n02 n03]"},
+	} {
+		bs, err := planBatches(tc.specs, nodes(tc.n))
+		if err != nil {
+			t.Fatalf("%v of %d: %v", tc.specs, tc.n, err)
+		}
+		var got []string
+		for _, b := range bs {
+			got = append(got, fmt.Sprint(b))
+		}
+		if g := strings.Join(got, " "); g != tc.want {
+			t.Errorf("%v of %d: %s, want %s", tc.specs, tc.n, g, tc.want)
+		}
+	}
+}
+
+// invariantPlanes wraps the fake dataplanes of every node and checks the
+// staged invariant at every call, against every node's state at that
+// moment: a node switches to sending the new port only while every node
+// receives it, stops receiving it only while no node sends it, and
+// retires the old port only once every node sends the new one.
+type invariantPlanes struct {
+	mu     sync.Mutex
+	planes map[string]*dataplane.Fake
+	broken []string
+}
+
+type checkedPlane struct {
+	*dataplane.Fake
+	node string
+	all  *invariantPlanes
+}
+
+func (p *invariantPlanes) backend(node string) dataplane.Backend {
+	f := dataplane.NewFake("ovs", "vxlan0", fromPort)
+	p.mu.Lock()
+	p.planes[node] = f
+	p.mu.Unlock()
+	return &checkedPlane{Fake: f, node: node, all: p}
+}
+
+func (p *invariantPlanes) check(node, call string, ok func(other *dataplane.Fake) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for n, f := range p.planes {
+		if !ok(f) {
+			p.broken = append(p.broken, fmt.Sprintf("%s %s while %s is %s", node, call, n, f.Dump()))
+		}
+	}
+}
+
+func (c *checkedPlane) SwitchSend(ctx context.Context, s dataplane.Snapshot) (dataplane.State, error) {
+	c.all.check(c.node, "switches to sending "+fmt.Sprint(s.ToPort), func(o *dataplane.Fake) bool { return slices.Contains(o.Receives(), s.ToPort) })
+	return c.Fake.SwitchSend(ctx, s)
+}
+
+func (c *checkedPlane) Unlisten(ctx context.Context, s dataplane.Snapshot) error {
+	c.all.check(c.node, "stops receiving "+fmt.Sprint(s.ToPort), func(o *dataplane.Fake) bool { return o.Sends() != s.ToPort })
+	return c.Fake.Unlisten(ctx, s)
+}
+
+func (c *checkedPlane) Retire(ctx context.Context, s dataplane.Snapshot) (dataplane.State, error) {
+	c.all.check(c.node, "retires "+fmt.Sprint(s.FromPort), func(o *dataplane.Fake) bool { return o.Sends() == s.ToPort })
+	return c.Fake.Retire(ctx, s)
+}
+
+// TestRealAgentsStaged runs staged cutovers through the real coordinator
+// and the real agent package (fake dataplanes with the invariant checked
+// at every call): success in batches, then a failing batch undone, then
+// a prepare failure aborted.
+func TestRealAgentsStaged(t *testing.T) {
+	const n = 5
+	inv := &invariantPlanes{planes: map[string]*dataplane.Fake{}}
+	l := realAgentsWith(t, n, inv.backend)
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "staged1", Strategy: "staged", Batches: []string{"1", "60%", "100%"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != succeeded {
+		t.Fatalf("state %s %s\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	for node, f := range inv.planes {
+		if got := f.Dump(); got != "port=4889 fw=[4889]" {
+			t.Errorf("%s: %s after a staged cutover", node, got)
+		}
+	}
+	if rep.Strategy != "staged" || len(rep.Batches) != 3 || fmt.Sprint(rep.Batches[1].Nodes) != "[n2 n3]" {
+		t.Fatalf("report strategy %q batches %v", rep.Strategy, rep.Batches)
+	}
+	for i, b := range rep.Batches {
+		if b.SwitchedUnixNano == 0 || b.VerifiedUnixNano < b.SwitchedUnixNano || (i > 0 && b.SwitchedUnixNano < rep.Batches[i-1].VerifiedUnixNano) {
+			t.Errorf("batch %d: switched %d verified %d (the one before verified %d)", i+1, b.SwitchedUnixNano, b.VerifiedUnixNano, rep.Batches[max(i-1, 0)].VerifiedUnixNano)
+		}
+	}
+	for _, nr := range rep.Nodes {
+		if nr.AgentPhase != "PHASE_FINALIZED" || nr.Port != 4889 {
+			t.Errorf("node %v", nr)
+		}
+	}
+
+	// The second batch fails to switch: everyone switches back, then
+	// stops listening.
+	inv.planes["n3"].SetFailure(dataplane.MethodSwitchSend, errors.New("injected: flow add failed"))
+	rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4999, OperationId: "staged2", Strategy: "staged", Batches: []string{"1", "60%", "100%"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != rolledBack || !strings.Contains(rep.Error, "n3") {
+		t.Fatalf("state %s %s\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	if rep.Batches[0].VerifiedUnixNano == 0 || rep.Batches[1].VerifiedUnixNano != 0 || rep.Batches[2].SwitchedUnixNano != 0 {
+		t.Errorf("batches after a failure in batch 2: %v", rep.Batches)
+	}
+	for node, f := range inv.planes {
+		if got := f.Dump(); got != "port=4889 fw=[4889]" {
+			t.Errorf("%s: %s after the rollback", node, got)
+		}
+	}
+
+	// A node cannot listen: abort; nobody ever sent the new port.
+	before := map[string]int{}
+	for node, f := range inv.planes {
+		before[node] = len(f.Calls())
+	}
+	inv.planes["n3"].SetFailure(dataplane.MethodSwitchSend, nil)
+	inv.planes["n4"].SetFailure(dataplane.MethodListen, errors.New("injected: iptables failed"))
+	rep, _, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4999, OperationId: "staged3", Strategy: "staged"})
+	if err != nil || rep.State != aborted {
+		t.Fatalf("%v %v", rep, err)
+	}
+	for node, f := range inv.planes {
+		if got := f.Dump(); got != "port=4889 fw=[4889]" {
+			t.Errorf("%s: %s after the abort", node, got)
+		}
+		if slices.Contains(f.Calls()[before[node]:], "SwitchSend 4889->4999") {
+			t.Errorf("%s switched sending in an aborted operation", node)
+		}
+	}
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if len(inv.broken) > 0 {
+		t.Fatalf("staged invariant broken:\n%s", strings.Join(inv.broken, "\n"))
+	}
+}
