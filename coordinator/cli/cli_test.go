@@ -155,6 +155,9 @@ func TestBadInputNoRPC(t *testing.T) {
 		{[]string{"plan", "--port", "4889", "--selector", "Bad_Prefix.com/x=y"}, []string{`--selector "Bad_Prefix.com/x=y"`, "invalid prefix"}},
 		{[]string{"plan", "--port", "4889", "--selector", "a=-x"}, []string{`label value "-x" is invalid`}},
 		{[]string{"plan", "--port", "4889", "--selector", "a=b,a=c"}, []string{`label key "a" given twice`}},
+		{[]string{"cutover", "--port", "4889", "--strategy", "slow"}, []string{`--strategy "slow"`, "atomic", "staged"}},
+		{[]string{"cutover", "--port", "4889", "--batches", "1,100%"}, []string{`--batches "1,100%"`, "only --strategy staged"}},
+		{[]string{"cutover", "--port", "4889", "--strategy", "staged", "--batches", "1,,100%"}, []string{`--batches "1,,100%"`, "batch 2 is empty"}},
 		{[]string{"plan", "--port", "4889", "--selector", "a!=b"}, []string{`--selector "a!=b"`, "only k=v equality"}},
 		{[]string{"plan", "--port", "4889", "--selector", "=b"}, []string{`label key "" is empty`}},
 		{[]string{"cutover", "--port", "4889", "--nodes", "n1,,n2"}, []string{`--nodes "n1,,n2"`, "node name 2 of 3 is empty"}},
@@ -402,5 +405,36 @@ func TestHelpAndVersion(t *testing.T) {
 	}
 	if code, stdout, _ = run(t, "version"); code != 0 || !strings.HasPrefix(stdout, "coordctl ") {
 		t.Errorf("version: %d %q", code, stdout)
+	}
+}
+
+// TestCutoverStaged: --strategy staged and --batches reach the
+// coordinator as given, and a staged report shows its batches instead of a
+// commit spread.
+func TestCutoverStaged(t *testing.T) {
+	evs := sampleEvents(coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED)
+	rep := evs[len(evs)-1].GetReport()
+	rep.Strategy = "staged"
+	rep.Batches = []*coordinatorv1.StagedBatch{
+		{Nodes: []string{"n1"}, SwitchedUnixNano: rep.StartedUnixNano + 40e6, VerifiedUnixNano: rep.StartedUnixNano + 90e6},
+		{Nodes: []string{"n2", "n3"}, SwitchedUnixNano: rep.StartedUnixNano + 130e6, VerifiedUnixNano: rep.StartedUnixNano + 180e6},
+	}
+	f := &fakeCoord{events: evs}
+	addr, _ := serve(t, f, nil)
+	code, stdout, stderr := run(t, "--coordinator", addr, "--insecure", "cutover", "--port", "4889", "--strategy", "staged", "--batches", "1, 100%")
+	if code != ExitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	want := &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Batches: []string{"1", "100%"}}
+	if got := f.lastRequest(); !proto.Equal(got, want) {
+		t.Errorf("request %v, want %v", got, want)
+	}
+	for _, w := range []string{"strategy: staged, 2 batch(es)", "1      n1", "2      n2,n3  130.000        180.000"} {
+		if !strings.Contains(stdout, w) {
+			t.Errorf("stdout lacks %q:\n%s", w, stdout)
+		}
+	}
+	if strings.Contains(stdout, "commit spread") {
+		t.Errorf("a staged report shows a commit spread:\n%s", stdout)
 	}
 }

@@ -127,7 +127,10 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 		}
 		_ = t.Flush()
 	}
-	if r.GetCommitSpreadNanos() != 0 || r.GetState() != coordinatorv1.OperationState_OPERATION_STATE_UNSPECIFIED {
+	if r.GetStrategy() == "staged" {
+		// No instant, so no commit spread: the batches are the timeline.
+		renderBatches(w, r)
+	} else if r.GetCommitSpreadNanos() != 0 || r.GetState() != coordinatorv1.OperationState_OPERATION_STATE_UNSPECIFIED {
 		_, _ = fmt.Fprintf(w, "\ncommit spread: %s ms\n", fmtMillis(r.GetCommitSpreadNanos()))
 	}
 	if r.GetEffectSpreadNanos() != 0 || r.GetWriteSpreadNanos() != 0 {
@@ -182,4 +185,29 @@ func eventLine(e *coordinatorv1.OperationEvent) string {
 		result = "FAILED"
 	}
 	return fmt.Sprintf("%s %-9s %-12s %-6s %s", ts, orDash(e.GetPhase()), orDash(e.GetNode()), result, e.GetMessage())
+}
+
+// renderBatches is a staged operation's batches: who switched when, and
+// when the probe mesh passed after it.
+func renderBatches(w io.Writer, r *coordinatorv1.Report) {
+	_, _ = fmt.Fprintf(w, "\nstrategy: staged, %d batch(es)\n", len(r.GetBatches()))
+	t := newTable(w)
+	_, _ = fmt.Fprintln(t, "  BATCH\tNODES\tSWITCHED(+ms)\tVERIFIED(+ms)")
+	at := func(ns int64) string {
+		if ns == 0 || r.GetStartedUnixNano() == 0 {
+			return "-"
+		}
+		return fmtMillis(ns - r.GetStartedUnixNano())
+	}
+	for i, b := range r.GetBatches() {
+		_, _ = fmt.Fprintf(t, "  %d\t%s\t%s\t%s\n", i+1, abbreviateNodes(b.GetNodes(), 6), at(b.GetSwitchedUnixNano()), at(b.GetVerifiedUnixNano()))
+	}
+	_ = t.Flush()
+}
+
+func abbreviateNodes(ns []string, n int) string {
+	if len(ns) <= n {
+		return strings.Join(ns, ",")
+	}
+	return strings.Join(ns[:n], ",") + fmt.Sprintf(",… (%d more)", len(ns)-n)
 }

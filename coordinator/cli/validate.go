@@ -21,6 +21,8 @@ type targetFlags struct {
 	allowTunnelPort    bool
 	allowUnprobed      bool
 	allowPathProblems  bool
+	strategy           string
+	batches            string
 }
 
 func (t *targetFlags) add(cmd *cobra.Command) {
@@ -32,6 +34,8 @@ func (t *targetFlags) add(cmd *cobra.Command) {
 	f.BoolVar(&t.allowTunnelPort, "allow-tunnel-port", false, "allow another tunnel's well-known port (Geneve 6081, flannel 8472)")
 	f.BoolVar(&t.allowUnprobed, "allow-unprobed", false, "accept nodes without a probe address: left out of the probe mesh, the result is flagged (exit 7), never a clean success")
 	f.BoolVar(&t.allowPathProblems, "allow-path-problems", false, "go ahead although the underlay path check found problems (blocked pairs, VNI drops, MTU) on the new port: the result is flagged (exit 7), never a clean success")
+	f.StringVar(&t.strategy, "strategy", "atomic", `"atomic": every node flips at one instant; "staged": every node listens on both ports, senders switch in batches with the probe mesh verified after each, then the old port is retired (docs/staged.md)`)
+	f.StringVar(&t.batches, "batches", "", `staged only: cumulative batch sizes, a node count or a percentage, e.g. 1,10%,100% (default 1,100%: a canary, then the rest)`)
 }
 
 // request validates the flags and builds the request. Every error names
@@ -47,6 +51,25 @@ func (t *targetFlags) request() (*coordinatorv1.CutoverRequest, error) {
 		AllowTunnelPort:    t.allowTunnelPort,
 		AllowUnprobed:      t.allowUnprobed,
 		AllowPathProblems:  t.allowPathProblems,
+	}
+	switch t.strategy {
+	case "atomic":
+	case "staged":
+		req.Strategy = t.strategy
+	default:
+		return nil, usageError("--strategy %q: want atomic (every node at one instant) or staged (listen on both, switch senders in batches, retire)", t.strategy)
+	}
+	if t.batches != "" {
+		if t.strategy != "staged" {
+			return nil, usageError("--batches %q: only --strategy staged switches in batches", t.batches)
+		}
+		for i, b := range strings.Split(t.batches, ",") {
+			b = strings.TrimSpace(b)
+			if b == "" {
+				return nil, usageError("--batches %q: batch %d is empty (stray comma?)", t.batches, i+1)
+			}
+			req.Batches = append(req.Batches, b)
+		}
 	}
 	if t.nodes != "" && t.selector != "" {
 		return nil, usageError("--nodes %q and --selector %q together: choose nodes by name or by label, not both", t.nodes, t.selector)
