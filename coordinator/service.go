@@ -268,14 +268,21 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 		// back a finished change is a cutover in reverse, with its own
 		// preflight, barrier and verification.
 		c.mu.Unlock()
+		nodes := op.nodes
+		if op.report.GetStrategy() == StrategyStaged {
+			nodes = nil // staged covers every node of the inventory
+		}
 		return c.cutover(&coordinatorv1.CutoverRequest{
-			Port: op.from, Nodes: op.nodes, TimeoutMillis: op.step.Milliseconds(),
+			Port: op.from, Nodes: nodes, TimeoutMillis: op.step.Milliseconds(),
 			// The prior port is known good for this overlay even when it
 			// is a tunnel port (4789) or in the NodePort range.
 			AllowTunnelPort: true, AllowNodeportRange: true,
 			// Putting a change back must not be refused for a node
 			// without probing: the result is flagged instead.
 			AllowUnprobed: true,
+			// A staged change goes back staged (a canary, then the
+			// rest): as lossless back as it was forward.
+			Strategy: op.report.GetStrategy(),
 		}, stream, op.rec.ID)
 	}
 	if c.current != nil && c.current != op {

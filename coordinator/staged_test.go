@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -132,6 +133,25 @@ func TestRealAgentsStaged(t *testing.T) {
 		}
 	}
 
+	// Rolling the finished operation back is a staged operation the
+	// other way, then forward again.
+	st, err := l.client.Rollback(context.Background(), &coordinatorv1.RollbackRequest{OperationId: "staged1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, msgs, err := drain(st)
+	if err != nil || back.State != succeeded || back.Strategy != "staged" || back.RevertsOperationId != "staged1" || back.ToPort != 4789 {
+		t.Fatalf("rollback of staged1: %v %v\n%s", back, err, strings.Join(msgs, "\n"))
+	}
+	for node, f := range inv.planes {
+		if got := f.Dump(); got != "port=4789 fw=[4789]" {
+			t.Errorf("%s: %s after the staged rollback", node, got)
+		}
+	}
+	if rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "staged1b", Strategy: "staged"}); err != nil || rep.State != succeeded {
+		t.Fatalf("staged1b: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+
 	// The second batch fails to switch: everyone switches back, then
 	// stops listening.
 	inv.planes["n3"].SetFailure(dataplane.MethodSwitchSend, errors.New("injected: flow add failed"))
@@ -174,5 +194,61 @@ func TestRealAgentsStaged(t *testing.T) {
 	defer inv.mu.Unlock()
 	if len(inv.broken) > 0 {
 		t.Fatalf("staged invariant broken:\n%s", strings.Join(inv.broken, "\n"))
+	}
+}
+
+// TestRealAgentsStagedResume crashes the coordinator in each phase of a
+// staged operation and starts a new one over the same journal: listening
+// is aborted, a switch in progress is undone (unswitch everywhere, then
+// rollback), a retirement in progress is finished; the invariant holds
+// throughout.
+func TestRealAgentsStagedResume(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		method string // n3 stalls in it
+		step   string // the journaled step to crash at
+		want   coordinatorv1.OperationState
+		dump   string
+	}{
+		{"listening", dataplane.MethodListen, "prepare", aborted, "port=4789 fw=[4789]"},
+		{"switching", dataplane.MethodSwitchSend, "commit", rolledBack, "port=4789 fw=[4789]"},
+		{"retiring", dataplane.MethodRetire, "finalize", succeeded, "port=4889 fw=[4889]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inv := &invariantPlanes{planes: map[string]*dataplane.Fake{}}
+			l := realAgentsWith(t, 3, inv.backend)
+			inv.planes["n3"].SetLatency(tc.method, 3*time.Second)
+			go func() {
+				_, _, _ = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "s1", Strategy: "staged", TimeoutMillis: 20000})
+			}()
+			deadline := time.Now().Add(15 * time.Second)
+			for journalStep(t, l.dir, "s1") != tc.step {
+				if time.Now().After(deadline) {
+					t.Fatalf("never reached %s (journal step %q)", tc.step, journalStep(t, l.dir, "s1"))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(300 * time.Millisecond) // n3's call is in flight (it stalls 3 s)
+			l.crash()
+			l.start()
+			l.c.Wait()
+			st, err := l.client.Status(context.Background(), &coordinatorv1.StatusRequest{OperationId: "s1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.State != tc.want {
+				t.Fatalf("after restart: %s (%s), want %s", st.State, st.Error, tc.want)
+			}
+			for node, f := range inv.planes {
+				if got := f.Dump(); got != tc.dump {
+					t.Errorf("%s: %s, want %s", node, got, tc.dump)
+				}
+			}
+			inv.mu.Lock()
+			defer inv.mu.Unlock()
+			if len(inv.broken) > 0 {
+				t.Fatalf("staged invariant broken:\n%s", strings.Join(inv.broken, "\n"))
+			}
+		})
 	}
 }

@@ -823,7 +823,7 @@ func (o *Op) advance() []Action {
 		}
 		return o.proceed()
 	case Finalize:
-		if o.rollbackReq != "" {
+		if o.rollbackReq != "" && !o.staged() {
 			return o.succeed()
 		}
 		return o.callHooks(HookFinalize)
@@ -1000,6 +1000,14 @@ func (o *Op) hooksDone(point HookPoint) []Action {
 // succeed ends a finalized operation, unless a rollback was asked
 // meanwhile: the change is complete; undo it now.
 func (o *Op) succeed() []Action {
+	if o.rollbackReq != "" && o.staged() {
+		// The old port is retired on every node: no node can switch
+		// back any more. Undoing it is a new staged operation the other
+		// way, which the operator starts by rolling back the finished one.
+		o.notes = append(o.notes, "rollback requested ("+o.rollbackReq+") after the old port's retirement began: the change completed; roll back the finished operation to reverse it (a staged operation back to the old port)")
+		o.rollbackReq = ""
+		return o.finish(Succeeded)
+	}
 	if o.rollbackReq != "" {
 		o.reason = o.rollbackReq
 		o.rollbackReq = ""
