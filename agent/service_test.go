@@ -324,6 +324,14 @@ func TestServiceValidation(t *testing.T) {
 			_, err := a.client.Preflight(ctx, &agentv1.PreflightRequest{TargetPort: 0})
 			return err
 		}, []string{"target_port 0"}},
+		{"prepare strategy", func() error {
+			_, err := a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op", FromPort: 4789, ToPort: 4889, Strategy: "slow"})
+			return err
+		}, []string{`strategy "slow"`, "atomic", "staged"}},
+		{"preflight strategy", func() error {
+			_, err := a.client.Preflight(ctx, &agentv1.PreflightRequest{TargetPort: 4889, Strategy: "slow"})
+			return err
+		}, []string{`strategy "slow"`}},
 		{"rollback reason too long", func() error {
 			_, err := a.client.Rollback(ctx, &agentv1.RollbackRequest{OperationId: "op", Reason: strings.Repeat("r", 2000)})
 			return err
@@ -475,5 +483,25 @@ func TestConcurrentPrepares(t *testing.T) {
 	wantStatus(t, refused, codes.FailedPrecondition, "operation "+st.GetOperationId()+" is in flight")
 	if len(f.Calls()) != 1 {
 		t.Fatalf("calls %q", f.Calls())
+	}
+}
+
+// TestServiceStagedPreflight: a staged preflight gives the backend's
+// staged actions, and its refusal, by name.
+func TestServiceStagedPreflight(t *testing.T) {
+	ctx := context.Background()
+	fake := newFake()
+	a := startAgent(t, testConfig(t), fake)
+	pf, err := a.client.Preflight(ctx, &agentv1.PreflightRequest{TargetPort: 4889, Strategy: "staged"})
+	if err != nil || len(pf.Problems) != 0 || len(pf.Actions) != 3 || !strings.Contains(pf.Actions[0], "receive on 4889 beside 4789") {
+		t.Fatalf("staged preflight: %v %v", pf, err)
+	}
+	fake.SetStagedRefusal("openshift-sdn: refused for the test")
+	pf, err = a.client.Preflight(ctx, &agentv1.PreflightRequest{TargetPort: 4889, Strategy: "staged"})
+	if err != nil || len(pf.Problems) != 1 || pf.Problems[0] != "openshift-sdn: refused for the test" {
+		t.Fatalf("staged preflight refused: %v %v", pf, err)
+	}
+	if len(fake.Calls()) != 0 {
+		t.Fatalf("preflight acted: %q", fake.Calls())
 	}
 }
