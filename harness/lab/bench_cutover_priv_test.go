@@ -27,7 +27,7 @@ import (
 type cutoverFigure struct {
 	Backend      string  `json:"backend"`
 	Nodes        int     `json:"nodes"`
-	Method       string  `json:"method"` // sequential, parallel, limit, cutover
+	Method       string  `json:"method"` // sequential, parallel, limit, cutover, staged
 	IntervalMS   float64 `json:"probe_interval_ms"`
 	ProbePeers   int     `json:"probe_peers"` // per node
 	Pairs        int     `json:"pairs"`
@@ -71,6 +71,9 @@ func envDur(k string, def time.Duration) time.Duration {
 //	limit       OVS only: the lab's physical limit, every node's prepared
 //	            OVSDB transaction released at once from one process
 //	cutover     coordctl cutover --port N (prepare, scheduled commit, ...)
+//	staged      coordctl cutover --strategy staged --batches 1,50%,100%
+//	            (make-before-break: listen on both, switch, retire), from
+//	            the cutover's port to a third one
 //
 // for N = 8, 16, 32 (COT_LAB_BENCH_SIZES="8,16,32") on both backends
 // (COT_LAB_BENCH_BACKENDS="ovs,kernel-vxlan"), probes every
@@ -144,7 +147,7 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 			b.Error(err)
 		}
 	}()
-	oldPort, newPort := lab.DefaultPort[backend], 4889
+	oldPort, newPort, stagedPort := lab.DefaultPort[backend], 4889, 4989
 	nodes := names(l)
 	settle := l.Config().ProbeTimeout + 100*time.Millisecond
 	base := cutoverFigure{Backend: backend, Nodes: n, IntervalMS: float64(interval) / 1e6, ProbePeers: len(lab.ProbePeersOf(l.Nodes()[0], l.Nodes(), cfg.ProbePeers))}
@@ -216,26 +219,8 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 		figs = append(figs, limitOVS(b, ctx, l, base, nodes, oldPort, newPort, settle))
 	}
 
-	cmd, err := l.CoordctlCommand(ctx, filepath.Join(bin, "coordctl"), "cutover", "--port", strconv.Itoa(newPort), "-o", "json")
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := cmd.Output()
-	if err != nil {
-		b.Fatalf("coordctl cutover: %v\n%s", err, out)
-	}
-	rep := &coordinatorv1.Report{}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(out, rep); err != nil {
-		b.Fatalf("report: %v\n%s", err, out)
-	}
-	if rep.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
-		b.Fatalf("cutover %s: %s", rep.GetState(), rep.GetError())
-	}
-	var pairs []lab.PairStats
-	for _, p := range rep.GetDisruption() {
-		pairs = append(pairs, lab.PairStats{From: p.GetFrom(), To: p.GetTo(), Sent: p.GetSent(), Lost: p.GetLost(), LongestGap: time.Duration(p.GetLongestGapMicros()) * time.Microsecond})
-	}
-	cut := figure(base, "cutover", pairs, time.Duration(rep.GetCommitSpreadNanos()), time.Duration(rep.GetEndedUnixNano()-rep.GetStartedUnixNano()))
+	rep := coordctlCutover(b, ctx, l, bin, "--port", strconv.Itoa(newPort))
+	cut := figure(base, "cutover", reportPairs(rep), time.Duration(rep.GetCommitSpreadNanos()), time.Duration(rep.GetEndedUnixNano()-rep.GetStartedUnixNano()))
 	for _, f := range figs {
 		if f.Method == "limit" {
 			// +1 on both sides: a limit of 0 lost is the usual case at
@@ -244,6 +229,10 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 		}
 	}
 	figs = append(figs, cut)
+	// The staged strategy (issue 15), from the new port to a third one: a
+	// canary, half, the rest; no instant, so no spread.
+	srep := coordctlCutover(b, ctx, l, bin, "--port", strconv.Itoa(stagedPort), "--strategy", "staged", "--batches", "1,50%,100%")
+	figs = append(figs, figure(base, "staged", reportPairs(srep), 0, time.Duration(srep.GetEndedUnixNano()-srep.GetStartedUnixNano())))
 	for _, f := range figs {
 		b.Logf("%s N=%d %-10s lost %d/%d (max %d, mean %.2f per pair), longest gap %.1f ms, spread %.2f ms, wall %.0f ms (idle noise %d lost/s)",
 			f.Backend, f.Nodes, f.Method, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost)
@@ -418,4 +407,34 @@ func failing(m lab.Mesh) string {
 		}
 	}
 	return strings.Join(f, ", ")
+}
+
+// coordctlCutover runs coordctl cutover args -o json in the lab and
+// returns its report, which must say SUCCEEDED.
+func coordctlCutover(b *testing.B, ctx context.Context, l *lab.Lab, bin string, args ...string) *coordinatorv1.Report {
+	cmd, err := l.CoordctlCommand(ctx, filepath.Join(bin, "coordctl"), append(append([]string{"cutover"}, args...), "-o", "json")...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("coordctl cutover %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	rep := &coordinatorv1.Report{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(out, rep); err != nil {
+		b.Fatalf("report: %v\n%s", err, out)
+	}
+	if rep.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
+		b.Fatalf("cutover %s: %s: %s", strings.Join(args, " "), rep.GetState(), rep.GetError())
+	}
+	return rep
+}
+
+// reportPairs is a report's probe figures as the lab's pair statistics.
+func reportPairs(rep *coordinatorv1.Report) []lab.PairStats {
+	var pairs []lab.PairStats
+	for _, p := range rep.GetDisruption() {
+		pairs = append(pairs, lab.PairStats{From: p.GetFrom(), To: p.GetTo(), Sent: p.GetSent(), Lost: p.GetLost(), LongestGap: time.Duration(p.GetLongestGapMicros()) * time.Microsecond})
+	}
+	return pairs
 }
