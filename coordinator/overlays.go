@@ -20,9 +20,10 @@ import (
 // sends on the target port (the request then heals a drift). Everything
 // else splits the overlay and is a preflight problem.
 //
-// The staged strategy (issue 15: every node first receives on both ports)
-// will make subsets safe; it has no request field yet, so nothing here
-// skips the check. When it exists, skip splitProblems for it.
+// The staged strategy (docs/staged.md) covers every node of the
+// inventory (subsets are refused for it in validate), so this check has
+// nothing to find there; staged subsets, when they exist, make every
+// untargeted node listen on both ports instead.
 
 // overlayNode is what the split check knows of one inventory node.
 type overlayNode struct {
@@ -67,7 +68,7 @@ func splitProblems(nodes map[string]overlayNode, target uint32) []string {
 		if ov != DefaultOverlay {
 			prefix = "overlay " + ov + ": "
 		}
-		const fix = "target every node of the overlay, or use the staged strategy when it exists"
+		const fix = "target every node of the overlay"
 		if len(stay) > 0 {
 			var ports, left []string
 			for _, p := range slices.Sorted(maps.Keys(stay)) {

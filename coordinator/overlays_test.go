@@ -25,23 +25,23 @@ func TestSplitProblems(t *testing.T) {
 		{"half of one overlay", map[string]overlayNode{
 			"n1": {overlay: d, targeted: true, port: 4789}, "n2": {overlay: d, targeted: true, port: 4789},
 			"n3": {overlay: d, port: 4789}, "n4": {overlay: d, port: 4789},
-		}, []string{"n1,n2 would move to 4889 while n3,n4 stay on 4789: n1,n2 could no longer reach n3,n4 over the overlay; target every node of the overlay, or use the staged strategy when it exists"}},
+		}, []string{"n1,n2 would move to 4889 while n3,n4 stay on 4789: n1,n2 could no longer reach n3,n4 over the overlay; target every node of the overlay"}},
 		{"one whole overlay of two", map[string]overlayNode{
 			"n1": {overlay: d, targeted: true}, "n2": {overlay: d, targeted: true},
 			"n3": {overlay: "blue", port: 4789}, "n4": {overlay: "blue", port: 4789},
 		}, nil},
 		{"half of a named overlay", map[string]overlayNode{
 			"n1": {overlay: d, port: 4789}, "n2": {overlay: "blue", targeted: true, port: 4789}, "n3": {overlay: "blue", port: 4789},
-		}, []string{"overlay blue: n2 would move to 4889 while n3 stays on 4789: n2 could no longer reach n3 over the overlay; target every node of the overlay, or use the staged strategy when it exists"}},
+		}, []string{"overlay blue: n2 would move to 4889 while n3 stays on 4789: n2 could no longer reach n3 over the overlay; target every node of the overlay"}},
 		{"the rest already on the target: heals a drift", map[string]overlayNode{
 			"n1": {overlay: d, targeted: true, port: 4789}, "n2": {overlay: d, port: 4889}, "n3": {overlay: d, port: 4889},
 		}, nil},
 		{"the rest on two ports", map[string]overlayNode{
 			"n1": {overlay: d, targeted: true, port: 4789}, "n2": {overlay: d, port: 4889}, "n3": {overlay: d, port: 4789}, "n4": {overlay: d, port: 4790},
-		}, []string{"n1 would move to 4889 while n3 stays on 4789, n4 stays on 4790: n1 could no longer reach n3,n4 over the overlay; target every node of the overlay, or use the staged strategy when it exists"}},
+		}, []string{"n1 would move to 4889 while n3 stays on 4789, n4 stays on 4790: n1 could no longer reach n3,n4 over the overlay; target every node of the overlay"}},
 		{"the rest unreadable", map[string]overlayNode{
 			"n1": {overlay: d, targeted: true, port: 4789}, "n2": {overlay: d, why: "agent at 198.18.0.2:9443 unreachable: down"},
-		}, []string{"n1 would move to 4889, but the port of the rest of the overlay could not be read: n2 (agent at 198.18.0.2:9443 unreachable: down); n1 could be cut off from them: bring their agents back, or target every node of the overlay, or use the staged strategy when it exists"}},
+		}, []string{"n1 would move to 4889, but the port of the rest of the overlay could not be read: n2 (agent at 198.18.0.2:9443 unreachable: down); n1 could be cut off from them: bring their agents back, or target every node of the overlay"}},
 		{"nothing targeted in an overlay is not its business", map[string]overlayNode{
 			"n1": {overlay: d, targeted: true}, "n2": {overlay: "blue", why: "unreachable"},
 		}, nil},
@@ -141,7 +141,7 @@ func TestSubsetJoinsTheRest(t *testing.T) {
 	}
 	l.fakes["n3"].SetPort(4790)
 	p, err = l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889, Nodes: []string{"n1"}})
-	if err != nil || !slices.Contains(p.Problems, "n1 would move to 4889 while n3 stays on 4790: n1 could no longer reach n3 over the overlay; target every node of the overlay, or use the staged strategy when it exists") {
+	if err != nil || !slices.Contains(p.Problems, "n1 would move to 4889 while n3 stays on 4790: n1 could no longer reach n3 over the overlay; target every node of the overlay") {
 		t.Fatalf("plan: %q %v", p.GetProblems(), err)
 	}
 }
