@@ -39,6 +39,9 @@ type recordView struct {
 	Events   []eventView
 	Probes   probeTotals
 	Spread   string
+	// Staged: the strategy's batches (empty for atomic).
+	Staged  bool
+	Batches []batchView
 	CommitAt string
 
 	// Data is what the page's script draws the timeline and the heatmap
@@ -47,6 +50,13 @@ type recordView struct {
 }
 
 type kv struct{ K, V string }
+
+// batchView is one batch of a staged operation.
+type batchView struct {
+	N                  int
+	Nodes              string
+	Switched, Verified string
+}
 
 type planView struct {
 	CurrentPort, TargetPort uint32
@@ -89,6 +99,9 @@ type probeTotals struct {
 type chartData struct {
 	EndMs    float64      `json:"endMs"`
 	CommitMs float64      `json:"commitMs"`
+	// Batches are a staged operation's batch switch instants (ms; -1
+	// never): drawn as lines where the atomic strategy draws the commit.
+	Batches []float64 `json:"batches,omitempty"`
 	Phases   []chartPhase `json:"phases"`
 	Nodes    []chartNode  `json:"nodes"`
 	// Pairs are [from, to, sent, lost, longest gap ms], from and to
@@ -180,6 +193,13 @@ func newRecordView(r *coordinatorv1.Report, now time.Time) *recordView {
 		v.Plan = newPlanView(p)
 	}
 
+	if r.GetStrategy() == "staged" {
+		v.Staged = true
+		for i, b := range r.GetBatches() {
+			v.Batches = append(v.Batches, batchView{N: i + 1, Nodes: strings.Join(b.GetNodes(), ", "),
+				Switched: fmtInstant(b.GetSwitchedUnixNano()), Verified: fmtInstant(b.GetVerifiedUnixNano())})
+		}
+	}
 	data := chartData{EndMs: rel(end), CommitMs: rel(r.GetCommitUnixNano()),
 		Steps: []chartMarker{{"prepared", "prepared (new port open)"}, {"applied", "applied (flipped)"}, {"confirmed", "confirmed"}, {"finalized", "finalized (old port closed)"}, {"reverted", "reverted"}}}
 	at := start
@@ -187,6 +207,9 @@ func newRecordView(r *coordinatorv1.Report, now time.Time) *recordView {
 		v.Phases = append(v.Phases, phaseView{p.GetPhase(), fmtMillis(p.GetNanos()) + " ms"})
 		data.Phases = append(data.Phases, chartPhase{Phase: p.GetPhase(), StartMs: rel(at), EndMs: rel(at + p.GetNanos())})
 		at += p.GetNanos()
+	}
+	for _, b := range r.GetBatches() {
+		data.Batches = append(data.Batches, rel(b.GetSwitchedUnixNano()))
 	}
 	wantPort := r.GetToPort()
 	if st := r.GetState(); st == coordinatorv1.OperationState_OPERATION_STATE_ABORTED || st == coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK {
@@ -260,6 +283,13 @@ func requestKV(q *coordinatorv1.CutoverRequest) []kv {
 		step = fmt.Sprintf("%d ms", q.GetTimeoutMillis())
 	}
 	out = append(out, kv{"step timeout", step})
+	if q.GetStrategy() == "staged" {
+		batches := "1, 100% (default)"
+		if len(q.GetBatches()) > 0 {
+			batches = strings.Join(q.GetBatches(), ", ")
+		}
+		out = append(out, kv{"strategy", "staged (make-before-break)"}, kv{"batches", batches})
+	}
 	var allow []string
 	if q.GetAllowNodeportRange() {
 		allow = append(allow, "port in the NodePort range")

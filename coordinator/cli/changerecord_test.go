@@ -161,3 +161,36 @@ func TestChangeRecordViewTimes(t *testing.T) {
 		t.Errorf("running: end %v partial %v", v.Data.EndMs, v.Partial)
 	}
 }
+
+// TestChangeRecordStaged: a staged operation's record names the strategy,
+// lists its batches and draws a line per batch switch instead of the
+// commit instant.
+func TestChangeRecordStaged(t *testing.T) {
+	r := sampleRecord(3, coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED)
+	r.Strategy, r.CommitUnixNano, r.CommitSpreadNanos = "staged", 0, 0
+	r.Request.Strategy, r.Request.Batches = "staged", []string{"1", "100%"}
+	r.Batches = []*coordinatorv1.StagedBatch{
+		{Nodes: []string{r.Nodes[0].Node}, SwitchedUnixNano: t0 + 900_000_000, VerifiedUnixNano: t0 + 1_300_000_000},
+		{Nodes: []string{r.Nodes[1].Node, r.Nodes[2].Node}, SwitchedUnixNano: t0 + 1_500_000_000},
+	}
+	v := newRecordView(r, time.Unix(0, t0+5e9))
+	if !v.Staged || len(v.Batches) != 2 || fmt.Sprint(v.Data.Batches) != "[900 1500]" || v.Batches[1].Verified != "-" {
+		t.Fatalf("view: staged %t batches %+v chart %v", v.Staged, v.Batches, v.Data.Batches)
+	}
+	var b bytes.Buffer
+	if err := writeRecordHTML(&b, r, time.Unix(0, t0+5e9)); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, w := range []string{`id="batches-table"`, "staged (make-before-break)", "senders switched in 2 batch(es)", "<dt>batches</dt>"} {
+		if !strings.Contains(page, w) {
+			t.Errorf("page lacks %q", w)
+		}
+	}
+	if strings.Contains(page, "<dt>Commit instant</dt>") {
+		t.Error("a staged record shows a commit instant")
+	}
+	if externalRef.MatchString(page) {
+		t.Error("the staged record fetches something")
+	}
+}
