@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: images release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck
+.PHONY: images release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -118,6 +118,9 @@ bench-pathcheck: ## underlay path check time (coordctl pathcheck) at N=8, both b
 
 bench-agent: lab ## the agent at rest in an 8-node lab, probe mesh at its default rate and off: RSS and CPU, results/agent_footprint.json, docs/benchmarks.md
 	CI=true flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkAgentFootprint -benchtime 1x -timeout 15m ./harness/lab/
+
+bench-coordinator: ## the real coordinator over 1,000 and 10,000 simulated agents (COT_SCALE_SIM_SIZES): results/coordinator_scale_sim.json, docs/benchmarks.md
+	$(GO) test -run '^$$' -bench BenchmarkCoordinatorScaleSim -benchtime 1x -timeout 30m ./coordinator/
 
 bench-ovs-flip: ## one node's OVS dst_port flip: native OVSDB, prepared (Apply only, issue 13) and ovs-vsctl: results/ovs_flip.json, docs/benchmarks.md
 	flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkFlip -benchtime 1x -timeout 10m ./pkg/ovs/

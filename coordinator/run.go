@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -397,7 +398,9 @@ func (f *forwarder) client(ctx context.Context, leader string) (coordinatorv1.Co
 		if f.conn != nil {
 			_ = f.conn.Close()
 		}
-		cc, err := grpc.NewClient("passthrough:///"+addr, f.opts...)
+		// A standby relays the leader's reports, which at 10,000 nodes
+		// exceed gRPC's default 4 MiB per message (see cli.MaxReportBytes).
+		cc, err := grpc.NewClient("passthrough:///"+addr, append(slices.Clone(f.opts), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))...)
 		if err != nil {
 			return nil, fmt.Errorf("dial leader %s at %s: %w", leader, addr, err)
 		}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -436,5 +437,25 @@ func TestCutoverStaged(t *testing.T) {
 	}
 	if strings.Contains(stdout, "commit spread") {
 		t.Errorf("a staged report shows a commit spread:\n%s", stdout)
+	}
+}
+
+// TestLargeReport: the report of a 10,000-node operation is one message
+// larger than gRPC's default 4 MiB; coordctl receives it whole.
+func TestLargeReport(t *testing.T) {
+	evs := sampleEvents(coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED)
+	rep := evs[len(evs)-1].GetReport()
+	for i := range 12000 {
+		rep.Nodes = append(rep.Nodes, &coordinatorv1.NodeResult{Node: fmt.Sprintf("node-%05d.rack-%02d.example", i, i%40), AgentPhase: "PHASE_FINALIZED", Port: 4889,
+			Error: strings.Repeat("x", 300)})
+	}
+	if size := proto.Size(evs[len(evs)-1]); size <= 4<<20 {
+		t.Fatalf("test report is %d bytes: not over the 4 MiB default", size)
+	}
+	f := &fakeCoord{events: evs}
+	addr, _ := serve(t, f, nil)
+	code, stdout, stderr := run(t, "--coordinator", addr, "--insecure", "cutover", "--port", "4889", "-o", "json")
+	if code != ExitOK || !strings.Contains(stdout, "node-11999.rack-39.example") {
+		t.Fatalf("exit %d, stderr %s, stdout %d bytes", code, stderr, len(stdout))
 	}
 }
