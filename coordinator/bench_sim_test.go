@@ -37,7 +37,7 @@ type simScaleResult struct {
 	FinalizeMs    float64 `json:"finalize_ms"`
 	PFPrepComVer  float64 `json:"preflight_prepare_commit_verify_ms"`
 	SpreadMs      float64 `json:"commit_spread_ms"`
-	LeadMs        float64 `json:"commit_lead_ms"` // the instant minus when the fan-out started
+	LeadMs        float64 `json:"commit_lead_ms"`              // the instant minus when the fan-out started
 	LastApplyMs   float64 `json:"last_apply_after_instant_ms"` // the latest agent's apply minus the instant: ~0 when every Commit arrived in time
 	TotalMs       float64 `json:"total_ms"`
 	CPUSeconds    float64 `json:"process_cpu_s"` // user+system of the process (coordinator and the simulated agents) during the operation

@@ -31,17 +31,17 @@ type recordView struct {
 	Error       string
 	Warnings    []string
 
-	Request  []kv
-	Plan     *planView
-	Phases   []phaseView
-	Nodes    []nodeView
-	Late     []string
-	Events   []eventView
-	Probes   probeTotals
-	Spread   string
+	Request []kv
+	Plan    *planView
+	Phases  []phaseView
+	Nodes   []nodeView
+	Late    []string
+	Events  []eventView
+	Probes  probeTotals
+	Spread  string
 	// Staged: the strategy's batches (empty for atomic).
-	Staged  bool
-	Batches []batchView
+	Staged   bool
+	Batches  []batchView
 	CommitAt string
 
 	// Data is what the page's script draws the timeline and the heatmap
@@ -97,13 +97,13 @@ type probeTotals struct {
 // chartData is the page script's input. Times are milliseconds since the
 // operation started; -1 means never.
 type chartData struct {
-	EndMs    float64      `json:"endMs"`
-	CommitMs float64      `json:"commitMs"`
+	EndMs    float64 `json:"endMs"`
+	CommitMs float64 `json:"commitMs"`
 	// Batches are a staged operation's batch switch instants (ms; -1
 	// never): drawn as lines where the atomic strategy draws the commit.
-	Batches []float64 `json:"batches,omitempty"`
-	Phases   []chartPhase `json:"phases"`
-	Nodes    []chartNode  `json:"nodes"`
+	Batches []float64    `json:"batches,omitempty"`
+	Phases  []chartPhase `json:"phases"`
+	Nodes   []chartNode  `json:"nodes"`
 	// Pairs are [from, to, sent, lost, longest gap ms], from and to
 	// indexes into Names: at 200 nodes a full mesh is 39,800 pairs, and
 	// names spelled out would make the page megabytes.
