@@ -183,7 +183,7 @@ func runScaleSim(b *testing.B, n int) simScaleResult {
 	row := simScaleResult{Agents: n, Strategy: "atomic", State: rep.State.String(), SpreadMs: float64(rep.CommitSpreadNanos) / 1e6,
 		TotalMs: float64(rep.EndedUnixNano-rep.StartedUnixNano) / 1e6, HeapMB: float64(ms.HeapAlloc) / (1 << 20),
 		CPUSeconds: cpu.Seconds(), MaxRSSMB: maxRSSMB(), GoroutinesEnd: runtime.NumGoroutine()}
-	var at int64 = rep.StartedUnixNano
+	at := rep.StartedUnixNano
 	for _, p := range rep.Phases {
 		v := float64(p.Nanos) / 1e6
 		switch p.Phase {
