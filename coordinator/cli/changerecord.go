@@ -58,7 +58,21 @@ type batchView struct {
 	Switched, Verified string
 }
 
+// pathView is the underlay path check the preflight ran (docs/pathcheck.md).
+type pathView struct {
+	Port, Control uint32
+	VNIs          string
+	Sizes         string
+	Sampling      string
+	Nodes, Pairs  uint32
+	Verdicts      []kv // verdict → how many directions
+	Problems      []string
+	Notes         []string
+	Took          string
+}
+
 type planView struct {
+	Path *pathView
 	CurrentPort, TargetPort uint32
 	Nodes                   []planNodeView
 	Groups                  []planGroupView
@@ -310,7 +324,7 @@ func requestKV(q *coordinatorv1.CutoverRequest) []kv {
 }
 
 func newPlanView(p *coordinatorv1.PlanResponse) *planView {
-	pv := &planView{CurrentPort: p.GetCurrentPort(), TargetPort: p.GetTargetPort(), Problems: p.GetProblems()}
+	pv := &planView{CurrentPort: p.GetCurrentPort(), TargetPort: p.GetTargetPort(), Problems: p.GetProblems(), Path: newPathView(p.GetPathCheck())}
 	groups, byNode := groupActions(p.GetNodes())
 	for _, n := range p.GetNodes() {
 		act := "-"
@@ -328,4 +342,32 @@ func newPlanView(p *coordinatorv1.PlanResponse) *planView {
 		pv.Groups = append(pv.Groups, gv)
 	}
 	return pv
+}
+
+func newPathView(pc *coordinatorv1.PathCheckResult) *pathView {
+	if pc == nil {
+		return nil
+	}
+	join := func(us []uint32) string {
+		var ss []string
+		for _, u := range us {
+			ss = append(ss, fmt.Sprint(u))
+		}
+		return orDash(strings.Join(ss, ", "))
+	}
+	v := &pathView{Port: pc.GetPort(), Control: pc.GetControlPort(), VNIs: join(pc.GetVnis()), Sizes: join(pc.GetSizes()),
+		Sampling: orDash(pc.GetSampling()), Nodes: pc.GetNodes(), Pairs: pc.GetPairsChecked(), Problems: pc.GetProblems(), Notes: pc.GetNotes(),
+		Took: fmtMillis(pc.GetTookMicros()*1000) + " ms"}
+	count := map[string]int{}
+	var order []string
+	for _, p := range pc.GetPairs() {
+		if count[p.GetVerdict()] == 0 {
+			order = append(order, p.GetVerdict())
+		}
+		count[p.GetVerdict()]++
+	}
+	for _, verdict := range order {
+		v.Verdicts = append(v.Verdicts, kv{verdict, fmt.Sprint(count[verdict])})
+	}
+	return v
 }

@@ -194,3 +194,24 @@ func TestChangeRecordStaged(t *testing.T) {
 		t.Error("the staged record fetches something")
 	}
 }
+
+// TestChangeRecordPathCheck: the record shows the underlay path check the
+// preflight ran: port, control, VNIs, sizes, counts per verdict, problems.
+func TestChangeRecordPathCheck(t *testing.T) {
+	r := sampleRecord(3, coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED)
+	r.Plan.PathCheck = &coordinatorv1.PathCheckResult{Port: 4889, ControlPort: 4789, Vnis: []uint32{0}, Sizes: []uint32{128, 1450},
+		Sampling: "every pair", Nodes: 3, PairsChecked: 6, TookMicros: 640_000,
+		Problems: []string{"path check, warning allowed: n2→n3 blocked"},
+		Pairs: []*coordinatorv1.PathPair{{From: "n1", To: "n2", Verdict: "ok"}, {From: "n2", To: "n3", Verdict: "blocked"}, {From: "n3", To: "n1", Verdict: "ok"}}}
+	var b bytes.Buffer
+	if err := writeRecordHTML(&b, r, time.Unix(0, t0+5e9)); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, w := range []string{`id="path-check"`, "udp/4889 (control: the current port 4789)", "VNIs 0; outer sizes 128, 1450 bytes",
+		"6 direction(s) between 3 node(s), every pair; took 640.000 ms", "ok: 2, blocked: 1", "n2→n3 blocked"} {
+		if !strings.Contains(page, w) {
+			t.Errorf("page lacks %q", w)
+		}
+	}
+}
