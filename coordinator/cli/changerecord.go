@@ -72,7 +72,7 @@ type pathView struct {
 }
 
 type planView struct {
-	Path *pathView
+	Path                    *pathView
 	CurrentPort, TargetPort uint32
 	Nodes                   []planNodeView
 	Groups                  []planGroupView

@@ -202,7 +202,7 @@ func TestChangeRecordPathCheck(t *testing.T) {
 	r.Plan.PathCheck = &coordinatorv1.PathCheckResult{Port: 4889, ControlPort: 4789, Vnis: []uint32{0}, Sizes: []uint32{128, 1450},
 		Sampling: "every pair", Nodes: 3, PairsChecked: 6, TookMicros: 640_000,
 		Problems: []string{"path check, warning allowed: n2→n3 blocked"},
-		Pairs: []*coordinatorv1.PathPair{{From: "n1", To: "n2", Verdict: "ok"}, {From: "n2", To: "n3", Verdict: "blocked"}, {From: "n3", To: "n1", Verdict: "ok"}}}
+		Pairs:    []*coordinatorv1.PathPair{{From: "n1", To: "n2", Verdict: "ok"}, {From: "n2", To: "n3", Verdict: "blocked"}, {From: "n3", To: "n1", Verdict: "ok"}}}
 	var b bytes.Buffer
 	if err := writeRecordHTML(&b, r, time.Unix(0, t0+5e9)); err != nil {
 		t.Fatal(err)
