@@ -2,8 +2,10 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
@@ -239,5 +241,39 @@ func TestPathCheckOff(t *testing.T) {
 	}
 	if rep.State != succeeded || !strings.Contains(strings.Join(rep.Warnings, lines), "underlay path check off (--path-check=false)") {
 		t.Fatalf("state %s warnings %q", rep.State, rep.Warnings)
+	}
+}
+
+// TestPathCheckSecondRound: frames lost in the first round only (a loaded
+// machine) do not refuse the cutover: the failed directions are checked
+// again on their own and pass; a pair blocked in both rounds still
+// refuses, and the note says how many were checked again.
+func TestPathCheckSecondRound(t *testing.T) {
+	l, u := pathLab(t, 4)
+	var mu sync.Mutex
+	seen := map[string]int{} // PathCheck rounds each of n2's frames to n3 crossed
+	u.SetDrop(func(from, to string, vni, size uint32) bool {
+		if from != "n2" || to != "n3" {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		k := fmt.Sprint(vni, size)
+		seen[k]++
+		return seen[k] <= 2 // the first round asks both ends about the direction: lost there only
+	})
+	p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+	if err != nil || len(p.Problems) != 0 {
+		t.Fatalf("plan with a first round that lost n2→n3: %v %q", err, p.GetProblems())
+	}
+	if !slices.ContainsFunc(p.PathCheck.Notes, func(n string) bool {
+		return strings.Contains(n, "2 node(s) of the failed directions were checked again")
+	}) {
+		t.Errorf("notes %q", p.PathCheck.Notes)
+	}
+	u.SetDrop(func(from, to string, _, _ uint32) bool { return from == "n2" && to == "n3" })
+	p, err = l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+	if err != nil || !slices.ContainsFunc(p.Problems, func(s string) bool { return strings.Contains(s, "n2→n3") }) {
+		t.Fatalf("plan with n2→n3 blocked in both rounds: %v %q", err, p.GetProblems())
 	}
 }
