@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -150,22 +151,36 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 
 	m.sides = c.pathRound(ctx, id+"/path", port, m, checked, addr, clocks, m.peers, m.failed)
 	res.Pairs, res.Problems = m.judge()
-	// A second round for the directions that failed, alone: on a loaded
+	// More rounds for the directions that failed, alone: on a loaded
 	// machine a clean pair can lose all of a round's frames (docs/
 	// pathcheck.md, "Limits"), while a blocked one never passes. A
-	// direction passes when it passed in either round.
-	if again := retryPeers(res.Pairs); len(res.Problems) > 0 && len(again) > 0 {
-		failed := len(res.Problems)
-		// A node whose second call fails keeps its first round's answers.
-		second := c.pathRound(ctx, id+"/path2", port, m, slices.Sorted(maps.Keys(again)), addr, clocks, again, map[string]string{})
-		for n, side := range second {
+	// direction passes when it passed in any round; at most pathRetries
+	// more rounds, while they still help.
+	first := failedDirections(res.Pairs)
+	var retried []string
+	for round := 2; round <= 1+pathRetries && len(res.Problems) > 0; round++ {
+		again := retryPeers(res.Pairs)
+		if len(again) == 0 {
+			break
+		}
+		before := failedDirections(res.Pairs)
+		// A node whose call fails now keeps its earlier rounds' answers.
+		more := c.pathRound(ctx, fmt.Sprintf("%s/path%d", id, round), port, m, slices.Sorted(maps.Keys(again)), addr, clocks, again, map[string]string{})
+		for n, side := range more {
 			if m.sides[n] == nil {
 				m.sides[n] = pathSide{}
 			}
 			mergeSide(m.sides[n], side)
 		}
 		res.Pairs, res.Problems = m.judge()
-		res.Notes = append(res.Notes, fmt.Sprintf("%d node(s) of the failed directions were checked again on their own: %d problem(s) before, %d after", len(again), failed, len(res.Problems)))
+		retried = append(retried, fmt.Sprint(len(again)))
+		if failedDirections(res.Pairs) >= before {
+			break
+		}
+	}
+	if len(retried) > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("the nodes of the failed directions were checked again on their own (%s node(s) in %d more round(s)): %d failed direction(s) before, %d after",
+			strings.Join(retried, ", then "), len(retried), first, failedDirections(res.Pairs)))
 	}
 	var noCapture []string
 	for _, n := range checked {
@@ -269,6 +284,10 @@ func (c *Coordinator) PathCheck(ctx context.Context, req *coordinatorv1.CutoverR
 	return res, nil
 }
 
+// pathRetries is how many rounds, at most, follow the first for the
+// directions that failed.
+const pathRetries = 3
+
 // pathRound runs one round of the path check: every node in nodes binds
 // the port at one instant and exchanges frames with its peers. It returns
 // what each answered; a node whose call failed is put in failed with why.
@@ -353,4 +372,15 @@ func mergeSide(dst, src pathSide) {
 			}
 		}
 	}
+}
+
+// failedDirections counts the checked directions that did not pass.
+func failedDirections(pairs []*coordinatorv1.PathPair) int {
+	n := 0
+	for _, p := range pairs {
+		if v := p.GetVerdict(); v != "ok" && v != "not_checked" {
+			n++
+		}
+	}
+	return n
 }

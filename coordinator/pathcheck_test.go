@@ -267,7 +267,7 @@ func TestPathCheckSecondRound(t *testing.T) {
 		t.Fatalf("plan with a first round that lost n2→n3: %v %q", err, p.GetProblems())
 	}
 	if !slices.ContainsFunc(p.PathCheck.Notes, func(n string) bool {
-		return strings.Contains(n, "2 node(s) of the failed directions were checked again")
+		return strings.Contains(n, "checked again on their own (2 node(s) in 1 more round(s)): 1 failed direction(s) before, 0 after")
 	}) {
 		t.Errorf("notes %q", p.PathCheck.Notes)
 	}
