@@ -26,13 +26,21 @@ type Fake struct {
 	Prebuilt map[string]int
 	// FailNext, when set, is returned (wrapped) by the next mutating call.
 	FailNext error
+	// Listening maps a device name to the port of the receiver Listen
+	// raised for it (up, also in Prebuilt) until a Recreate adopts it or
+	// Cleanup removes it.
+	Listening map[string]int
+	// RPFilter is each device's rp_filter (absent: 0); RPFilterAll is
+	// conf.all's.
+	RPFilter    map[string]int
+	RPFilterAll int
 }
 
 var _ Interface = (*Fake)(nil)
 
 // NewFake returns a Fake holding the given devices.
 func NewFake(devs ...Snapshot) *Fake {
-	f := &Fake{devices: map[string]Snapshot{}, Others: map[string]string{}, Prebuilt: map[string]int{}}
+	f := &Fake{devices: map[string]Snapshot{}, Others: map[string]string{}, Prebuilt: map[string]int{}, Listening: map[string]int{}, RPFilter: map[string]int{}}
 	for _, d := range devs {
 		f.devices[d.Device.Name] = clone(d)
 	}
@@ -97,6 +105,11 @@ func (f *Fake) Recreate(snap Snapshot, newPort int) (Window, error) {
 	if p, ok := f.Prebuilt[name]; ok {
 		w.Adopted = p == newPort
 		delete(f.Prebuilt, name)
+		if f.Listening[name] == p && w.Adopted {
+			// The adopted receiver becomes the device, rp_filter and all.
+			f.RPFilter[name] = 0
+		}
+		delete(f.Listening, name)
 	}
 	n := clone(snap)
 	n.Device.Port = newPort
@@ -135,6 +148,49 @@ func (f *Fake) Cleanup(name string) error {
 	defer f.mu.Unlock()
 	f.Cleanups++
 	delete(f.Prebuilt, name)
+	delete(f.Listening, name)
+	return nil
+}
+
+// Listen implements Interface: it records the receiver's port.
+func (f *Fake) Listen(snap Snapshot, port int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name := snap.Device.Name
+	if err := snap.Validate(); err != nil {
+		return err
+	}
+	if err := validPort("port", port); err != nil {
+		return &Error{Op: "listen", Device: name, Err: err}
+	}
+	if err := f.failNext("listen", name); err != nil {
+		return err
+	}
+	f.Prebuilt[name], f.Listening[name] = port, port
+	return nil
+}
+
+// ReversePathFilter implements Interface.
+func (f *Fake) ReversePathFilter(name string) (dev, all int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.get("rp-filter", name); err != nil {
+		return 0, 0, err
+	}
+	return f.RPFilter[name], f.RPFilterAll, nil
+}
+
+// SetReversePathFilter implements Interface.
+func (f *Fake) SetReversePathFilter(name string, value int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.get("rp-filter", name); err != nil {
+		return err
+	}
+	if err := f.failNext("rp-filter", name); err != nil {
+		return err
+	}
+	f.RPFilter[name] = value
 	return nil
 }
 

@@ -33,6 +33,9 @@ type Kernel struct {
 	now func() time.Time
 	// testNoTopUp adopts a prebuilt device as it is (TestTopUpBites).
 	testNoTopUp bool
+	// testLooseRPFilter has Listen leave loose reverse-path filtering on
+	// the receiver instead of turning it off (TestStagedRPFilterBites).
+	testLooseRPFilter bool
 }
 
 var _ Interface = (*Kernel)(nil)
@@ -380,9 +383,9 @@ func (k *Kernel) vtepIndex(d Device) (int, error) {
 	return p.Attrs().Index, nil
 }
 
-// adoptable returns the device Prebuild left under tmp if Recreate(snap,
-// port) can use it: a VXLAN link, down, without addresses, configured as
-// snap's device on port. Anything else (another port, a leftover of an
+// adoptable returns the device Prebuild (down) or Listen (up) left under
+// tmp if Recreate(snap, port) can use it: a VXLAN link without addresses,
+// configured as snap's device on port. Anything else (another port, a leftover of an
 // interrupted Recreate, a device changed since) is not adopted.
 func (k *Kernel) adoptable(snap Snapshot, tmp string, port int) *netlink.Vxlan {
 	l, err := k.H.LinkByName(tmp)
@@ -390,7 +393,7 @@ func (k *Kernel) adoptable(snap Snapshot, tmp string, port int) *netlink.Vxlan {
 		return nil
 	}
 	v, ok := l.(*netlink.Vxlan)
-	if !ok || v.Attrs().Flags&net.FlagUp != 0 || v.Port != port {
+	if !ok || v.Port != port {
 		return nil
 	}
 	// Only what identifies it: its configuration (one lookup for the vtep
@@ -403,8 +406,9 @@ func (k *Kernel) adoptable(snap Snapshot, tmp string, port int) *netlink.Vxlan {
 	if addrs, err := netlinksafe.AddrList(k.H, v, netlink.FAMILY_V4); err != nil || len(addrs) != 0 {
 		return nil
 	}
+	// Down as Prebuild leaves it, or up as Listen does (receiving).
 	want := snap.Device
-	want.Name, want.Index, want.Port, want.Up = tmp, dev.Index, port, false
+	want.Name, want.Index, want.Port, want.Up = tmp, dev.Index, port, dev.Up
 	if (Snapshot{Device: dev}).Text() != (Snapshot{Device: want}).Text() {
 		return nil
 	}
@@ -553,6 +557,14 @@ func (k *Kernel) switchTo(snap Snapshot, old, nlink *netlink.Vxlan, w Window) (W
 	}
 	if snap.Device.Up {
 		err = k.setNameUp(idx, name)
+		if errors.Is(err, unix.EBUSY) && nlink.Attrs().Flags&net.FlagUp != 0 {
+			// A receiver Listen raised, on a kernel that refuses renaming
+			// a running link: down for the rename (a gap of a few ms).
+			if err = k.H.LinkSetDown(nlink); err == nil {
+				err = k.setNameUp(idx, name)
+			}
+			w.Calls++
+		}
 	} else {
 		err = k.H.LinkSetName(nlink, name)
 	}

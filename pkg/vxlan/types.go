@@ -28,6 +28,15 @@ type Interface interface {
 	// SetFDBPorts rewrites the destination port of every FDB entry of the
 	// device described by snap (0 = use the device's port again).
 	SetFDBPorts(snap Snapshot, port int) error
+	// Listen builds the staged strategy's receiver (staged.go): the
+	// device Prebuild would build on port, reverse-path filtering off on
+	// it, up. A later Recreate on port adopts it while it receives;
+	// Cleanup removes it.
+	Listen(snap Snapshot, port int) error
+	// ReversePathFilter reads the device's rp_filter and conf.all's.
+	ReversePathFilter(name string) (dev, all int, err error)
+	// SetReversePathFilter sets the device's rp_filter.
+	SetReversePathFilter(name string, value int) error
 	// Cleanup deletes the old device a Recreate left behind under
 	// OldName(name) (see Kernel.KeepOld) and a prebuilt device Recreate did
 	// not adopt; nothing left is not an error.
