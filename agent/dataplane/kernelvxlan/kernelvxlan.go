@@ -104,6 +104,10 @@ type snapshotData struct {
 	// ToRulesPresent records which target-port rules existed before
 	// Prepare, so undoing Prepare removes only what Cutover added.
 	ToRulesPresent map[string]bool `json:"to_rules_present,omitempty"`
+	// RPFilter is the device's own rp_filter before the operation (-1:
+	// unknown). The staged strategy's receiver has it off and becomes the
+	// device at Retire, which then puts this value back (staged.go).
+	RPFilter int `json:"rp_filter"`
 }
 
 // Name implements dataplane.Backend.
@@ -261,7 +265,10 @@ func (b *Backend) Snapshot(_ context.Context, from, to uint16) (dataplane.Snapsh
 	if err := s.Validate(); err != nil {
 		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: %w", b.cfg.Device, err)
 	}
-	sd := snapshotData{Device: s}
+	sd := snapshotData{Device: s, RPFilter: -1}
+	if rp, _, err := b.cfg.VXLAN.ReversePathFilter(b.cfg.Device); err == nil {
+		sd.RPFilter = rp
+	}
 	if b.cfg.Firewall != nil {
 		if sd.ToRulesPresent, err = b.cfg.Firewall.Present(to); err != nil {
 			return dataplane.Snapshot{}, err
