@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,8 +34,8 @@ const maxStagedLostPerPair = 3
 //     staged operation back, every node on the old port;
 //  3. rollback while switching (asked on the first batch's commit):
 //     every node switches back, then stops listening: ROLLED_BACK;
-//  4. rollback while listening (a node cannot record its prepare):
-//     ABORTED, the others stop listening.
+//  4. rollback while listening (a node's agent is down at prepare, back
+//     a second later): ABORTED, every node stops listening.
 func testE2EStaged(t *testing.T, backend string, oldPort int) {
 	bin := labtest.Binaries(t)
 	cfg := newConfig(t, backend, 4)
@@ -103,17 +104,43 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 	e.wantOn(oldPort)
 	e.wantOneTunnel()
 
-	// Rollback while listening: the last node cannot record its prepare.
-	restore, err := e.l.MakeStateDirUnwritable(ctx, e.l.Nodes()[3].Name)
-	if err != nil {
+	// Rollback while listening: the last node's agent dies once preflight
+	// passed, before any Prepare: the others listen, its Prepare fails,
+	// everyone is aborted (stops listening); the abort reaches it once it
+	// is back.
+	victim := e.l.Nodes()[3].Name
+	cmd = exec.CommandContext(ctx, e.cutoverLab, append(staged[:1:1], append([]string{"--dir", e.l.Dir()}, staged[1:]...)...)...)
+	if stdout, err = cmd.StdoutPipe(); err != nil {
 		t.Fatal(err)
 	}
-	ab := e.report(ctx, 1, staged...)
-	if err := restore(); err != nil {
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	lines = nil
+	sc = bufio.NewScanner(stdout)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if strings.Contains(sc.Text(), "preflight passed") {
+			break
+		}
+	}
+	if _, err := e.l.KillAgent(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if _, err := e.l.StartAgent(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	werr = cmd.Wait()
+	if !errors.As(werr, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("staged cutover with %s down at prepare: %v, want exit 1 (ABORTED)\n%s", victim, werr, strings.Join(lines, "\n"))
+	}
+	ab := e.report(ctx, 1, "ctl", "status")
 	if ab.GetState() != coordinatorv1.OperationState_OPERATION_STATE_ABORTED {
-		t.Fatalf("staged cutover with an unwritable state dir: %s (%s), want ABORTED", ab.GetState(), ab.GetError())
+		t.Fatalf("staged cutover with %s down at prepare: %s (%s), want ABORTED\n%s", victim, ab.GetState(), ab.GetError(), strings.Join(lines, "\n"))
 	}
 	for _, b := range ab.GetBatches() {
 		if b.GetSwitchedUnixNano() != 0 {
