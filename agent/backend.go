@@ -10,6 +10,7 @@ import (
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/dataplane/kernelvxlan"
 	"github.com/cutover-dev/cutover/agent/dataplane/ovsvxlan"
+	"github.com/cutover-dev/cutover/pkg/execseam"
 	"github.com/cutover-dev/cutover/pkg/iptables"
 	"github.com/cutover-dev/cutover/pkg/nftables"
 	"github.com/cutover-dev/cutover/pkg/openflow"
@@ -53,7 +54,28 @@ func NewBackend(cfg Config) (dataplane.Backend, error) {
 	if cfg.Profile == ProfileOpenShiftSDN {
 		flows = openshiftSDN(cfg, fw)
 	}
-	return ovsvxlan.New(ovsvxlan.Config{OVS: drv, Interface: cfg.Interface, Bridge: cfg.Bridge, Firewall: fw, Ports: ports, Flows: flows})
+	return ovsvxlan.New(ovsvxlan.Config{OVS: drv, Interface: cfg.Interface, Bridge: cfg.Bridge, Firewall: fw, Ports: ports, Flows: flows,
+		OF: &openflow.Client{RunDir: ovsRunDir(cfg)}, Vsctl: vsctl(cfg), SDN: cfg.Profile == ProfileOpenShiftSDN})
+}
+
+// ovsRunDir is OVS_RUNDIR for ovs-ofctl: the directory of the OVSDB
+// socket, where ovs-vswitchd's <bridge>.mgmt lives too ("" for the
+// default, /var/run/openvswitch).
+func ovsRunDir(cfg Config) string {
+	if strings.HasPrefix(cfg.OVSDB, "unix:") {
+		return filepath.Dir(strings.TrimPrefix(cfg.OVSDB, "unix:"))
+	}
+	return ""
+}
+
+// vsctl runs ovs-vsctl against the agent's OVSDB: the staged strategy's
+// receive port and its retirement's one transaction (ovs-vsctl waits for
+// ovs-vswitchd to apply it).
+func vsctl(cfg Config) func(ctx context.Context, args ...string) ([]byte, error) {
+	return func(ctx context.Context, args ...string) ([]byte, error) {
+		argv := append([]string{"ovs-vsctl", "--db=" + cfg.OVSDB, "--timeout=10"}, args...)
+		return execseam.Exec(ctx, argv, nil)
+	}
 }
 
 // openshiftSDN wires the openshift-sdn profile: the SDN's two port rules
@@ -62,12 +84,8 @@ func NewBackend(cfg Config) (dataplane.Backend, error) {
 // run directory as the OVSDB socket (OVS_RUNDIR).
 func openshiftSDN(cfg Config, fw *dataplane.Firewall) *ovsvxlan.PortFlows {
 	fw.Templates = append(fw.Templates, ovsvxlan.SDNFirewallTemplates()...)
-	var runDir string
-	if strings.HasPrefix(cfg.OVSDB, "unix:") {
-		runDir = filepath.Dir(strings.TrimPrefix(cfg.OVSDB, "unix:"))
-	}
 	return &ovsvxlan.PortFlows{
-		OF:        &openflow.Client{RunDir: runDir},
+		OF:        &openflow.Client{RunDir: ovsRunDir(cfg)},
 		Bridge:    cfg.Bridge,
 		Templates: []openflow.Flow{ovsvxlan.SDNDropFlow(0)},
 	}

@@ -135,8 +135,9 @@ func validDelete(bridge string, f Flow) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
-	if len(f.Match) == 0 {
-		return &ValidationError{"match", "", fmt.Sprintf("is empty: would delete every flow in table %d; refused", f.Table)}
+	// An empty match with a cookie deletes only that cookie's flows.
+	if len(f.Match) == 0 && f.Cookie == 0 {
+		return &ValidationError{"match", "", fmt.Sprintf("is empty: would delete every flow in table %d; refused (give a match or a cookie)", f.Table)}
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/pkg/openflow"
 	"github.com/cutover-dev/cutover/pkg/ovs"
 	"github.com/cutover-dev/cutover/pkg/udpport"
 )
@@ -32,6 +33,14 @@ type Config struct {
 	// openshift-sdn profile's drop flow, sdn.go): opened, closed and
 	// reported like the firewall rules.
 	Flows *PortFlows
+	// OF and Vsctl serve the staged strategy (staged.go): the bridge's
+	// flow table, and ovs-vsctl for the receive port's add and the
+	// retirement's one transaction. Either nil: staged is refused.
+	OF    openflow.Interface
+	Vsctl func(ctx context.Context, args ...string) ([]byte, error)
+	// SDN says the openshift-sdn profile is on: staged is refused
+	// (docs/openshift-sdn.md).
+	SDN bool
 }
 
 // Backend implements dataplane.Backend over OVS.
