@@ -69,6 +69,11 @@ func ovsBridgeArgs(n Node, port int) []string {
 		"--", "--may-exist", "add-port", "br0", "vxlan0",
 		"--", "set", "interface", "vxlan0", "type=vxlan", "options:remote_ip=flow", "options:key=flow",
 		"options:dst_port=" + strconv.Itoa(port), "ofport_request=1",
+		// Pinned as OpenShift SDN pins tun0's: without mtu_request OVS
+		// recomputes an internal port's MTU whenever a port is added to
+		// or removed from its bridge (measured: 1450 -> 1500 when the
+		// staged strategy adds its receive port).
+		"--", "set", "interface", "br0", "mtu_request=" + strconv.Itoa(overlayMTU),
 	}
 }
 

@@ -67,6 +67,22 @@ func (b *Backend) StagedProblems(ctx context.Context, to uint16) []string {
 	if rx, err := b.cfg.OVS.GetInterface(ctx, RxName(b.cfg.Interface)); err == nil && rx.Options["dst_port"] != strconv.Itoa(int(to)) {
 		out = append(out, fmt.Sprintf("an interface %s exists already (dst_port %s), not one this operation made: remove it first", RxName(b.cfg.Interface), rx.Options["dst_port"]))
 	}
+	if b.cfg.Vsctl != nil {
+		// An internal port without mtu_request gets its MTU recomputed
+		// when a port joins or leaves the bridge (measured on the lab's
+		// br0: 1450 -> 1500 when the receive port was added).
+		o, err := b.cfg.Vsctl(ctx, "--format=csv", "--no-headings", "--columns=name,mtu_request", "find", "interface", "type=internal")
+		if err != nil {
+			out = append(out, fmt.Sprintf("internal interfaces: %v", err))
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(o)), "\n") {
+			name, req, _ := strings.Cut(line, ",")
+			name = strings.Trim(name, `"`)
+			if name != "" && (req == "[]" || req == "") && b.onBridge(ctx, name) {
+				out = append(out, fmt.Sprintf("internal interface %s of %s has no mtu_request: adding the staged receive port would make OVS recompute its MTU; pin it first (ovs-vsctl set interface %s mtu_request=<its MTU>, as OpenShift SDN does for tun0) or use --strategy atomic", name, b.cfg.Bridge, name))
+			}
+		}
+	}
 	flows, err := b.cfg.OF.DumpFlows(ctx, b.cfg.Bridge)
 	if err != nil {
 		return append(out, fmt.Sprintf("flows of %s: %v", b.cfg.Bridge, err))
@@ -87,6 +103,15 @@ func (b *Backend) StagedProblems(ctx context.Context, to uint16) []string {
 		}
 	}
 	return out
+}
+
+// onBridge reports whether interface name's port is on the managed bridge.
+func (b *Backend) onBridge(ctx context.Context, name string) bool {
+	if name == b.cfg.Bridge {
+		return true // the bridge's own port, which port-to-br does not list
+	}
+	o, err := b.cfg.Vsctl(ctx, "port-to-br", name)
+	return err == nil && strings.TrimSpace(string(o)) == b.cfg.Bridge
 }
 
 // slotKey is a flow's table, priority and match.

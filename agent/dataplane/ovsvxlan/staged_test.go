@@ -1,0 +1,77 @@
+package ovsvxlan
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cutover-dev/cutover/pkg/openflow"
+)
+
+func TestActionsHelpers(t *testing.T) {
+	a := "set_field:198.18.0.12->tun_dst,output:1"
+	if !outputsTo(a, "1") || outputsTo(a, "2") || outputsTo("output:12", "1") {
+		t.Fatal("outputsTo")
+	}
+	if got := replaceOutput(a, "1", "output:3,output:1"); got != "set_field:198.18.0.12->tun_dst,output:3,output:1" {
+		t.Fatalf("replaceOutput: %s", got)
+	}
+	if got := splitActions("resubmit(,10),load:0x1->NXM_NX_REG0[],output:1"); len(got) != 3 || got[0] != "resubmit(,10)" {
+		t.Fatalf("splitActions: %q", got)
+	}
+}
+
+// TestStagedProblems: the openshift-sdn profile, an agent without
+// OpenFlow access, an unpinned internal MTU, a taken priority slot and a
+// stranger under the receive port's name are refused by name.
+func TestStagedProblems(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	if p := r.b.StagedProblems(ctx, 4889); len(p) != 1 || !strings.Contains(p[0], "without OpenFlow access") {
+		t.Fatalf("no OF: %q", p)
+	}
+	of := openflow.NewFake("br0")
+	for _, f := range []string{"table=0,priority=100,in_port=1,actions=LOCAL",
+		"table=0,priority=100,ip,nw_dst=198.19.2.0/24,actions=set_field:198.18.0.12->tun_dst,output:1"} {
+		fl, err := openflow.ParseFlow(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := of.AddFlow(ctx, "br0", fl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pinned := true
+	r.b.cfg.OF = of
+	r.b.cfg.Vsctl = func(_ context.Context, args ...string) ([]byte, error) {
+		switch {
+		case slices.Contains(args, "find"):
+			if pinned {
+				return []byte("br0,1450\n"), nil
+			}
+			return []byte("br0,[]\n"), nil
+		}
+		return nil, errors.New("ovs-vsctl: no port named " + args[len(args)-1]) // as port-to-br answers for the bridge's own port
+	}
+	if p := r.b.StagedProblems(ctx, 4889); len(p) != 0 {
+		t.Fatalf("clean: %q", p)
+	}
+	pinned = false
+	if p := r.b.StagedProblems(ctx, 4889); len(p) != 1 || !strings.Contains(p[0], "br0 of br0 has no mtu_request") {
+		t.Fatalf("unpinned: %q", p)
+	}
+	pinned = true
+	taken, _ := openflow.ParseFlow("table=0,priority=101,ip,nw_dst=198.19.2.0/24,actions=drop")
+	if err := of.AddFlow(ctx, "br0", taken); err != nil {
+		t.Fatal(err)
+	}
+	if p := r.b.StagedProblems(ctx, 4889); len(p) != 1 || !strings.Contains(p[0], "slot one priority above it is taken") {
+		t.Fatalf("slot: %q", p)
+	}
+	r.b.cfg.SDN = true
+	if p := r.b.StagedProblems(ctx, 4889); len(p) == 0 || !strings.Contains(p[0], "openshift-sdn profile does not support the staged strategy") {
+		t.Fatalf("sdn: %q", p)
+	}
+}
