@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -27,6 +28,10 @@ type Interface interface {
 	DelFlowStrict(ctx context.Context, bridge string, f Flow) error
 	// DumpFlows returns every flow on the bridge.
 	DumpFlows(ctx context.Context, bridge string) ([]Flow, error)
+	// AddFlows adds (or replaces, as AddFlow) every flow in one
+	// request: one ovs-ofctl run however many flows, which matters where
+	// a node's CPU also runs its userspace datapath.
+	AddFlows(ctx context.Context, bridge string, flows []Flow) error
 }
 
 // Client drives ovs-ofctl. Every method builds an argv and goes through
@@ -106,6 +111,37 @@ func (c *Client) AddFlow(ctx context.Context, bridge string, f Flow) error {
 		return err
 	}
 	_, err := c.run(ctx, "add-flow", bridge, f.String())
+	return err
+}
+
+// AddFlows runs ovs-ofctl add-flows with the flows in a file.
+func (c *Client) AddFlows(ctx context.Context, bridge string, flows []Flow) error {
+	if err := validBridge(bridge); err != nil {
+		return err
+	}
+	if len(flows) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for _, f := range flows {
+		if err := f.Validate(); err != nil {
+			return err
+		}
+		b.WriteString(f.String() + "\n")
+	}
+	tmp, err := os.CreateTemp("", "cutover-flows-*")
+	if err != nil {
+		return fmt.Errorf("openflow: %w", err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if _, err := tmp.WriteString(b.String()); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("openflow: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("openflow: %w", err)
+	}
+	_, err = c.run(ctx, "add-flows", bridge, tmp.Name())
 	return err
 }
 

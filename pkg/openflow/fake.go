@@ -96,6 +96,21 @@ func (f *Fake) DelFlows(_ context.Context, bridge string, match Flow) error {
 	return nil
 }
 
+// AddFlows is AddFlow for each flow, all or nothing on validation.
+func (f *Fake) AddFlows(ctx context.Context, bridge string, flows []Flow) error {
+	for _, fl := range flows {
+		if err := fl.Validate(); err != nil {
+			return err
+		}
+	}
+	for _, fl := range flows {
+		if err := f.AddFlow(ctx, bridge, fl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // DelFlowStrict deletes the flow with exactly fl's table, priority and match.
 func (f *Fake) DelFlowStrict(_ context.Context, bridge string, fl Flow) error {
 	if err := validDelete(bridge, fl); err != nil {

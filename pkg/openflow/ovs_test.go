@@ -158,3 +158,45 @@ func countEqual(flows []openflow.Flow, f openflow.Flow) int {
 	}
 	return n
 }
+
+// TestOVSAddFlowsAndCookieDelete: AddFlows installs a batch in one run
+// (replacing same-match flows, as AddFlow), and a cookie-only delete
+// removes exactly that cookie's flows, on real OVS and the fake alike.
+func TestOVSAddFlowsAndCookieDelete(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inst := startOVS(t, ctx)
+	c := &openflow.Client{RunDir: inst.Dir}
+	fake := openflow.NewFake("br0")
+	if err := fake.AddFlow(ctx, "br0", parse(t, "priority=0,actions=NORMAL")); err != nil {
+		t.Fatal(err)
+	}
+	batch := []openflow.Flow{
+		parse(t, "cookie=0x77,table=0,priority=101,ip,nw_dst=198.19.2.0/24,actions=drop"),
+		parse(t, "cookie=0x77,table=0,priority=101,arp,arp_tpa=198.19.2.0/24,actions=drop"),
+		parse(t, "cookie=0x78,table=0,priority=100,ip,nw_dst=198.19.3.0/24,actions=drop"),
+	}
+	for _, ofi := range []openflow.Interface{c, fake} {
+		for range 2 { // a replay replaces, still three
+			if err := ofi.AddFlows(ctx, "br0", batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ofi.DelFlows(ctx, "br0", openflow.Flow{Table: 0, Cookie: 0x77}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flows, err := c.DumpFlows(ctx, "br0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := openflow.CanonicalDump(flows), fake.DumpBridge("br0"); got != want {
+		t.Fatalf("real bridge:\n%s\nfake:\n%s", got, want)
+	}
+	if len(flows) != 2 {
+		t.Fatalf("after the cookie delete: %v, want the NORMAL fallback and cookie 0x78's flow", flows)
+	}
+	if err := c.DelFlows(ctx, "br0", openflow.Flow{Table: 0}); err == nil {
+		t.Fatal("a delete with neither match nor cookie was not refused")
+	}
+}

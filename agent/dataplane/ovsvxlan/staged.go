@@ -243,6 +243,7 @@ func (b *Backend) Listen(ctx context.Context, s dataplane.Snapshot) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	in := strconv.FormatInt(iface.OFPort, 10)
+	var copies []openflow.Flow
 	for _, f := range flows {
 		if f.Cookie == CookieIn || f.Cookie == CookieOut {
 			continue
@@ -255,9 +256,10 @@ func (b *Backend) Listen(ctx context.Context, s dataplane.Snapshot) error {
 		c.Cookie = CookieIn
 		c.Match = slices.Clone(f.Match)
 		c.Match[idx].Value = strconv.FormatInt(rxp, 10)
-		if err := b.cfg.OF.AddFlow(ctx, b.cfg.Bridge, c); err != nil {
-			return fmt.Errorf("listen: copy %s: %w", f, err)
-		}
+		copies = append(copies, c)
+	}
+	if err := b.cfg.OF.AddFlows(ctx, b.cfg.Bridge, copies); err != nil {
+		return fmt.Errorf("listen: copy the in_port flows: %w", err)
 	}
 	return nil
 }
@@ -337,6 +339,7 @@ func (b *Backend) SwitchSend(ctx context.Context, s dataplane.Snapshot) (datapla
 	}
 	port := strconv.FormatInt(iface.OFPort, 10)
 	t0 := time.Now()
+	var copies []openflow.Flow
 	for _, f := range flows {
 		if f.Cookie == CookieIn || f.Cookie == CookieOut || !outputsTo(f.Actions, port) {
 			continue
@@ -344,9 +347,12 @@ func (b *Backend) SwitchSend(ctx context.Context, s dataplane.Snapshot) (datapla
 		c := f
 		c.Cookie, c.Priority = CookieOut, f.Priority+1
 		c.Actions = replaceOutput(f.Actions, port, "output:"+strconv.FormatInt(rxp, 10))
-		if err := b.cfg.OF.AddFlow(ctx, b.cfg.Bridge, c); err != nil {
-			return dataplane.State{}, fmt.Errorf("switch sending: copy %s: %w", f, err)
-		}
+		copies = append(copies, c)
+	}
+	// One request for all of them (on a userspace datapath the node's CPU
+	// carries the traffic too: a run per flow starved it in the lab).
+	if err := b.cfg.OF.AddFlows(ctx, b.cfg.Bridge, copies); err != nil {
+		return dataplane.State{}, fmt.Errorf("switch sending: %w", err)
 	}
 	return b.sendState(ctx, s.ToPort, t0, time.Now())
 }
@@ -394,14 +400,16 @@ func (b *Backend) Retire(ctx context.Context, s dataplane.Snapshot) (dataplane.S
 			return dataplane.State{}, err
 		}
 		rxs, port := strconv.FormatInt(rxp, 10), strconv.FormatInt(iface.OFPort, 10)
+		var dual []openflow.Flow
 		for _, f := range flows {
 			if f.Cookie != CookieOut || !outputsTo(f.Actions, rxs) || outputsTo(f.Actions, port) {
 				continue
 			}
 			f.Actions = replaceOutput(f.Actions, rxs, "output:"+rxs+",output:"+port)
-			if err := b.cfg.OF.AddFlow(ctx, b.cfg.Bridge, f); err != nil {
-				return dataplane.State{}, fmt.Errorf("retire: %w", err)
-			}
+			dual = append(dual, f)
+		}
+		if err := b.cfg.OF.AddFlows(ctx, b.cfg.Bridge, dual); err != nil {
+			return dataplane.State{}, fmt.Errorf("retire: %w", err)
 		}
 		if _, err := b.cfg.Vsctl(ctx, "--if-exists", "del-port", b.cfg.Bridge, rx, "--",
 			"set", "interface", b.cfg.Interface, fmt.Sprintf("options:dst_port=%d", s.ToPort)); err != nil {
