@@ -376,6 +376,7 @@ func (s *Service) ProbeStats(_ context.Context, req *agentv1.ProbeStatsRequest) 
 			ProbingSinceUnixNano:     unixNano(st.Since),
 			LastAnswerUnixNano:       unixNano(st.LastAnswer),
 			LastAnsweredSentUnixNano: unixNano(st.LastAnsweredSent),
+			LongestGapFromUnixNano:   unixNano(st.LongestGapFrom),
 		})
 	}
 	return resp, nil

@@ -47,11 +47,27 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		late = c.watchLate(op, s, commitAt, post)
 		defer late.stop()
 	}
+	// Staged, the phases that change a node's datapath go in waves of
+	// MaxParallel nodes; the step's bound covers every wave.
+	var wave chan struct{}
+	deadman := op.deadman
+	if staged && op.rec.MaxParallel > 0 && slices.Contains([]barrier.Step{barrier.Prepare, barrier.Commit, barrier.Finalize}, s.Step) {
+		wave = make(chan struct{}, op.rec.MaxParallel)
+		w := time.Duration(waves(len(s.Nodes), op.rec.MaxParallel))
+		timeout *= w
+		// A node of the first wave waits for the others before the
+		// batch is verified and confirmed: its dead-man waits as long.
+		deadman += (w - 1) * s.Timeout
+	}
 	backstop := time.AfterFunc(timeout+time.Second, func() { post(barrier.Deadline{Step: s.Step, Attempt: s.Attempt}) })
 	defer backstop.Stop()
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
 	fanOut(s.Nodes, func(n string) {
+		if wave != nil {
+			wave <- struct{}{}
+			defer func() { <-wave }()
+		}
 		cl := c.agent(n).client
 		var ev barrier.Event
 		switch s.Step {
@@ -62,7 +78,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			ev = callResult(n, s, err, ph == agentv1.Phase_PHASE_PREPARED, fmt.Sprintf("agent answered %s: %s", ph, r.GetStatus().GetError()))
 			op.noteTimeline(n, s, ev, r.GetStatus())
 		case barrier.Commit:
-			req := &agentv1.CommitRequest{OperationId: id, DeadmanMillis: op.deadman.Milliseconds()}
+			req := &agentv1.CommitRequest{OperationId: id, DeadmanMillis: deadman.Milliseconds()}
 			if !staged {
 				// A staged switch has no instant: every node keeps
 				// receiving on both ports, so each switches when asked.

@@ -29,7 +29,10 @@ func TestCutoverHappy(t *testing.T) {
 	// the applied instants still agree in the coordinator's clock.
 	l.fakes["n1"].SetSkew(250 * time.Millisecond)
 	l.fakes["n2"].SetSkew(-400 * time.Millisecond)
-	l.fakes["n3"].SetPeers([]*agentv1.PeerProbeStats{{Peer: "n4", Sent: 100, Received: 98, Lost: 2, LongestGapMicros: 1500}})
+	// n3's worst gap begins after every phase but the last one ended: the
+	// report places it in the phase running when the counters are read.
+	gapFrom := time.Now().Add(time.Hour)
+	l.fakes["n3"].SetPeers([]*agentv1.PeerProbeStats{{Peer: "n4", Sent: 100, Received: 98, Lost: 2, LongestGapMicros: 1500, LongestGapFromUnixNano: gapFrom.UnixNano()}})
 	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +69,14 @@ func TestCutoverHappy(t *testing.T) {
 	}
 	if rep.ProbesSent != 100 || rep.ProbesLost != 2 || rep.LongestGapMicros != 1500 || len(rep.Disruption) != 12 || len(rep.Warnings) != 0 {
 		t.Errorf("disruption: sent %d lost %d gap %d pairs %v", rep.ProbesSent, rep.ProbesLost, rep.LongestGapMicros, rep.Disruption)
+	}
+	for _, d := range rep.Disruption {
+		if d.From != "n3" || d.To != "n4" {
+			continue
+		}
+		if off := time.Duration(d.LongestGapFromUnixNano - gapFrom.UnixNano()).Abs(); d.LongestGapPhase != "finalize" || off > 50*time.Millisecond {
+			t.Errorf("n3→n4 worst gap: phase %q, %v off what the agent said", d.LongestGapPhase, off)
+		}
 	}
 	st, err := l.client.Status(context.Background(), &coordinatorv1.StatusRequest{})
 	if err != nil || st.OperationId != "op1" || st.State != succeeded {
@@ -226,6 +237,7 @@ func TestBadInputs(t *testing.T) {
 		{"port held", &coordinatorv1.CutoverRequest{Port: 4999}, nil, codes.FailedPrecondition, []string{"n3: target port 4999 is not free: held by pid 42 (dnsmasq)"}},
 		{"bad strategy", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "slow"}, nil, codes.InvalidArgument, []string{`strategy "slow"`, "atomic", "staged"}},
 		{"batches without staged", &coordinatorv1.CutoverRequest{Port: 4889, Batches: []string{"1"}}, nil, codes.InvalidArgument, []string{"batches", "only the staged strategy"}},
+		{"max_parallel without staged", &coordinatorv1.CutoverRequest{Port: 4889, MaxParallel: 2}, nil, codes.InvalidArgument, []string{"max_parallel", "2", "only the staged strategy"}},
 		{"staged subset", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Nodes: []string{"n1"}}, nil, codes.InvalidArgument, []string{"nodes/selector", "covers every node"}},
 		{"batch zero", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Batches: []string{"0", "100%"}}, nil, codes.InvalidArgument, []string{`batches[0] "0"`, "node count"}},
 		{"batch percent", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Batches: []string{"150%"}}, nil, codes.InvalidArgument, []string{`batches[0] "150%"`, "(0, 100]"}},

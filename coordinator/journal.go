@@ -35,6 +35,9 @@ type Record struct {
 	// Batches are a staged operation's batches (empty: atomic): a
 	// restarted coordinator rebuilds the same plan.
 	Batches [][]string `json:"batches,omitempty"`
+	// MaxParallel is a staged operation's wave size, resolved: a restarted
+	// coordinator changes nodes as many at a time as the first one did.
+	MaxParallel int `json:"max_parallel,omitempty"`
 }
 
 // Terminal reports whether the operation ended.

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,8 +37,9 @@ type request struct {
 	// allowPathProblems turns the path check's problems into warnings.
 	allowPathProblems bool
 	// staged is the staged strategy; batches its batches (nil: atomic).
-	staged  bool
-	batches [][]string
+	staged      bool
+	batches     [][]string
+	maxParallel int // staged: nodes changed at a time (resolved)
 	// progress, when set, is told as preflight asks the agents (live
 	// progress of a streamed cutover); it must be safe for concurrent use.
 	progress func(*coordinatorv1.OperationEvent)
@@ -129,6 +131,8 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 	switch {
 	case !r.staged && len(req.Batches) > 0:
 		return r, invalid("batches", fmt.Sprintf("%q", strings.Join(req.Batches, ",")), "only the staged strategy switches in batches: add strategy staged")
+	case !r.staged && req.MaxParallel != 0:
+		return r, invalid("max_parallel", strconv.FormatUint(uint64(req.MaxParallel), 10), "the atomic strategy changes every node at one instant: only the staged strategy changes nodes in waves")
 	case r.staged && (len(req.Nodes) > 0 || req.Selector != ""):
 		// Leaving untargeted nodes listening on both ports between runs
 		// needs an operation that outlives one run: not built yet.
@@ -138,6 +142,7 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 		if r.batches, err = planBatches(req.Batches, r.nodes); err != nil {
 			return r, err
 		}
+		r.maxParallel = waveSize(int(req.MaxParallel), len(r.nodes))
 	}
 	// Last, so that r is complete: validateTarget tells "the current
 	// port" (4789 usually is) from "another tunnel's port".

@@ -53,7 +53,8 @@ func (c *Coordinator) probeStatsOnce(op *operation, reset, settleThenAgain bool)
 		mu.Lock()
 		defer mu.Unlock()
 		for _, p := range r.Peers {
-			pairs = append(pairs, &coordinatorv1.PairDisruption{From: n, To: p.Peer, Sent: p.Sent, Lost: p.Lost, LongestGapMicros: p.LongestGapMicros})
+			pairs = append(pairs, &coordinatorv1.PairDisruption{From: n, To: p.Peer, Sent: p.Sent, Lost: p.Lost, LongestGapMicros: p.LongestGapMicros,
+				LongestGapFromUnixNano: coordClock(p.GetLongestGapFromUnixNano(), op.offsets[n].offset.Nanoseconds())})
 		}
 	})
 	if len(missed) > 0 && c.ctx.Err() == nil {
@@ -87,8 +88,42 @@ func (c *Coordinator) probeStatsOnce(op *operation, reset, settleThenAgain bool)
 	op.report.Disruption = pairs
 	op.report.ProbesSent, op.report.ProbesLost, op.report.LongestGapMicros = 0, 0, 0
 	for _, p := range pairs {
+		if p.LongestGapMicros > 0 {
+			p.LongestGapPhase = phaseAt(op.report.Phases, p.LongestGapFromUnixNano, string(op.curStep))
+		}
 		op.report.ProbesSent += p.Sent
 		op.report.ProbesLost += p.Lost
 		op.report.LongestGapMicros = max(op.report.LongestGapMicros, p.LongestGapMicros)
 	}
+}
+
+// phaseAt names the phase running at t (the coordinator's clock): the
+// recorded phase whose span holds t, the next one when t falls between two,
+// and the one still running (running) when t is past them all. "" when t
+// is 0 (not measured) or before the first phase.
+func phaseAt(phases []*coordinatorv1.PhaseDuration, t int64, running string) string {
+	if t == 0 {
+		return ""
+	}
+	seen := false
+	for _, p := range phases {
+		start := p.GetStartedUnixNano()
+		if start == 0 {
+			continue // a report written before phases had a start
+		}
+		if t < start {
+			if !seen {
+				return ""
+			}
+			return p.GetPhase()
+		}
+		seen = true
+		if t < start+p.GetNanos() {
+			return p.GetPhase()
+		}
+	}
+	if !seen {
+		return ""
+	}
+	return running
 }

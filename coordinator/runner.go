@@ -178,7 +178,7 @@ func (c *Coordinator) announce(op *operation, s barrier.Send) {
 // phaseDoneLocked records that step lasted d: in the report and the
 // phase duration histogram. op.mu is held.
 func (c *Coordinator) phaseDoneLocked(op *operation, step barrier.Step, d time.Duration) {
-	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: string(step), Nanos: d.Nanoseconds()})
+	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: string(step), Nanos: d.Nanoseconds(), StartedUnixNano: time.Now().Add(-d).UnixNano()})
 	c.metrics.phaseDuration.WithLabelValues(string(step)).Observe(d.Seconds())
 }
 

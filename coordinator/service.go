@@ -132,8 +132,9 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	op.report.Kind, op.report.RevertsOperationId = kind, reverts
 	op.report.Strategy = r.strategy()
 	if r.staged {
-		op.rec.Batches = r.batches
+		op.rec.Batches, op.rec.MaxParallel = r.batches, r.maxParallel
 		op.report.Batches = reportBatches(r.batches)
+		op.report.MaxParallel = uint32(r.maxParallel)
 	}
 	op.core = barrier.New(c.coreConfig(r.nodes, op.step, op.deadman, nil, r.batches))
 	if err := c.reserve(op); err != nil {
@@ -153,7 +154,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	op.report.Request = proto.Clone(req).(*coordinatorv1.CutoverRequest)
 	op.report.Plan = pf.resp
 	op.rec.FromPort, op.report.FromPort = pf.from, pf.from
-	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: "preflight", Nanos: time.Since(started).Nanoseconds()})
+	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: "preflight", Nanos: time.Since(started).Nanoseconds(), StartedUnixNano: started.UnixNano()})
 	if pp := pf.probes; pp != nil {
 		op.probePeers, op.probePairs, op.probePlanned = pp.peers, pp.pairs, true
 		op.report.Warnings = append(op.report.Warnings, pp.warnings...)

@@ -88,6 +88,31 @@ func batchSize(spec string, n int) (int, error) {
 	return k, nil
 }
 
+// waveSize is how many nodes a staged phase changes at a time: the
+// request's (capped at n), else a tenth of n rounded up. A node's listen,
+// switch or retire reconfigures its datapath; on nodes that share CPUs (the
+// lab: every node's userspace datapath on two cores) all of them at once
+// starved each other and lost probes in the retire, one at a time lost
+// none (docs/staged.md, Figures). Ten waves at most keeps a large
+// cluster's phase short.
+func waveSize(req, n int) int {
+	if n <= 0 {
+		return 1
+	}
+	if req > 0 {
+		return min(req, n)
+	}
+	return (n + 9) / 10
+}
+
+// waves is how many rounds a phase over n nodes takes at k at a time.
+func waves(n, k int) int {
+	if k <= 0 || n <= k {
+		return 1
+	}
+	return (n + k - 1) / k
+}
+
 // reportBatches is the report's view of the batches.
 func reportBatches(bs [][]string) []*coordinatorv1.StagedBatch {
 	out := make([]*coordinatorv1.StagedBatch, len(bs))

@@ -58,6 +58,30 @@ type invariantPlanes struct {
 	mu     sync.Mutex
 	planes map[string]*dataplane.Fake
 	broken []string
+	// hold keeps each listen, switch and retire busy that long; busy and
+	// maxBusy count how many nodes were inside one at once (the waves).
+	hold          time.Duration
+	busy, maxBusy int
+}
+
+// changing marks a node inside a datapath change until the returned func.
+func (p *invariantPlanes) changing() func() {
+	p.mu.Lock()
+	p.busy++
+	p.maxBusy = max(p.maxBusy, p.busy)
+	hold := p.hold
+	p.mu.Unlock()
+	time.Sleep(hold)
+	return func() {
+		p.mu.Lock()
+		p.busy--
+		p.mu.Unlock()
+	}
+}
+
+func (c *checkedPlane) Listen(ctx context.Context, s dataplane.Snapshot) error {
+	defer c.all.changing()()
+	return c.Fake.Listen(ctx, s)
 }
 
 type checkedPlane struct {
@@ -86,6 +110,7 @@ func (p *invariantPlanes) check(node, call string, ok func(other *dataplane.Fake
 
 func (c *checkedPlane) SwitchSend(ctx context.Context, s dataplane.Snapshot) (dataplane.State, error) {
 	c.all.check(c.node, "switches to sending "+fmt.Sprint(s.ToPort), func(o *dataplane.Fake) bool { return slices.Contains(o.Receives(), s.ToPort) })
+	defer c.all.changing()()
 	return c.Fake.SwitchSend(ctx, s)
 }
 
@@ -96,7 +121,62 @@ func (c *checkedPlane) Unlisten(ctx context.Context, s dataplane.Snapshot) error
 
 func (c *checkedPlane) Retire(ctx context.Context, s dataplane.Snapshot) (dataplane.State, error) {
 	c.all.check(c.node, "retires "+fmt.Sprint(s.FromPort), func(o *dataplane.Fake) bool { return o.Sends() == s.ToPort })
+	defer c.all.changing()()
 	return c.Fake.Retire(ctx, s)
+}
+
+// TestRealAgentsStagedWaves: listen, switch and retire change at most
+// max_parallel nodes at a time; the count bites (all at once is seen as
+// such), and the report says the wave size as run (auto: a tenth, at
+// least one).
+func TestRealAgentsStagedWaves(t *testing.T) {
+	const n = 6
+	inv := &invariantPlanes{planes: map[string]*dataplane.Fake{}, hold: 30 * time.Millisecond}
+	l := realAgentsWith(t, n, inv.backend)
+	for _, tc := range []struct {
+		id             string
+		port, parallel uint32
+		wantReport     uint32
+		check          func(maxBusy int) bool
+		want           string
+	}{
+		{"w2", 4889, 2, 2, func(m int) bool { return m == 2 }, "exactly 2"},
+		{"wauto", 4989, 0, 1, func(m int) bool { return m == 1 }, "1"},
+		// The bite: every node at once is seen as more than two.
+		{"wall", 5089, n, n, func(m int) bool { return m > 2 }, "more than 2"},
+	} {
+		inv.mu.Lock()
+		inv.maxBusy = 0
+		inv.mu.Unlock()
+		rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: tc.port, OperationId: tc.id, Strategy: "staged", Batches: []string{"1", "100%"}, MaxParallel: tc.parallel})
+		if err != nil || rep.State != succeeded {
+			t.Fatalf("%s: %v %v\n%s", tc.id, rep, err, strings.Join(msgs, "\n"))
+		}
+		inv.mu.Lock()
+		got := inv.maxBusy
+		inv.mu.Unlock()
+		if !tc.check(got) {
+			t.Errorf("%s: max_parallel %d: %d node(s) changed at once, want %s", tc.id, tc.parallel, got, tc.want)
+		}
+		if rep.MaxParallel != tc.wantReport {
+			t.Errorf("%s: report max_parallel %d, want %d", tc.id, rep.MaxParallel, tc.wantReport)
+		}
+	}
+	if len(inv.broken) > 0 {
+		t.Fatalf("invariant broken:\n%s", strings.Join(inv.broken, "\n"))
+	}
+}
+
+func TestWaveSize(t *testing.T) {
+	for _, tc := range []struct{ req, n, want, waves int }{
+		{0, 1, 1, 1}, {0, 8, 1, 8}, {0, 10, 1, 10}, {0, 11, 2, 6}, {0, 32, 4, 8}, {0, 10000, 1000, 10},
+		{3, 8, 3, 3}, {20, 8, 8, 1}, {1, 8, 1, 8},
+	} {
+		k := waveSize(tc.req, tc.n)
+		if k != tc.want || waves(tc.n, k) != tc.waves {
+			t.Errorf("waveSize(%d, %d) = %d (%d waves), want %d (%d waves)", tc.req, tc.n, k, waves(tc.n, k), tc.want, tc.waves)
+		}
+	}
 }
 
 // TestRealAgentsStaged runs staged cutovers through the real coordinator

@@ -149,6 +149,9 @@ type Stats struct {
 	Received   uint64
 	Lost       uint64
 	LongestGap time.Duration // longest time between two answers, including an ongoing gap
+	// LongestGapFrom is when that gap began (the answer before it, or the
+	// reset): it places the worst outage in an operation's phases.
+	LongestGapFrom time.Time
 
 	// The times below are of the mesh's clock (the agent's wall clock) and
 	// survive a counter reset: they are facts, not counts. Zero: never.
@@ -180,6 +183,7 @@ type peerState struct {
 	lastAnsweredSent         int64     // UnixNano; 0: none
 	gapFrom                  time.Time // start of the current gap window (reset or last answer)
 	longest                  time.Duration
+	longestFrom              time.Time // start of the longest gap
 }
 
 // Mesh is a running probe mesh. Its methods are safe for concurrent use.
@@ -439,7 +443,7 @@ func (m *Mesh) onReply(from netip.AddrPort, seq uint64, sentAt int64, arrived ti
 
 func (m *Mesh) noteGapLocked(ps *peerState, now time.Time) {
 	if gap := now.Sub(ps.gapFrom); gap > ps.longest {
-		ps.longest = gap
+		ps.longest, ps.longestFrom = gap, ps.gapFrom
 	}
 }
 
@@ -471,17 +475,17 @@ func (m *Mesh) Stats(reset bool) []Stats {
 	out := make([]Stats, 0, len(m.order))
 	for _, ps := range m.order {
 		m.settleLocked(ps, now)
-		longest := ps.longest
+		longest, from := ps.longest, ps.longestFrom
 		// An ongoing outage is a gap too, even before the next answer.
 		if ps.settled > 0 && ps.lost > 0 {
 			if g := now.Sub(ps.gapFrom) - m.cfg.Timeout; g > longest {
-				longest = g
+				longest, from = g, ps.gapFrom
 			}
 		}
 		st := Stats{
 			Peer: ps.peer.Name, Address: ps.peer.Addr.String(),
 			Sent: ps.received + ps.lost, Received: ps.received, Lost: ps.lost,
-			LongestGap: longest, Since: ps.since, LastAnswer: ps.lastReply,
+			LongestGap: longest, LongestGapFrom: from, Since: ps.since, LastAnswer: ps.lastReply,
 		}
 		if ps.lastAnsweredSent != 0 {
 			st.LastAnsweredSent = time.Unix(0, ps.lastAnsweredSent)
@@ -490,7 +494,7 @@ func (m *Mesh) Stats(reset bool) []Stats {
 		if reset {
 			ps.settled, ps.base = ps.nextSeq, ps.nextSeq
 			ps.received, ps.lost, ps.longest = 0, 0, 0
-			ps.gapFrom = now
+			ps.gapFrom, ps.longestFrom = now, time.Time{}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Peer < out[j].Peer })

@@ -57,6 +57,7 @@ func TestMeshCountsAnswersLossesAndGaps(t *testing.T) {
 	}
 
 	// Outage: B stops answering for 200 ms.
+	outage := time.Now()
 	stop(t, cancelB, doneB)
 	time.Sleep(200 * time.Millisecond)
 	_, cancelB, doneB = startMesh(t, cfgB)
@@ -69,6 +70,11 @@ func TestMeshCountsAnswersLossesAndGaps(t *testing.T) {
 	}
 	if st[0].LongestGap < 150*time.Millisecond || st[0].LongestGap > 2*time.Second {
 		t.Errorf("outage: longest gap %v, want about 200ms", st[0].LongestGap)
+	}
+	// The gap began with the last answer before the outage: within a few
+	// intervals before B stopped, never after it.
+	if from := st[0].LongestGapFrom; from.After(outage) || outage.Sub(from) > 50*time.Millisecond {
+		t.Errorf("outage began %v, longest gap from %v (%v before)", outage.Format(time.StampMicro), from.Format(time.StampMicro), outage.Sub(from))
 	}
 	if st[0].Received == 0 {
 		t.Error("no answers after B came back")

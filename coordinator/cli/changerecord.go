@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -302,7 +303,11 @@ func requestKV(q *coordinatorv1.CutoverRequest) []kv {
 		if len(q.GetBatches()) > 0 {
 			batches = strings.Join(q.GetBatches(), ", ")
 		}
-		out = append(out, kv{"strategy", "staged (make-before-break)"}, kv{"batches", batches})
+		waves := "a tenth of the nodes (default)"
+		if k := q.GetMaxParallel(); k > 0 {
+			waves = strconv.FormatUint(uint64(k), 10)
+		}
+		out = append(out, kv{"strategy", "staged (make-before-break)"}, kv{"batches", batches}, kv{"nodes changing at a time", waves})
 	}
 	var allow []string
 	if q.GetAllowNodeportRange() {

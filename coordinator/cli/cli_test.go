@@ -44,7 +44,7 @@ func sampleReport(state coordinatorv1.OperationState) *coordinatorv1.Report {
 			{Node: "node-three.example", AgentPhase: "PHASE_FINALIZED", Port: 4889, ApplyNanos: 1_499_999, ClockOffsetNanos: 0},
 		},
 		Disruption: []*coordinatorv1.PairDisruption{
-			{From: "n1", To: "n2", Sent: 1200, Lost: 1, LongestGapMicros: 2_150},
+			{From: "n1", To: "n2", Sent: 1200, Lost: 1, LongestGapMicros: 2_150, LongestGapPhase: "commit"},
 			{From: "n2", To: "n1", Sent: 1200, Lost: 0, LongestGapMicros: 1_000},
 		},
 		ProbesSent:       2400,
@@ -159,6 +159,8 @@ func TestBadInputNoRPC(t *testing.T) {
 		{[]string{"cutover", "--port", "4889", "--strategy", "slow"}, []string{`--strategy "slow"`, "atomic", "staged"}},
 		{[]string{"cutover", "--port", "4889", "--batches", "1,100%"}, []string{`--batches "1,100%"`, "only --strategy staged"}},
 		{[]string{"cutover", "--port", "4889", "--strategy", "staged", "--batches", "1,,100%"}, []string{`--batches "1,,100%"`, "batch 2 is empty"}},
+		{[]string{"cutover", "--port", "4889", "--max-parallel", "2"}, []string{"--max-parallel 2", "only --strategy staged"}},
+		{[]string{"cutover", "--port", "4889", "--strategy", "staged", "--max-parallel", "-1"}, []string{"--max-parallel -1", "want 1 or more"}},
 		{[]string{"plan", "--port", "4889", "--selector", "a!=b"}, []string{`--selector "a!=b"`, "only k=v equality"}},
 		{[]string{"plan", "--port", "4889", "--selector", "=b"}, []string{`label key "" is empty`}},
 		{[]string{"cutover", "--port", "4889", "--nodes", "n1,,n2"}, []string{`--nodes "n1,,n2"`, "node name 2 of 3 is empty"}},

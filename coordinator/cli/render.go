@@ -165,9 +165,9 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 	if len(r.GetDisruption()) > 0 || r.GetProbesSent() > 0 {
 		_, _ = fmt.Fprintln(w, "\nprobe disruption:")
 		t := newTable(w)
-		_, _ = fmt.Fprintln(t, "  FROM\tTO\tSENT\tLOST\tLONGEST GAP(ms)")
+		_, _ = fmt.Fprintln(t, "  FROM\tTO\tSENT\tLOST\tLONGEST GAP(ms)\tIN PHASE")
 		for _, d := range r.GetDisruption() {
-			_, _ = fmt.Fprintf(t, "  %s\t%s\t%d\t%d\t%s\n", d.GetFrom(), d.GetTo(), d.GetSent(), d.GetLost(), fmtMillis(d.GetLongestGapMicros()*1000))
+			_, _ = fmt.Fprintf(t, "  %s\t%s\t%d\t%d\t%s\t%s\n", d.GetFrom(), d.GetTo(), d.GetSent(), d.GetLost(), fmtMillis(d.GetLongestGapMicros()*1000), orDash(d.GetLongestGapPhase()))
 		}
 		_, _ = fmt.Fprintf(t, "  total\t\t%d\t%d\t%s\n", r.GetProbesSent(), r.GetProbesLost(), fmtMillis(r.GetLongestGapMicros()*1000))
 		_ = t.Flush()
@@ -190,7 +190,11 @@ func eventLine(e *coordinatorv1.OperationEvent) string {
 // renderBatches is a staged operation's batches: who switched when, and
 // when the probe mesh passed after it.
 func renderBatches(w io.Writer, r *coordinatorv1.Report) {
-	_, _ = fmt.Fprintf(w, "\nstrategy: staged, %d batch(es)\n", len(r.GetBatches()))
+	waves := ""
+	if k := r.GetMaxParallel(); k > 0 {
+		waves = fmt.Sprintf(", at most %d node(s) changing at a time", k)
+	}
+	_, _ = fmt.Fprintf(w, "\nstrategy: staged, %d batch(es)%s\n", len(r.GetBatches()), waves)
 	t := newTable(w)
 	_, _ = fmt.Fprintln(t, "  BATCH\tNODES\tSWITCHED(+ms)\tVERIFIED(+ms)")
 	at := func(ns int64) string {

@@ -23,6 +23,7 @@ type targetFlags struct {
 	allowPathProblems  bool
 	strategy           string
 	batches            string
+	maxParallel        int
 }
 
 func (t *targetFlags) add(cmd *cobra.Command) {
@@ -36,6 +37,7 @@ func (t *targetFlags) add(cmd *cobra.Command) {
 	f.BoolVar(&t.allowPathProblems, "allow-path-problems", false, "go ahead although the underlay path check found problems (blocked pairs, VNI drops, MTU) on the new port: the result is flagged (exit 7), never a clean success")
 	f.StringVar(&t.strategy, "strategy", "atomic", `"atomic": every node flips at one instant; "staged": every node listens on both ports, senders switch in batches with the probe mesh verified after each, then the old port is retired (docs/staged.md)`)
 	f.StringVar(&t.batches, "batches", "", `staged only: cumulative batch sizes, a node count or a percentage, e.g. 1,10%,100% (default 1,100%: a canary, then the rest)`)
+	f.IntVar(&t.maxParallel, "max-parallel", 0, `staged only: at most this many nodes listen, switch or retire at a time (0: a tenth of the nodes, rounded up)`)
 }
 
 // request validates the flags and builds the request. Every error names
@@ -70,6 +72,15 @@ func (t *targetFlags) request() (*coordinatorv1.CutoverRequest, error) {
 			}
 			req.Batches = append(req.Batches, b)
 		}
+	}
+	if t.maxParallel != 0 {
+		switch {
+		case t.strategy != "staged":
+			return nil, usageError("--max-parallel %d: only --strategy staged changes nodes in waves (atomic: every node at one instant)", t.maxParallel)
+		case t.maxParallel < 0:
+			return nil, usageError("--max-parallel %d: want 1 or more (0: a tenth of the nodes)", t.maxParallel)
+		}
+		req.MaxParallel = uint32(t.maxParallel)
 	}
 	if t.nodes != "" && t.selector != "" {
 		return nil, usageError("--nodes %q and --selector %q together: choose nodes by name or by label, not both", t.nodes, t.selector)

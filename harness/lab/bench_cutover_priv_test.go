@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +44,9 @@ type cutoverFigure struct {
 	// LossVsLimit is cutover's (lost+1)/(limit's lost+1) in the same run
 	// (OVS; issue 13's target: <= 1.5).
 	LossVsLimit float64 `json:"loss_vs_limit,omitempty"`
+	// LostByGapPhase (coordctl rows) adds each losing pair's lost probes
+	// to the phase its longest gap began in: where the loss comes from.
+	LostByGapPhase map[string]uint64 `json:"lost_by_worst_gap_phase,omitempty"`
 }
 
 // envInt and envDur read benchmark knobs (docs/benchmarks.md).
@@ -221,6 +226,7 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 
 	rep := coordctlCutover(b, ctx, l, bin, "--port", strconv.Itoa(newPort))
 	cut := figure(base, "cutover", reportPairs(rep), time.Duration(rep.GetCommitSpreadNanos()), time.Duration(rep.GetEndedUnixNano()-rep.GetStartedUnixNano()))
+	cut.LostByGapPhase = lostByGapPhase(rep)
 	for _, f := range figs {
 		if f.Method == "limit" {
 			// +1 on both sides: a limit of 0 lost is the usual case at
@@ -232,10 +238,12 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 	// The staged strategy (issue 15), from the new port to a third one: a
 	// canary, half, the rest; no instant, so no spread.
 	srep := coordctlCutover(b, ctx, l, bin, "--port", strconv.Itoa(stagedPort), "--strategy", "staged", "--batches", "1,50%,100%")
-	figs = append(figs, figure(base, "staged", reportPairs(srep), 0, time.Duration(srep.GetEndedUnixNano()-srep.GetStartedUnixNano())))
+	stg := figure(base, "staged", reportPairs(srep), 0, time.Duration(srep.GetEndedUnixNano()-srep.GetStartedUnixNano()))
+	stg.LostByGapPhase = lostByGapPhase(srep)
+	figs = append(figs, stg)
 	for _, f := range figs {
-		b.Logf("%s N=%d %-10s lost %d/%d (max %d, mean %.2f per pair), longest gap %.1f ms, spread %.2f ms, wall %.0f ms (idle noise %d lost/s)",
-			f.Backend, f.Nodes, f.Method, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost)
+		b.Logf("%s N=%d %-10s lost %d/%d (max %d, mean %.2f per pair), longest gap %.1f ms, spread %.2f ms, wall %.0f ms (idle noise %d lost/s)%s",
+			f.Backend, f.Nodes, f.Method, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost, byPhase(f.LostByGapPhase))
 	}
 	return figs
 }
@@ -431,6 +439,35 @@ func coordctlCutover(b *testing.B, ctx context.Context, l *lab.Lab, bin string, 
 }
 
 // reportPairs is a report's probe figures as the lab's pair statistics.
+// lostByGapPhase adds each losing pair's lost probes to the phase its
+// longest gap began in ("?" when the report cannot place it).
+func lostByGapPhase(rep *coordinatorv1.Report) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, p := range rep.GetDisruption() {
+		if p.GetLost() == 0 {
+			continue
+		}
+		ph := p.GetLongestGapPhase()
+		if ph == "" {
+			ph = "?"
+		}
+		m[ph] += p.GetLost()
+	}
+	return m
+}
+
+func byPhase(m map[string]uint64) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return "; lost by worst-gap phase: " + strings.Join(parts, ", ")
+}
+
 func reportPairs(rep *coordinatorv1.Report) []lab.PairStats {
 	var pairs []lab.PairStats
 	for _, p := range rep.GetDisruption() {

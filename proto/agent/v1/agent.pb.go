@@ -1343,8 +1343,10 @@ type PeerProbeStats struct {
 	// When the latest answered probe was sent. A value after the commit
 	// instant proves a full round trip over the overlay after the flip.
 	LastAnsweredSentUnixNano int64 `protobuf:"varint,9,opt,name=last_answered_sent_unix_nano,json=lastAnsweredSentUnixNano,proto3" json:"last_answered_sent_unix_nano,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// When the longest gap began (the answer before it, or the last reset).
+	LongestGapFromUnixNano int64 `protobuf:"varint,10,opt,name=longest_gap_from_unix_nano,json=longestGapFromUnixNano,proto3" json:"longest_gap_from_unix_nano,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *PeerProbeStats) Reset() {
@@ -1436,6 +1438,13 @@ func (x *PeerProbeStats) GetLastAnswerUnixNano() int64 {
 func (x *PeerProbeStats) GetLastAnsweredSentUnixNano() int64 {
 	if x != nil {
 		return x.LastAnsweredSentUnixNano
+	}
+	return 0
+}
+
+func (x *PeerProbeStats) GetLongestGapFromUnixNano() int64 {
+	if x != nil {
+		return x.LongestGapFromUnixNano
 	}
 	return 0
 }
@@ -1905,7 +1914,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\rnow_unix_nano\x18\x05 \x01(\x03R\vnowUnixNano\x12%\n" +
 	"\x0etimeout_micros\x18\x06 \x01(\x03R\rtimeoutMicros\x12\x1d\n" +
 	"\n" +
-	"off_reason\x18\a \x01(\tR\toffReason\"\xda\x02\n" +
+	"off_reason\x18\a \x01(\tR\toffReason\"\x96\x03\n" +
 	"\x0ePeerProbeStats\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
@@ -1915,7 +1924,9 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x12longest_gap_micros\x18\x06 \x01(\x03R\x10longestGapMicros\x125\n" +
 	"\x17probing_since_unix_nano\x18\a \x01(\x03R\x14probingSinceUnixNano\x121\n" +
 	"\x15last_answer_unix_nano\x18\b \x01(\x03R\x12lastAnswerUnixNano\x12>\n" +
-	"\x1clast_answered_sent_unix_nano\x18\t \x01(\x03R\x18lastAnsweredSentUnixNano\"\x92\x03\n" +
+	"\x1clast_answered_sent_unix_nano\x18\t \x01(\x03R\x18lastAnsweredSentUnixNano\x12:\n" +
+	"\x1alongest_gap_from_unix_nano\x18\n" +
+	" \x01(\x03R\x16longestGapFromUnixNano\"\x92\x03\n" +
 	"\x10PathCheckRequest\x12\x19\n" +
 	"\bcheck_id\x18\x01 \x01(\tR\acheckId\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x120\n" +

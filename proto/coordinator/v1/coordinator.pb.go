@@ -320,7 +320,11 @@ type CutoverRequest struct {
 	// Staged only: the batches' cumulative sizes, a count or a percentage of
 	// the nodes, e.g. ["1", "10%", "100%"]; the last must cover every node.
 	// Empty: ["1", "100%"] (a canary, then the rest).
-	Batches       []string `protobuf:"bytes,101,rep,name=batches,proto3" json:"batches,omitempty"`
+	Batches []string `protobuf:"bytes,101,rep,name=batches,proto3" json:"batches,omitempty"`
+	// Staged only: at most this many nodes change at a time in the phases
+	// that reconfigure a node's datapath (listen, each batch's switch,
+	// retire); 0: a tenth of the nodes, rounded up (ten waves at most).
+	MaxParallel   uint32 `protobuf:"varint,102,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -437,6 +441,13 @@ func (x *CutoverRequest) GetBatches() []string {
 		return x.Batches
 	}
 	return nil
+}
+
+func (x *CutoverRequest) GetMaxParallel() uint32 {
+	if x != nil {
+		return x.MaxParallel
+	}
+	return 0
 }
 
 type NodePlan struct {
@@ -945,11 +956,12 @@ func (x *OperationEvent) GetNodeDone() bool {
 }
 
 type PhaseDuration struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Phase         string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
-	Nanos         int64                  `protobuf:"varint,2,opt,name=nanos,proto3" json:"nanos,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Phase           string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	Nanos           int64                  `protobuf:"varint,2,opt,name=nanos,proto3" json:"nanos,omitempty"`
+	StartedUnixNano int64                  `protobuf:"varint,3,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"` // the coordinator's clock; 0 in reports written before it
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PhaseDuration) Reset() {
@@ -992,6 +1004,13 @@ func (x *PhaseDuration) GetPhase() string {
 func (x *PhaseDuration) GetNanos() int64 {
 	if x != nil {
 		return x.Nanos
+	}
+	return 0
+}
+
+func (x *PhaseDuration) GetStartedUnixNano() int64 {
+	if x != nil {
+		return x.StartedUnixNano
 	}
 	return 0
 }
@@ -1176,8 +1195,12 @@ type PairDisruption struct {
 	Sent             uint64                 `protobuf:"varint,3,opt,name=sent,proto3" json:"sent,omitempty"`
 	Lost             uint64                 `protobuf:"varint,4,opt,name=lost,proto3" json:"lost,omitempty"`
 	LongestGapMicros int64                  `protobuf:"varint,5,opt,name=longest_gap_micros,json=longestGapMicros,proto3" json:"longest_gap_micros,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// When the longest gap began (the coordinator's clock, through the
+	// agent's measured offset) and the phase running then ("" unknown).
+	LongestGapFromUnixNano int64  `protobuf:"varint,6,opt,name=longest_gap_from_unix_nano,json=longestGapFromUnixNano,proto3" json:"longest_gap_from_unix_nano,omitempty"`
+	LongestGapPhase        string `protobuf:"bytes,7,opt,name=longest_gap_phase,json=longestGapPhase,proto3" json:"longest_gap_phase,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *PairDisruption) Reset() {
@@ -1245,6 +1268,20 @@ func (x *PairDisruption) GetLongestGapMicros() int64 {
 	return 0
 }
 
+func (x *PairDisruption) GetLongestGapFromUnixNano() int64 {
+	if x != nil {
+		return x.LongestGapFromUnixNano
+	}
+	return 0
+}
+
+func (x *PairDisruption) GetLongestGapPhase() string {
+	if x != nil {
+		return x.LongestGapPhase
+	}
+	return ""
+}
+
 type Report struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	OperationId       string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
@@ -1298,8 +1335,10 @@ type Report struct {
 	Events []*OperationEvent `protobuf:"bytes,84,rep,name=events,proto3" json:"events,omitempty"`
 	// "atomic" or "staged", and for staged the batches as run: the nodes of
 	// each, in order.
-	Strategy      string         `protobuf:"bytes,100,opt,name=strategy,proto3" json:"strategy,omitempty"`
-	Batches       []*StagedBatch `protobuf:"bytes,101,rep,name=batches,proto3" json:"batches,omitempty"`
+	Strategy string         `protobuf:"bytes,100,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	Batches  []*StagedBatch `protobuf:"bytes,101,rep,name=batches,proto3" json:"batches,omitempty"`
+	// Staged: the wave size as run (CutoverRequest.max_parallel resolved).
+	MaxParallel   uint32 `protobuf:"varint,102,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1535,6 +1574,13 @@ func (x *Report) GetBatches() []*StagedBatch {
 		return x.Batches
 	}
 	return nil
+}
+
+func (x *Report) GetMaxParallel() uint32 {
+	if x != nil {
+		return x.MaxParallel
+	}
+	return 0
 }
 
 // StagedBatch is one batch of a staged operation's sender switch.
@@ -1776,7 +1822,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
 	"\x12ListAgentsResponse\x125\n" +
-	"\x06agents\x18\x01 \x03(\v2\x1d.cutover.coordinator.v1.AgentR\x06agents\"\xa4\x03\n" +
+	"\x06agents\x18\x01 \x03(\v2\x1d.cutover.coordinator.v1.AgentR\x06agents\"\xc7\x03\n" +
 	"\x0eCutoverRequest\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x14\n" +
@@ -1789,7 +1835,8 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x0eallow_unprobed\x18( \x01(\bR\rallowUnprobed\x12.\n" +
 	"\x13allow_path_problems\x18F \x01(\bR\x11allowPathProblems\x12\x1a\n" +
 	"\bstrategy\x18d \x01(\tR\bstrategy\x12\x18\n" +
-	"\abatches\x18e \x03(\tR\abatches\"\xa1\x01\n" +
+	"\abatches\x18e \x03(\tR\abatches\x12!\n" +
+	"\fmax_parallel\x18f \x01(\rR\vmaxParallel\"\xa1\x01\n" +
 	"\bNodePlan\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12!\n" +
 	"\fcurrent_port\x18\x02 \x01(\rR\vcurrentPort\x12(\n" +
@@ -1839,10 +1886,11 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x06report\x18\a \x01(\v2\x1e.cutover.coordinator.v1.ReportR\x06report\x12\x1d\n" +
 	"\n" +
 	"step_nodes\x18P \x03(\tR\tstepNodes\x12\x1b\n" +
-	"\tnode_done\x18Q \x01(\bR\bnodeDone\";\n" +
+	"\tnode_done\x18Q \x01(\bR\bnodeDone\"g\n" +
 	"\rPhaseDuration\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x14\n" +
-	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\"\xd1\x04\n" +
+	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\x12*\n" +
+	"\x11started_unix_nano\x18\x03 \x01(\x03R\x0fstartedUnixNano\"\xd1\x04\n" +
 	"\n" +
 	"NodeResult\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1f\n" +
@@ -1863,13 +1911,15 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\vreverted_by\x18T \x01(\tR\n" +
 	"revertedBy\x12\x18\n" +
 	"\abackend\x18U \x01(\tR\abackend\x12\x16\n" +
-	"\x06device\x18V \x01(\tR\x06device\"\x8a\x01\n" +
+	"\x06device\x18V \x01(\tR\x06device\"\xf2\x01\n" +
 	"\x0ePairDisruption\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
 	"\x04sent\x18\x03 \x01(\x04R\x04sent\x12\x12\n" +
 	"\x04lost\x18\x04 \x01(\x04R\x04lost\x12,\n" +
-	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\"\x9c\n" +
+	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\x12:\n" +
+	"\x1alongest_gap_from_unix_nano\x18\x06 \x01(\x03R\x16longestGapFromUnixNano\x12*\n" +
+	"\x11longest_gap_phase\x18\a \x01(\tR\x0flongestGapPhase\"\xbf\n" +
 	"\n" +
 	"\x06Report\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12<\n" +
@@ -1907,7 +1957,8 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x10commit_unix_nano\x18S \x01(\x03R\x0ecommitUnixNano\x12>\n" +
 	"\x06events\x18T \x03(\v2&.cutover.coordinator.v1.OperationEventR\x06events\x12\x1a\n" +
 	"\bstrategy\x18d \x01(\tR\bstrategy\x12=\n" +
-	"\abatches\x18e \x03(\v2#.cutover.coordinator.v1.StagedBatchR\abatches\"\x7f\n" +
+	"\abatches\x18e \x03(\v2#.cutover.coordinator.v1.StagedBatchR\abatches\x12!\n" +
+	"\fmax_parallel\x18f \x01(\rR\vmaxParallel\"\x7f\n" +
 	"\vStagedBatch\x12\x14\n" +
 	"\x05nodes\x18\x01 \x03(\tR\x05nodes\x12,\n" +
 	"\x12switched_unix_nano\x18\x02 \x01(\x03R\x10switchedUnixNano\x12,\n" +
