@@ -49,16 +49,22 @@ func parse(t testing.TB, s string) openflow.Flow {
 	return f
 }
 
-func TestOVSFlows(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+// realAndFake is a fresh OVS with br0, a client of it, and a fake in the same
+// state: a new bridge holds one flow, the NORMAL fallback.
+func realAndFake(t *testing.T, ctx context.Context) (*ovsproc.Instance, *openflow.Client, *openflow.Fake) {
+	t.Helper()
 	inst := startOVS(t, ctx)
-	c := &openflow.Client{RunDir: inst.Dir}
 	fake := openflow.NewFake("br0")
-	// A new bridge holds one flow: the NORMAL fallback.
 	if err := fake.AddFlow(ctx, "br0", parse(t, "priority=0,actions=NORMAL")); err != nil {
 		t.Fatal(err)
 	}
+	return inst, &openflow.Client{RunDir: inst.Dir}, fake
+}
+
+func TestOVSFlows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inst, c, fake := realAndFake(t, ctx)
 	both := func(op func(openflow.Interface) error) {
 		t.Helper()
 		for _, ofi := range []openflow.Interface{c, fake} {
@@ -165,12 +171,7 @@ func countEqual(flows []openflow.Flow, f openflow.Flow) int {
 func TestOVSAddFlowsAndCookieDelete(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	inst := startOVS(t, ctx)
-	c := &openflow.Client{RunDir: inst.Dir}
-	fake := openflow.NewFake("br0")
-	if err := fake.AddFlow(ctx, "br0", parse(t, "priority=0,actions=NORMAL")); err != nil {
-		t.Fatal(err)
-	}
+	_, c, fake := realAndFake(t, ctx)
 	batch := []openflow.Flow{
 		parse(t, "cookie=0x77,table=0,priority=101,ip,nw_dst=198.19.2.0/24,actions=drop"),
 		parse(t, "cookie=0x77,table=0,priority=101,arp,arp_tpa=198.19.2.0/24,actions=drop"),
