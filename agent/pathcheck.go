@@ -36,20 +36,24 @@ const (
 // underlayAddress is where PathCheck binds: --underlay-address, else the
 // --listen host when it is an IPv4 address (the DaemonSet listens on
 // status.hostIP, the node IP the tunnel uses).
-func (s *Service) underlayAddress() (netip.Addr, string) {
-	if s.cfg.UnderlayAddress != "" {
-		a, err := netip.ParseAddr(s.cfg.UnderlayAddress)
+func (s *Service) underlayAddress() (netip.Addr, string) { return underlayAddr(s.cfg) }
+
+// underlayAddr is the node IP the tunnel uses (see underlayAddress); the
+// OVS staged strategy binds its receive port to it.
+func underlayAddr(cfg Config) (netip.Addr, string) {
+	if cfg.UnderlayAddress != "" {
+		a, err := netip.ParseAddr(cfg.UnderlayAddress)
 		if err == nil {
 			return a, ""
 		}
 	}
-	host, _, err := net.SplitHostPort(s.cfg.ListenAddr)
+	host, _, err := net.SplitHostPort(cfg.ListenAddr)
 	if err == nil {
 		if a, err := netip.ParseAddr(host); err == nil && a.Is4() && !a.IsUnspecified() {
 			return a, ""
 		}
 	}
-	return netip.Addr{}, fmt.Sprintf("no underlay address: --listen %q has no IPv4 host; set --underlay-address to the node IP the tunnel sends from", s.cfg.ListenAddr)
+	return netip.Addr{}, fmt.Sprintf("no underlay address: --listen %q has no IPv4 host; set --underlay-address to the node IP the tunnel sends from", cfg.ListenAddr)
 }
 
 // overlayVNIs are the VNIs the overlay puts on the wire: a kernel device's

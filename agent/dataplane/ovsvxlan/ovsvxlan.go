@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"sync"
 
@@ -41,6 +42,12 @@ type Config struct {
 	// SDN says the openshift-sdn profile is on: staged is refused
 	// (docs/openshift-sdn.md).
 	SDN bool
+	// RxLocalIP is the node IP the tunnel receives on (the agent's
+	// --underlay-address). The staged receive port is bound to it
+	// (options:local_ip), which makes it a more specific tunnel than
+	// vxlan0: both stay registered while the retirement moves vxlan0 onto
+	// the receive port's UDP port. Invalid: staged is refused.
+	RxLocalIP netip.Addr
 }
 
 // Backend implements dataplane.Backend over OVS.

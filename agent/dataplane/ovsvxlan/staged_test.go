@@ -3,11 +3,13 @@ package ovsvxlan
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cutover-dev/cutover/pkg/openflow"
+	"github.com/cutover-dev/cutover/pkg/ovs"
 )
 
 func TestActionsHelpers(t *testing.T) {
@@ -24,8 +26,9 @@ func TestActionsHelpers(t *testing.T) {
 }
 
 // TestStagedProblems: the openshift-sdn profile, an agent without
-// OpenFlow access, an unpinned internal MTU, a taken priority slot and a
-// stranger under the receive port's name are refused by name.
+// OpenFlow access, no underlay address to bind the receive port to, a
+// vxlan0 bound to a local_ip already, an unpinned internal MTU and a taken
+// priority slot are refused by name.
 func TestStagedProblems(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
@@ -55,9 +58,21 @@ func TestStagedProblems(t *testing.T) {
 		}
 		return nil, errors.New("ovs-vsctl: no port named " + args[len(args)-1]) // as port-to-br answers for the bridge's own port
 	}
+	if p := r.b.StagedProblems(ctx, 4889); len(p) != 1 || !strings.Contains(p[0], "no underlay address") {
+		t.Fatalf("no underlay address: %q", p)
+	}
+	r.b.cfg.RxLocalIP = netip.MustParseAddr("198.18.0.11")
 	if p := r.b.StagedProblems(ctx, 4889); len(p) != 0 {
 		t.Fatalf("clean: %q", p)
 	}
+	bound := ovs.Interface{Name: "vxlan0", Type: "vxlan", OFPort: 1,
+		Options: map[string]string{"remote_ip": "flow", "key": "flow", "dst_port": "4789", "local_ip": "198.18.0.11"}}
+	r.ovs.Set(bound)
+	if p := r.b.StagedProblems(ctx, 4889); len(p) != 1 || !strings.Contains(p[0], `local_ip="198.18.0.11"`) {
+		t.Fatalf("vxlan0 bound: %q", p)
+	}
+	delete(bound.Options, "local_ip")
+	r.ovs.Set(bound)
 	pinned = false
 	if p := r.b.StagedProblems(ctx, 4889); len(p) != 1 || !strings.Contains(p[0], "br0 of br0 has no mtu_request") {
 		t.Fatalf("unpinned: %q", p)
