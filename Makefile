@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: images release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged
+.PHONY: images release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged bench-lab-staged-n32
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -111,6 +111,11 @@ bench-lab-staged: lab ## the staged strategy beside the others at N=8, probes ev
 	@mkdir -p results
 	set -o pipefail; cd harness/lab && COT_LAB_BENCH_NAME=lab_staged_n8 COT_LAB_BENCH_SIZES=8 flock /tmp/cutover-priv.lock \
 		$(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 30m . | tee ../../results/bench-lab-staged.txt
+
+bench-lab-staged-n32: lab ## the staged strategy one node at a time (--max-parallel 1) beside the others at N=32, probes every 10 ms, both backends: results/lab_staged_n32_10ms.json, docs/benchmarks.md
+	@mkdir -p results
+	set -o pipefail; cd harness/lab && COT_LAB_BENCH_NAME=lab_staged_n32_10ms COT_LAB_BENCH_SIZES=32 COT_LAB_BENCH_INTERVAL=10ms COT_LAB_BENCH_LATE_BUDGET=3s COT_LAB_BENCH_MAX_PARALLEL=1 flock /tmp/cutover-priv.lock \
+		$(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab-staged-n32.txt
 
 bench-lab-n32: lab ## lab cutover at N=32 with probes every 10 ms (above the 2-core noise floor), both backends: results/lab_cutover_n32_10ms.json, docs/benchmarks.md
 	@mkdir -p results

@@ -50,6 +50,9 @@ type cutoverFigure struct {
 	// LostByGapPhase (coordctl rows) adds each losing pair's lost probes
 	// to the phase its longest gap began in: where the loss comes from.
 	LostByGapPhase map[string]uint64 `json:"lost_by_worst_gap_phase,omitempty"`
+	// IdleLostSameWall (staged) is what the lab lost idling as long as
+	// the staged change took, right after it: its noise floor.
+	IdleLostSameWall uint64 `json:"idle_lost_same_wall,omitempty"`
 }
 
 // envInt and envDur read benchmark knobs (docs/benchmarks.md).
@@ -167,18 +170,18 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 		b.Logf("warm-up mesh not complete: %v %s", err, failing(m))
 	}
 	time.Sleep(time.Second)
-	idle := func() uint64 {
+	idle := func(d time.Duration) uint64 {
 		if _, err := l.ProbeStats(ctx, true); err != nil {
 			b.Fatal(err)
 		}
-		time.Sleep(time.Second)
+		time.Sleep(d)
 		p, err := l.ProbeStats(ctx, false)
 		if err != nil {
 			b.Fatal(err)
 		}
 		return lab.Summarize(p).Lost
 	}
-	base.IdleLost = idle()
+	base.IdleLost = idle(time.Second)
 
 	direct := func(method string, parallel bool) cutoverFigure {
 		for _, node := range nodes {
@@ -240,13 +243,24 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 	figs = append(figs, cut)
 	// The staged strategy (issue 15), from the new port to a third one: a
 	// canary, half, the rest; no instant, so no spread.
-	srep := coordctlCutover(b, ctx, l, bin, "--port", strconv.Itoa(stagedPort), "--strategy", "staged", "--batches", "1,50%,100%")
+	sargs := []string{"--port", strconv.Itoa(stagedPort), "--strategy", "staged", "--batches", "1,50%,100%"}
+	if k := envInt("COT_LAB_BENCH_MAX_PARALLEL", 0); k > 0 {
+		sargs = append(sargs, "--max-parallel", strconv.Itoa(k)) // default: a tenth of the nodes
+	}
+	srep := coordctlCutover(b, ctx, l, bin, sargs...)
 	stg := figure(base, "staged", reportPairs(srep), 0, time.Duration(srep.GetEndedUnixNano()-srep.GetStartedUnixNano()))
 	stg.LostByGapPhase = lostByGapPhase(srep)
+	// A staged change lasts seconds to minutes: the noise floor over one
+	// second says little about that long, so the lab idles as long again.
+	stg.IdleLostSameWall = idle(time.Duration(stg.WallMS * float64(time.Millisecond)))
 	figs = append(figs, stg)
 	for _, f := range figs {
-		b.Logf("%s N=%d %-10s lost %d/%d (max %d, mean %.2f per pair), longest gap %.1f ms, spread %.2f ms, wall %.0f ms (idle noise %d lost/s)%s",
-			f.Backend, f.Nodes, f.Method, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost, byPhase(f.LostByGapPhase))
+		idleSame := ""
+		if f.Method == "staged" {
+			idleSame = fmt.Sprintf("; idling as long after it: %d lost", f.IdleLostSameWall)
+		}
+		b.Logf("%s N=%d %-10s lost %d/%d (max %d, mean %.2f per pair), longest gap %.1f ms, spread %.2f ms, wall %.0f ms (idle noise %d lost/s)%s%s",
+			f.Backend, f.Nodes, f.Method, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost, byPhase(f.LostByGapPhase), idleSame)
 	}
 	return figs
 }
