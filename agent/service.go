@@ -369,7 +369,9 @@ func (s *Service) ProbeStats(_ context.Context, req *agentv1.ProbeStatsRequest) 
 	mesh := s.probes.mesh
 	resp.IntervalMicros = mesh.Interval().Microseconds()
 	resp.TimeoutMicros = mesh.Timeout().Microseconds()
-	for _, st := range mesh.Stats(req.GetReset_()) {
+	stats, stall := mesh.Snapshot(req.GetReset_())
+	resp.MaxStallMicros = stall.Microseconds()
+	for _, st := range stats {
 		resp.Peers = append(resp.Peers, &agentv1.PeerProbeStats{
 			Peer: st.Peer, Address: st.Address, Sent: st.Sent, Received: st.Received,
 			Lost: st.Lost, LongestGapMicros: st.LongestGap.Microseconds(),

@@ -33,6 +33,7 @@ func TestCutoverHappy(t *testing.T) {
 	// report places it in the phase running when the counters are read.
 	gapFrom := time.Now().Add(time.Hour)
 	l.fakes["n3"].SetPeers([]*agentv1.PeerProbeStats{{Peer: "n4", Sent: 100, Received: 98, Lost: 2, LongestGapMicros: 1500, LongestGapFromUnixNano: gapFrom.UnixNano()}})
+	l.fakes["n3"].SetStall(42 * time.Millisecond) // its agent fell behind its mesh
 	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +66,9 @@ func TestCutoverHappy(t *testing.T) {
 	for _, n := range rep.Nodes {
 		if n.Port != 4889 || n.AgentPhase != "PHASE_FINALIZED" || n.AppliedUnixNano == 0 || n.Error != "" {
 			t.Errorf("node result %v", n)
+		}
+		if want := map[string]int64{"n3": 42000}[n.Node]; n.ProbeStallMicros != want {
+			t.Errorf("%s: probe stall %d µs, want %d (what its agent said)", n.Node, n.ProbeStallMicros, want)
 		}
 	}
 	if rep.ProbesSent != 100 || rep.ProbesLost != 2 || rep.LongestGapMicros != 1500 || len(rep.Disruption) != 12 || len(rep.Warnings) != 0 {

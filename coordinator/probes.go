@@ -39,6 +39,7 @@ func (c *Coordinator) probeStatsOnce(op *operation, reset, settleThenAgain bool)
 	var mu sync.Mutex
 	var pairs []*coordinatorv1.PairDisruption
 	var missed []string
+	stalls := map[string]int64{}
 	fanOut(op.nodes, func(n string) {
 		r, err := c.agent(n).client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Reset_: reset})
 		if err != nil {
@@ -52,6 +53,7 @@ func (c *Coordinator) probeStatsOnce(op *operation, reset, settleThenAgain bool)
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		stalls[n] = r.GetMaxStallMicros()
 		for _, p := range r.Peers {
 			pairs = append(pairs, &coordinatorv1.PairDisruption{From: n, To: p.Peer, Sent: p.Sent, Lost: p.Lost, LongestGapMicros: p.LongestGapMicros,
 				LongestGapFromUnixNano: coordClock(p.GetLongestGapFromUnixNano(), op.offsets[n].offset.Nanoseconds())})
@@ -85,6 +87,11 @@ func (c *Coordinator) probeStatsOnce(op *operation, reset, settleThenAgain bool)
 	})
 	op.mu.Lock()
 	defer op.mu.Unlock()
+	for n, st := range stalls {
+		if r := op.results[n]; r != nil {
+			r.ProbeStallMicros = st
+		}
+	}
 	op.report.Disruption = pairs
 	op.report.ProbesSent, op.report.ProbesLost, op.report.LongestGapMicros = 0, 0, 0
 	for _, p := range pairs {

@@ -202,6 +202,11 @@ type Mesh struct {
 	answered uint64
 	// rxStamped counts answers that carried the kernel's receive stamp.
 	rxStamped atomic.Uint64
+	// stall is the longest this agent fell behind its own mesh since the
+	// last reset (under mu): see Stall. lastRound is when the previous
+	// round was sent (zero after the ticker was stopped).
+	stall     time.Duration
+	lastRound time.Time
 }
 
 // New returns a mesh; Run starts it.
@@ -312,6 +317,9 @@ loop:
 		case idle && ticking:
 			t.Stop()
 			ticking = false
+			m.mu.Lock()
+			m.lastRound = time.Time{} // no round is due while idle
+			m.mu.Unlock()
 		case !idle && !ticking:
 			t.Reset(m.cfg.Interval)
 			ticking = true
@@ -345,6 +353,11 @@ func (m *Mesh) sendRound(conn *net.UDPConn) {
 	// A SetPeers during the round replaces m.order, not this slice: a
 	// peer removed meanwhile gets this round's probe and is then forgotten.
 	round := m.order
+	now := m.now()
+	if !m.lastRound.IsZero() {
+		m.noteStallLocked(now.Sub(m.lastRound) - m.cfg.Interval)
+	}
+	m.lastRound = now
 	m.mu.Unlock()
 	for _, ps := range round {
 		m.mu.Lock()
@@ -377,16 +390,19 @@ func (m *Mesh) receive(conn *net.UDPConn) error {
 		if !ok {
 			continue
 		}
+		at, stamped := rxStamp(oob[:oobn])
 		switch kind {
 		case kindReq:
 			encode(buf[:packetSize], kindResp, seq, ts)
 			_, _ = conn.WriteToUDPAddrPort(buf[:packetSize], from)
 			m.mu.Lock()
 			m.answered++
+			if now := m.now(); stamped && !at.After(now) && now.Sub(at) < time.Second {
+				m.noteStallLocked(now.Sub(at))
+			}
 			m.mu.Unlock()
 		case kindResp:
-			at, ok := rxStamp(oob[:oobn])
-			if ok {
+			if stamped {
 				m.rxStamped.Add(1)
 			}
 			m.onReply(netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), seq, ts, at)
@@ -410,6 +426,7 @@ func (m *Mesh) onReply(from netip.AddrPort, seq uint64, sentAt int64, arrived ti
 	if arrived.IsZero() || arrived.After(now.Add(time.Second)) || arrived.Before(now.Add(-time.Second)) {
 		arrived = now
 	}
+	m.noteStallLocked(now.Sub(arrived))
 	ps := m.peers[from]
 	if ps == nil || seq < ps.base || seq >= ps.nextSeq || ps.nextSeq-seq >= window {
 		return // unknown peer, before the last reset, forged, or out of the window
@@ -441,6 +458,29 @@ func (m *Mesh) onReply(from netip.AddrPort, seq uint64, sentAt int64, arrived ti
 	ps.lastAnsweredSent = max(ps.lastAnsweredSent, sentAt)
 }
 
+// noteStallLocked records d, how late the agent did something the mesh
+// had due: a round sent after its interval, a packet read after the kernel
+// received it (a stamp more than a second off is of another clock, a
+// test's fake, and not passed here).
+func (m *Mesh) noteStallLocked(d time.Duration) {
+	if d > m.stall {
+		m.stall = d
+	}
+}
+
+// Stall is the longest this agent fell behind its own probe mesh since the
+// last counter reset: a round of probes sent that long after it was due, or
+// a packet (a request to answer, an answer) read that long after the
+// kernel received it. A machine that did not run the agent for 40 ms makes
+// every pair to and from it show a gap about 40 ms longer than the overlay
+// had: the agent neither probed nor answered meanwhile. The report gives it
+// beside the gaps so that such a gap is not read as the overlay's.
+func (m *Mesh) Stall() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stall
+}
+
 func (m *Mesh) noteGapLocked(ps *peerState, now time.Time) {
 	if gap := now.Sub(ps.gapFrom); gap > ps.longest {
 		ps.longest, ps.longestFrom = gap, ps.gapFrom
@@ -469,9 +509,20 @@ func (m *Mesh) settleLocked(ps *peerState, now time.Time) {
 // Stats returns every peer's counters, sorted by peer name. With reset the
 // counters start again from zero (probes in flight are forgotten).
 func (m *Mesh) Stats(reset bool) []Stats {
+	st, _ := m.Snapshot(reset)
+	return st
+}
+
+// Snapshot is Stats with the agent's Stall over the same span, both reset
+// together.
+func (m *Mesh) Snapshot(reset bool) ([]Stats, time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
+	stall := m.stall
+	if reset {
+		m.stall = 0
+	}
 	out := make([]Stats, 0, len(m.order))
 	for _, ps := range m.order {
 		m.settleLocked(ps, now)
@@ -498,7 +549,7 @@ func (m *Mesh) Stats(reset bool) []Stats {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Peer < out[j].Peer })
-	return out
+	return out, stall
 }
 
 func encode(b []byte, kind byte, seq uint64, ts int64) {

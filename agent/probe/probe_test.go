@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -495,5 +496,54 @@ func TestIdleMeshWakesOnSetPeers(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the mesh did not resume after going idle: %+v", ma.Stats(false))
 		}
+	}
+}
+
+// Stall is how far the agent fell behind its own mesh: a round sent after
+// it was due, an answer read after it arrived; a reset clears it, and a
+// stamp of another clock is no measurement.
+func TestStallMeasuresTheAgentFallingBehind(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	peer := netip.MustParseAddrPort("127.0.0.1:9")
+	m, err := New(Config{Listen: netip.MustParseAddrPort("127.0.0.1:8"), Peers: []Peer{{Name: "p", Addr: peer}},
+		Interval: 10 * time.Millisecond, Timeout: 100 * time.Millisecond, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stall := func(reset bool) time.Duration {
+		_, d := m.Snapshot(reset)
+		return d
+	}
+	m.sendRound(conn)
+	now = now.Add(10 * time.Millisecond)
+	m.sendRound(conn)
+	if d := stall(false); d != 0 {
+		t.Fatalf("rounds on time: stall %s, want 0", d)
+	}
+	now = now.Add(40 * time.Millisecond) // due after 10 ms: 30 ms late
+	m.sendRound(conn)
+	if d := stall(false); d != 30*time.Millisecond {
+		t.Fatalf("a round 30 ms late: stall %s", d)
+	}
+	// The answer to the last round arrived 2 ms after it left and was
+	// read 45 ms later.
+	sent := now
+	now = now.Add(47 * time.Millisecond)
+	m.onReply(peer, 2, sent.UnixNano(), sent.Add(2*time.Millisecond))
+	if d := stall(true); d != 45*time.Millisecond {
+		t.Fatalf("an answer read 45 ms after it arrived: stall %s", d)
+	}
+	if d := stall(false); d != 0 {
+		t.Fatalf("after the reset: stall %s, want 0", d)
+	}
+	m.onReply(peer, 1, 0, now.Add(-time.Hour)) // another clock's stamp
+	if d := stall(false); d != 0 {
+		t.Fatalf("a stamp an hour off counted as a stall of %s", d)
 	}
 }

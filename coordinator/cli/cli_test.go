@@ -40,8 +40,8 @@ func sampleReport(state coordinatorv1.OperationState) *coordinatorv1.Report {
 		CommitSpreadNanos: 187_654,
 		Nodes: []*coordinatorv1.NodeResult{
 			{Node: "n1", AgentPhase: "PHASE_FINALIZED", Port: 4889, ApplyNanos: 1_523_000, ClockOffsetNanos: -12_345},
-			{Node: "n2", AgentPhase: "PHASE_FINALIZED", Port: 4889, ApplyNanos: 1_611_222, ClockOffsetNanos: 250_001},
-			{Node: "node-three.example", AgentPhase: "PHASE_FINALIZED", Port: 4889, ApplyNanos: 1_499_999, ClockOffsetNanos: 0},
+			{Node: "n2", AgentPhase: "PHASE_FINALIZED", Port: 4889, ApplyNanos: 1_611_222, ClockOffsetNanos: 250_001, ProbeStallMicros: 45_200},
+			{Node: "node-three.example", AgentPhase: "PHASE_FINALIZED", Port: 4889, ApplyNanos: 1_499_999, ClockOffsetNanos: 0, ProbeStallMicros: 9_999},
 		},
 		Disruption: []*coordinatorv1.PairDisruption{
 			{From: "n1", To: "n2", Sent: 1200, Lost: 1, LongestGapMicros: 2_150, LongestGapPhase: "commit"},

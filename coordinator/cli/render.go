@@ -171,6 +171,26 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 		}
 		_, _ = fmt.Fprintf(t, "  total\t\t%d\t%d\t%s\n", r.GetProbesSent(), r.GetProbesLost(), fmtMillis(r.GetLongestGapMicros()*1000))
 		_ = t.Flush()
+		renderStalls(w, r)
+	}
+}
+
+// stallNotable is the agent stall the report points out: below it, a
+// probe gap is the overlay's within the probe interval's noise.
+const stallNotable = 10 * time.Millisecond
+
+// renderStalls names the nodes whose agent fell behind its probe mesh by
+// stallNotable or more: their pairs' gaps include that time, which the
+// overlay did not cause (a machine that did not run the agent).
+func renderStalls(w io.Writer, r *coordinatorv1.Report) {
+	var s []string
+	for _, n := range r.GetNodes() {
+		if d := time.Duration(n.GetProbeStallMicros()) * time.Microsecond; d >= stallNotable {
+			s = append(s, fmt.Sprintf("%s %s ms", n.GetNode(), fmtMillis(d.Nanoseconds())))
+		}
+	}
+	if len(s) > 0 {
+		_, _ = fmt.Fprintf(w, "  agents behind their probes (the gaps to and from these nodes include it; the overlay did not cause it): %s\n", strings.Join(s, ", "))
 	}
 }
 

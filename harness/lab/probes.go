@@ -24,6 +24,9 @@ type PairStats struct {
 	From, To   string
 	Sent, Lost uint64
 	LongestGap time.Duration
+	// FromStall is how far From's agent fell behind its own probe mesh
+	// over the same span (ProbeStatsResponse.max_stall_micros).
+	FromStall time.Duration
 }
 
 // Disruption sums pair figures the way the cutover report does.
@@ -119,7 +122,8 @@ func probeStatsOf(ctx context.Context, n Node, creds credentials.TransportCreden
 	}
 	var out []PairStats
 	for _, p := range r.GetPeers() {
-		out = append(out, PairStats{From: n.Name, To: p.GetPeer(), Sent: p.GetSent(), Lost: p.GetLost(), LongestGap: time.Duration(p.GetLongestGapMicros()) * time.Microsecond})
+		out = append(out, PairStats{From: n.Name, To: p.GetPeer(), Sent: p.GetSent(), Lost: p.GetLost(), LongestGap: time.Duration(p.GetLongestGapMicros()) * time.Microsecond,
+			FromStall: time.Duration(r.GetMaxStallMicros()) * time.Microsecond})
 	}
 	return out, nil
 }

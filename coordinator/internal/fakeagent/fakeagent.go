@@ -54,6 +54,7 @@ type Agent struct {
 	fight      bool // after a commit, the next Info finds the old port back
 	fightArmed bool
 	peers      []*agentv1.PeerProbeStats
+	stall      time.Duration // the mesh's max_stall_micros
 	probeReads int
 	// The probe mesh (probe.go): the address Info reports (empty: off,
 	// for probeOff), the peers the last Prepare handed over and since when
@@ -113,6 +114,9 @@ func (a *Agent) ProbeReads() int { a.mu.Lock(); defer a.mu.Unlock(); return a.pr
 
 // SetPeers sets the probe stats ProbeStats reports.
 func (a *Agent) SetPeers(p []*agentv1.PeerProbeStats) { a.mu.Lock(); a.peers = p; a.mu.Unlock() }
+
+// SetStall sets how far the agent says it fell behind its probe mesh.
+func (a *Agent) SetStall(d time.Duration) { a.mu.Lock(); a.stall = d; a.mu.Unlock() }
 
 // SetFightBack makes the node's dataplane put the old port back right after
 // a commit (a CNI reconciler fighting the change): the commit reads back

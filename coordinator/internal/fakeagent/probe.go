@@ -110,7 +110,8 @@ func (a *Agent) ProbeStats(_ context.Context, r *agentv1.ProbeStatsRequest) (*ag
 		a.probeReads++
 	}
 	resp := &agentv1.ProbeStatsResponse{Node: a.node, IntervalMicros: fakeProbeInterval.Microseconds(), Address: a.probeAddr,
-		NowUnixNano: a.now().UnixNano(), TimeoutMicros: fakeProbeTimeout.Microseconds(), OffReason: a.probeOffLocked()}
+		NowUnixNano: a.now().UnixNano(), TimeoutMicros: fakeProbeTimeout.Microseconds(), OffReason: a.probeOffLocked(),
+		MaxStallMicros: a.stall.Microseconds()}
 	if a.probeAddr == "" {
 		return resp, nil
 	}

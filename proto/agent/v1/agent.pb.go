@@ -1243,6 +1243,12 @@ type ProbeStatsResponse struct {
 	NowUnixNano    int64                  `protobuf:"varint,5,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`     // agent clock when the figures were taken
 	TimeoutMicros  int64                  `protobuf:"varint,6,opt,name=timeout_micros,json=timeoutMicros,proto3" json:"timeout_micros,omitempty"` // a probe unanswered this long counts as lost
 	OffReason      string                 `protobuf:"bytes,7,opt,name=off_reason,json=offReason,proto3" json:"off_reason,omitempty"`              // as Info.probe_off_reason
+	// The longest this agent fell behind its own probe mesh over the span of
+	// these figures: a round of probes sent that long after it was due, or a
+	// packet read that long after the kernel received it. An agent the
+	// machine did not run for that long neither probed nor answered: every
+	// gap to and from this node includes it, which the overlay did not cause.
+	MaxStallMicros int64 `protobuf:"varint,8,opt,name=max_stall_micros,json=maxStallMicros,proto3" json:"max_stall_micros,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1324,6 +1330,13 @@ func (x *ProbeStatsResponse) GetOffReason() string {
 		return x.OffReason
 	}
 	return ""
+}
+
+func (x *ProbeStatsResponse) GetMaxStallMicros() int64 {
+	if x != nil {
+		return x.MaxStallMicros
+	}
+	return 0
 }
 
 type PeerProbeStats struct {
@@ -1905,7 +1918,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	" \x01(\x03R\x0fupdatedUnixNano\x12\x1a\n" +
 	"\bstrategy\x18d \x01(\tR\bstrategy\")\n" +
 	"\x11ProbeStatsRequest\x12\x14\n" +
-	"\x05reset\x18\x01 \x01(\bR\x05reset\"\x8d\x02\n" +
+	"\x05reset\x18\x01 \x01(\bR\x05reset\"\xb7\x02\n" +
 	"\x12ProbeStatsResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12'\n" +
 	"\x0finterval_micros\x18\x02 \x01(\x03R\x0eintervalMicros\x126\n" +
@@ -1914,7 +1927,8 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\rnow_unix_nano\x18\x05 \x01(\x03R\vnowUnixNano\x12%\n" +
 	"\x0etimeout_micros\x18\x06 \x01(\x03R\rtimeoutMicros\x12\x1d\n" +
 	"\n" +
-	"off_reason\x18\a \x01(\tR\toffReason\"\x96\x03\n" +
+	"off_reason\x18\a \x01(\tR\toffReason\x12(\n" +
+	"\x10max_stall_micros\x18\b \x01(\x03R\x0emaxStallMicros\"\x96\x03\n" +
 	"\x0ePeerProbeStats\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +

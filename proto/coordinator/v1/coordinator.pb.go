@@ -1040,10 +1040,14 @@ type NodeResult struct {
 	RevertedUnixNano  int64  `protobuf:"varint,83,opt,name=reverted_unix_nano,json=revertedUnixNano,proto3" json:"reverted_unix_nano,omitempty"`
 	RevertedBy        string `protobuf:"bytes,84,opt,name=reverted_by,json=revertedBy,proto3" json:"reverted_by,omitempty"`
 	// Read back from the agent at the end, with port: the dataplane it runs.
-	Backend       string `protobuf:"bytes,85,opt,name=backend,proto3" json:"backend,omitempty"`
-	Device        string `protobuf:"bytes,86,opt,name=device,proto3" json:"device,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Backend string `protobuf:"bytes,85,opt,name=backend,proto3" json:"backend,omitempty"`
+	Device  string `protobuf:"bytes,86,opt,name=device,proto3" json:"device,omitempty"`
+	// The longest this node's agent fell behind its probe mesh during the
+	// operation (agent ProbeStatsResponse.max_stall_micros): the gaps of the
+	// pairs to and from this node include it, the overlay did not cause it.
+	ProbeStallMicros int64 `protobuf:"varint,92,opt,name=probe_stall_micros,json=probeStallMicros,proto3" json:"probe_stall_micros,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *NodeResult) Reset() {
@@ -1186,6 +1190,13 @@ func (x *NodeResult) GetDevice() string {
 		return x.Device
 	}
 	return ""
+}
+
+func (x *NodeResult) GetProbeStallMicros() int64 {
+	if x != nil {
+		return x.ProbeStallMicros
+	}
+	return 0
 }
 
 type PairDisruption struct {
@@ -1890,7 +1901,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\rPhaseDuration\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x14\n" +
 	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\x12*\n" +
-	"\x11started_unix_nano\x18\x03 \x01(\x03R\x0fstartedUnixNano\"\xd1\x04\n" +
+	"\x11started_unix_nano\x18\x03 \x01(\x03R\x0fstartedUnixNano\"\xff\x04\n" +
 	"\n" +
 	"NodeResult\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1f\n" +
@@ -1911,7 +1922,8 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\vreverted_by\x18T \x01(\tR\n" +
 	"revertedBy\x12\x18\n" +
 	"\abackend\x18U \x01(\tR\abackend\x12\x16\n" +
-	"\x06device\x18V \x01(\tR\x06device\"\xf2\x01\n" +
+	"\x06device\x18V \x01(\tR\x06device\x12,\n" +
+	"\x12probe_stall_micros\x18\\ \x01(\x03R\x10probeStallMicros\"\xf2\x01\n" +
 	"\x0ePairDisruption\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
