@@ -460,8 +460,10 @@ func TestAgentStallExplainsItsGaps(t *testing.T) {
 		rings[[2]string{r.From, r.To}] = r
 	}
 	stall := map[string]time.Duration{}
+	op := meterOp{Op: fmt.Sprintf("n1's agent frozen %s (SIGSTOP), no operation", freeze), StallMS: map[string]float64{}, LoadAvgAfter: loadavg()}
 	for _, m := range mesh {
 		stall[m.From] = m.FromStall
+		op.StallMS[m.From] = ms(m.FromStall)
 	}
 	t.Logf("agents behind their mesh: %v", stall)
 	if s := stall["n1"]; s < freeze-30*time.Millisecond || s > freeze+time.Second {
@@ -477,6 +479,9 @@ func TestAgentStallExplainsItsGaps(t *testing.T) {
 		}
 		slack := r.LongestGap + max(meterGapSlack, time.Duration(meterGapRatio*float64(r.LongestGap)))
 		stalled := stall[m.From] + stall[m.To]
+		op.Pairs = append(op.Pairs, meterPair{From: m.From, To: m.To, MeshSent: m.Sent, MeshLost: m.Lost, MeshGapMS: ms(m.LongestGap),
+			RingSent: r.Sent, RingLost: r.Lost, RingGapMS: ms(r.LongestGap)})
+		op.MeshGapMS, op.RingGapMS = max(op.MeshGapMS, ms(m.LongestGap)), max(op.RingGapMS, ms(r.LongestGap))
 		t.Logf("%s→%s: mesh gap %s lost %d, ring gap %s lost %d, agents behind %s", m.From, m.To, m.LongestGap, m.Lost, r.LongestGap, r.Lost, stalled)
 		if m.LongestGap > slack+stalled {
 			t.Errorf("%s→%s: mesh gap %s over the ring's %s plus the agents' stall %s", m.From, m.To, m.LongestGap, r.LongestGap, stalled)
@@ -485,4 +490,8 @@ func TestAgentStallExplainsItsGaps(t *testing.T) {
 			t.Errorf("%s→%s: mesh gap %s with n1's agent frozen %s: within the ring's %s plus the slack, the freeze not seen", m.From, m.To, m.LongestGap, freeze, r.LongestGap)
 		}
 	}
+	run := newMeterRun(t, 0)
+	run.Fault = op.Op
+	run.Ops = []meterOp{op}
+	writeMeter(t, run)
 }
