@@ -299,17 +299,26 @@ func TestSetPeersWhileRunning(t *testing.T) {
 	}
 }
 
-// Settling is exact with a fake clock: a probe counts as lost only once its
-// timeout has passed, and answers to settled probes are ignored.
-func TestSettleWithFakeClock(t *testing.T) {
-	now := time.Unix(1000, 0)
-	clock := func() time.Time { return now }
+// fakeClockMesh is a mesh (not running) probing one peer, "p" at
+// 127.0.0.1:9, every interval with a 100 ms timeout, on a fake clock that
+// starts at Unix 1000 and moves when the test moves *now.
+func fakeClockMesh(t *testing.T, interval time.Duration) (*Mesh, *time.Time, netip.AddrPort) {
+	t.Helper()
+	now := new(time.Time)
+	*now = time.Unix(1000, 0)
 	peer := netip.MustParseAddrPort("127.0.0.1:9")
 	m, err := New(Config{Listen: netip.MustParseAddrPort("127.0.0.1:8"), Peers: []Peer{{Name: "p", Addr: peer}},
-		Interval: 10 * time.Millisecond, Timeout: 100 * time.Millisecond, Now: clock})
+		Interval: interval, Timeout: 100 * time.Millisecond, Now: func() time.Time { return *now }})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m, now, peer
+}
+
+// Settling is exact with a fake clock: a probe counts as lost only once its
+// timeout has passed, and answers to settled probes are ignored.
+func TestSettleWithFakeClock(t *testing.T) {
+	m, now, peer := fakeClockMesh(t, 10*time.Millisecond)
 	ps := m.peers[peer]
 	send := func() (uint64, int64) {
 		m.mu.Lock()
@@ -321,14 +330,14 @@ func TestSettleWithFakeClock(t *testing.T) {
 		return seq, now.UnixNano()
 	}
 	s0, t0 := send()
-	now = now.Add(10 * time.Millisecond)
+	*now = now.Add(10 * time.Millisecond)
 	send() // never answered
-	now = now.Add(5 * time.Millisecond)
+	*now = now.Add(5 * time.Millisecond)
 	m.onReply(peer, s0, t0, time.Time{})
 	if st := m.Stats(false)[0]; st.Sent != 0 {
 		t.Fatalf("before the timeout nothing is settled: %+v", st)
 	}
-	now = now.Add(200 * time.Millisecond)
+	*now = now.Add(200 * time.Millisecond)
 	st := m.Stats(false)[0]
 	if st.Sent != 2 || st.Received != 1 || st.Lost != 1 {
 		t.Fatalf("after the timeout: %+v, want sent 2 received 1 lost 1", st)
@@ -384,14 +393,7 @@ func TestFaultInjectionOffByDefault(t *testing.T) {
 // answers read late is no gap. One that arrived after the timeout stays
 // lost; one from before a reset counts nowhere.
 func TestAnswersCountWhenTheyArrived(t *testing.T) {
-	now := time.Unix(1000, 0)
-	clock := func() time.Time { return now }
-	peer := netip.MustParseAddrPort("127.0.0.1:9")
-	m, err := New(Config{Listen: netip.MustParseAddrPort("127.0.0.1:8"), Peers: []Peer{{Name: "p", Addr: peer}},
-		Interval: time.Millisecond, Timeout: 100 * time.Millisecond, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, now, peer := fakeClockMesh(t, time.Millisecond)
 	ps := m.peers[peer]
 	var sent []time.Time
 	send := func() {
@@ -401,17 +403,17 @@ func TestAnswersCountWhenTheyArrived(t *testing.T) {
 		ps.nextSeq++
 		ps.sentAt[seq%window] = now.UnixNano()
 		ps.answered[seq%window] = false
-		m.settleLocked(ps, now)
-		sent = append(sent, now)
+		m.settleLocked(ps, *now)
+		sent = append(sent, *now)
 	}
 	for range 10 { // probes 0-9, one per ms
 		send()
-		now = now.Add(time.Millisecond)
+		*now = now.Add(time.Millisecond)
 	}
 	// The agent stalls 300 ms; the answers to 0-8 arrived 0.5 ms after
 	// each probe, 9's arrived 150 ms late. Its sender runs first and
 	// settles all ten as lost.
-	now = now.Add(300 * time.Millisecond)
+	*now = now.Add(300 * time.Millisecond)
 	send() // probe 10
 	if st := m.Stats(false)[0]; st.Lost != 10 || st.Received != 0 {
 		t.Fatalf("before the late read: %+v, want 10 lost", st)
@@ -434,8 +436,8 @@ func TestAnswersCountWhenTheyArrived(t *testing.T) {
 	}
 	// Probe 10's answer arrives after a reset: the reset forgot it.
 	m.Stats(true)
-	m.onReply(peer, 10, sent[10].UnixNano(), now)
-	now = now.Add(time.Second)
+	m.onReply(peer, 10, sent[10].UnixNano(), *now)
+	*now = now.Add(time.Second)
 	if st := m.Stats(false)[0]; st.Received != 0 || st.Lost != 0 {
 		t.Fatalf("an answer from before the reset counted: %+v", st)
 	}
@@ -503,14 +505,7 @@ func TestIdleMeshWakesOnSetPeers(t *testing.T) {
 // it was due, an answer read after it arrived; a reset clears it, and a
 // stamp of another clock is no measurement.
 func TestStallMeasuresTheAgentFallingBehind(t *testing.T) {
-	now := time.Unix(1000, 0)
-	clock := func() time.Time { return now }
-	peer := netip.MustParseAddrPort("127.0.0.1:9")
-	m, err := New(Config{Listen: netip.MustParseAddrPort("127.0.0.1:8"), Peers: []Peer{{Name: "p", Addr: peer}},
-		Interval: 10 * time.Millisecond, Timeout: 100 * time.Millisecond, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, now, peer := fakeClockMesh(t, 10*time.Millisecond)
 	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
 	if err != nil {
 		t.Fatal(err)
@@ -521,20 +516,20 @@ func TestStallMeasuresTheAgentFallingBehind(t *testing.T) {
 		return d
 	}
 	m.sendRound(conn)
-	now = now.Add(10 * time.Millisecond)
+	*now = now.Add(10 * time.Millisecond)
 	m.sendRound(conn)
 	if d := stall(false); d != 0 {
 		t.Fatalf("rounds on time: stall %s, want 0", d)
 	}
-	now = now.Add(40 * time.Millisecond) // due after 10 ms: 30 ms late
+	*now = now.Add(40 * time.Millisecond) // due after 10 ms: 30 ms late
 	m.sendRound(conn)
 	if d := stall(false); d != 30*time.Millisecond {
 		t.Fatalf("a round 30 ms late: stall %s", d)
 	}
 	// The answer to the last round arrived 2 ms after it left and was
 	// read 45 ms later.
-	sent := now
-	now = now.Add(47 * time.Millisecond)
+	sent := *now
+	*now = now.Add(47 * time.Millisecond)
 	m.onReply(peer, 2, sent.UnixNano(), sent.Add(2*time.Millisecond))
 	if d := stall(true); d != 45*time.Millisecond {
 		t.Fatalf("an answer read 45 ms after it arrived: stall %s", d)
