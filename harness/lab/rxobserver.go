@@ -62,6 +62,10 @@ type RxObserver struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	underlay map[string]string // underlay IP -> node
+	// readyAt is when every monitor had printed its node's initial state:
+	// frames captured before it (the captures start with the monitors)
+	// precede what the observer can judge, and the operation.
+	readyAt time.Time
 }
 
 // RxGrace is how long before a receiver's stamped start a frame still
@@ -125,7 +129,20 @@ func (l *Lab) ObserveReceiveBoth(from, to int) (*RxObserver, error) {
 			return nil, errors.New("lab: rx observer: a monitor printed nothing within 10 s")
 		}
 	}
+	o.mu.Lock()
+	o.readyAt = time.Now()
+	o.mu.Unlock()
 	return o, nil
+}
+
+// amendFirst replaces node's first receive set (the initial dump, still
+// being read) by ports.
+func (o *RxObserver) amendFirst(node string, ports map[int]bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if chs := o.rx[node]; len(chs) > 0 {
+		chs[0].ports = ports
+	}
 }
 
 func (o *RxObserver) note(node string, ports map[int]bool) {
@@ -204,7 +221,15 @@ func (o *RxObserver) readOVS(node string, sc *bufio.Scanner, ready chan<- string
 		for _, p := range ifaces {
 			ports[p] = true
 		}
-		o.note(node, ports)
+		// The initial rows are one state printed row by row (br0, eth0,
+		// vxlan0, ...): they complete the first entry rather than add
+		// states that never were (an empty receive set before vxlan0's
+		// row, judged against frames that arrived meanwhile).
+		if action == "initial" && sent {
+			o.amendFirst(node, ports)
+		} else {
+			o.note(node, ports)
+		}
 		if !sent {
 			sent = true
 			ready <- node
@@ -397,6 +422,40 @@ func (o *RxObserver) receiving(node string, port int, t time.Time) bool {
 	return cur[port]
 }
 
+// around places f among its node's receive-set changes: the change before
+// it and the one after, each with its distance, so that a violation says
+// whether the receiver was seen starting a moment later (a monitor late)
+// or not at all.
+func (o *RxObserver) around(f rxFrame) string {
+	var before, after *rxChange
+	for i := range o.rx[f.node] {
+		c := &o.rx[f.node][i]
+		if c.at.After(f.at) {
+			after = c
+			break
+		}
+		before = c
+	}
+	set := func(c *rxChange) string {
+		var ps []int
+		for p, on := range c.ports {
+			if on {
+				ps = append(ps, p)
+			}
+		}
+		sort.Ints(ps)
+		return fmt.Sprint(ps)
+	}
+	out := "arrived"
+	if before != nil {
+		out += fmt.Sprintf(" %s after the receive set became %s", f.at.Sub(before.at).Round(time.Microsecond), set(before))
+	}
+	if after != nil {
+		out += fmt.Sprintf(", %s before it became %s", after.at.Sub(f.at).Round(time.Microsecond), set(after))
+	}
+	return out
+}
+
 // RxSummary is what an RxObserver saw.
 type RxSummary struct {
 	Frames       map[int]int // by port
@@ -420,7 +479,11 @@ func (o *RxObserver) Check() (RxSummary, error) {
 		}
 	}
 	bad := map[string]int{}
+	first := map[string]rxFrame{}
 	for _, f := range o.frames {
+		if f.at.Before(o.readyAt) {
+			continue
+		}
 		s.Frames[f.port]++
 		if o.receiving(f.node, f.port, f.at) {
 			continue
@@ -429,10 +492,14 @@ func (o *RxObserver) Check() (RxSummary, error) {
 			s.RedundantOld++
 			continue
 		}
-		bad[fmt.Sprintf("%s→%s on %d", f.from, f.node, f.port)]++
+		k := fmt.Sprintf("%s→%s on %d", f.from, f.node, f.port)
+		if bad[k] == 0 {
+			first[k] = f
+		}
+		bad[k]++
 	}
 	for k, n := range bad {
-		s.Violations = append(s.Violations, fmt.Sprintf("%s: %d frame(s) reached a node not receiving on that port", k, n))
+		s.Violations = append(s.Violations, fmt.Sprintf("%s: %d frame(s) reached a node not receiving on that port (the first %s)", k, n, o.around(first[k])))
 	}
 	sort.Strings(s.Violations)
 	switch {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -72,34 +73,65 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 	e.wantOneTunnel()
 
 	// Rollback while switching: asked when the first batch's commit goes
-	// out, taken at the next barrier.
-	check = e.observeRx(oldPort, 4889)
-	cmd := exec.CommandContext(ctx, e.cutoverLab, append(staged[:1:1], append([]string{"--dir", e.l.Dir()}, staged[1:]...)...)...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if f := strings.Fields(sc.Text()); len(f) > 1 && f[1] == "commit" {
-			break
+	// out, taken at the next barrier. coordctl rollback is a second
+	// process that dials the coordinator (~0.2 s under -race); a staged
+	// switch of 4 nodes can take less (kernel: 0.18 s from the first
+	// commit to the retirement), and a rollback that lands once the
+	// retirement began is refused: the change completed. That is correct
+	// and asserted, but not the case under test, so the change is rolled
+	// back as finished and the case tried again, up to 3 times (one late
+	// landing in ~8 runs on this machine).
+	var (
+		lines  []string
+		last   *coordinatorv1.Report
+		cmd    *exec.Cmd
+		stdout io.ReadCloser
+		err    error
+	)
+	for attempt := 1; ; attempt++ {
+		check = e.observeRx(oldPort, 4889)
+		cmd = exec.CommandContext(ctx, e.cutoverLab, append(staged[:1:1], append([]string{"--dir", e.l.Dir()}, staged[1:]...)...)...)
+		if stdout, err = cmd.StdoutPipe(); err != nil {
+			t.Fatal(err)
 		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines = nil
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+			if f := strings.Fields(sc.Text()); len(f) > 1 && f[1] == "commit" {
+				break
+			}
+		}
+		rbOut, rbErr := exec.CommandContext(ctx, e.cutoverLab, "rollback", "--dir", e.l.Dir()).CombinedOutput()
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+		}
+		werr := cmd.Wait()
+		code := 1 // coordctl status exits 1 for an operation that did not succeed
+		if werr == nil {
+			code = 0
+		}
+		last = e.report(ctx, code, "ctl", "status")
+		if werr == nil && rbErr != nil && last.GetState() == coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED &&
+			strings.Contains(string(rbOut), "after the old port's retirement began") && attempt < 3 {
+			check()
+			t.Logf("attempt %d: the rollback landed after switching (refused, the change completed): rolling the finished change back and trying again", attempt)
+			back := e.report(ctx, 0, "rollback", last.GetOperationId())
+			if back.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
+				t.Fatalf("rollback of the finished %s: %s (%s)", last.GetOperationId(), back.GetState(), back.GetError())
+			}
+			e.wantOn(oldPort)
+			continue
+		}
+		var ee *exec.ExitError
+		if !errors.As(werr, &ee) || ee.ExitCode() != 1 || rbErr != nil {
+			t.Fatalf("staged cutover rolled back while switching (attempt %d): %v (want exit 1), rollback: %v\n%s\n%s", attempt, werr, rbErr, strings.Join(lines, "\n"), rbOut)
+		}
+		break
 	}
-	rbOut, rbErr := exec.CommandContext(ctx, e.cutoverLab, "rollback", "--dir", e.l.Dir()).CombinedOutput()
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	werr := cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(werr, &ee) || ee.ExitCode() != 1 || rbErr != nil {
-		t.Fatalf("staged cutover rolled back while switching: %v (want exit 1), rollback: %v\n%s\n%s", werr, rbErr, strings.Join(lines, "\n"), rbOut)
-	}
-	last := e.report(ctx, 1, "ctl", "status")
 	if last.GetState() != coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK || last.GetBatches()[0].GetSwitchedUnixNano() == 0 {
 		t.Fatalf("last operation %s: %s, batches %v: want ROLLED_BACK after the first batch switched", last.GetOperationId(), last.GetState(), last.GetBatches())
 	}
@@ -124,7 +156,7 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 		t.Fatal(err)
 	}
 	lines = nil
-	sc = bufio.NewScanner(stdout)
+	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
 		if strings.Contains(sc.Text(), "preflight passed") {
@@ -141,7 +173,8 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
 	}
-	werr = cmd.Wait()
+	werr := cmd.Wait()
+	var ee *exec.ExitError
 	if !errors.As(werr, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("staged cutover with %s down at prepare: %v, want exit 1 (ABORTED)\n%s", victim, werr, strings.Join(lines, "\n"))
 	}
