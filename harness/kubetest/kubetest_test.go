@@ -102,8 +102,17 @@ subjects:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := sa.CoreV1().ConfigMaps("default").Get(ctx, "probe", metav1.GetOptions{}); err != nil {
-			t.Fatalf("bound service account: %v", err)
+		// The authorizer learns the binding from its informer, a moment
+		// after the write (a CI run was refused right after it): retried
+		// for 5 s, as a client would.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			_, err := sa.CoreV1().ConfigMaps("default").Get(ctx, "probe", metav1.GetOptions{})
+			if err == nil {
+				break
+			}
+			if !apierrors.IsForbidden(err) || time.Now().After(deadline) {
+				t.Fatalf("bound service account: %v", err)
+			}
 		}
 	})
 

@@ -404,8 +404,18 @@ func TestClusterHandOver(t *testing.T) {
 	if err != nil || cm.Annotations[kube.AnnotWriter] != "coord-b" {
 		t.Errorf("last journal writer: %v %v", err, cm.GetAnnotations())
 	}
-	if code, _ := b.readyz(); code != http.StatusOK {
-		t.Errorf("B /readyz after taking over: %d", code)
+	// Ready once B's cached view of the leader caught up (it rereads the
+	// Lease at most once a second): a CI run read 503 right after the
+	// take-over. A kubelet probes again; so does the test, for 5 s.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, body := b.readyz()
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("B /readyz 5 s after taking over: %d %s", code, body)
+			break
+		}
 	}
 	// B serves the API: the operation's rollback of a rolled-back
 	// operation has nothing to do; a new cutover works under B.
