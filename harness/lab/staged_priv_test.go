@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -82,29 +81,17 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 	// back as finished and the case tried again, up to 3 times (one late
 	// landing in ~8 runs on this machine).
 	var (
-		lines  []string
-		last   *coordinatorv1.Report
-		cmd    *exec.Cmd
-		stdout io.ReadCloser
-		err    error
+		lines []string
+		last  *coordinatorv1.Report
 	)
 	for attempt := 1; ; attempt++ {
 		check = e.observeRx(oldPort, 4889)
-		cmd = exec.CommandContext(ctx, e.cutoverLab, append(staged[:1:1], append([]string{"--dir", e.l.Dir()}, staged[1:]...)...)...)
-		if stdout, err = cmd.StdoutPipe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines = nil
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines = append(lines, sc.Text())
-			if f := strings.Fields(sc.Text()); len(f) > 1 && f[1] == "commit" {
-				break
-			}
-		}
+		var cmd *exec.Cmd
+		var sc *bufio.Scanner
+		cmd, sc, lines = e.startUntil(ctx, staged, func(line string) bool {
+			f := strings.Fields(line)
+			return len(f) > 1 && f[1] == "commit"
+		})
 		rbOut, rbErr := exec.CommandContext(ctx, e.cutoverLab, "rollback", "--dir", e.l.Dir()).CombinedOutput()
 		for sc.Scan() {
 			lines = append(lines, sc.Text())
@@ -148,21 +135,7 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 	// everyone is aborted (stops listening); the abort reaches it once it
 	// is back.
 	victim := e.l.Nodes()[3].Name
-	cmd = exec.CommandContext(ctx, e.cutoverLab, append(staged[:1:1], append([]string{"--dir", e.l.Dir()}, staged[1:]...)...)...)
-	if stdout, err = cmd.StdoutPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines = nil
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if strings.Contains(sc.Text(), "preflight passed") {
-			break
-		}
-	}
+	cmd, sc, lines := e.startUntil(ctx, staged, func(line string) bool { return strings.Contains(line, "preflight passed") })
 	if _, err := e.l.KillAgent(victim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +162,30 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 	}
 	e.wantOn(oldPort)
 	e.wantOneTunnel()
+}
+
+// startUntil starts cutover-lab with args (a coordctl command, the lab's
+// --dir added) and reads its output until a line satisfies until; the
+// caller reads the rest from the scanner and waits for the command.
+func (e *e2eLab) startUntil(ctx context.Context, args []string, until func(line string) bool) (*exec.Cmd, *bufio.Scanner, []string) {
+	e.t.Helper()
+	cmd := exec.CommandContext(ctx, e.cutoverLab, append(args[:1:1], append([]string{"--dir", e.l.Dir()}, args[1:]...)...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if until(sc.Text()) {
+			break
+		}
+	}
+	return cmd, sc, lines
 }
 
 // observeRx starts the independent receive-both observer (lab.RxObserver)
