@@ -203,8 +203,13 @@ type Mesh struct {
 	// rxStamped counts answers that carried the kernel's receive stamp.
 	rxStamped atomic.Uint64
 	// stall is the longest this agent fell behind its own mesh since the
-	// last reset (under mu): see Stall. lastRound is when the previous
-	// round was sent (zero after the ticker was stopped).
+	// last reset (under mu): a round of probes sent that long after it was
+	// due, or a packet (a request to answer, an answer) read that long
+	// after the kernel received it. A machine that did not run the agent
+	// for 40 ms makes every pair to and from it show a gap about 40 ms
+	// longer than the overlay had; the report gives it beside the gaps so
+	// that such a gap is not read as the overlay's. lastRound is when the
+	// previous round was sent (zero after the ticker was stopped).
 	stall     time.Duration
 	lastRound time.Time
 }
@@ -397,8 +402,9 @@ func (m *Mesh) receive(conn *net.UDPConn) error {
 			_, _ = conn.WriteToUDPAddrPort(buf[:packetSize], from)
 			m.mu.Lock()
 			m.answered++
-			if now := m.now(); stamped && !at.After(now) && now.Sub(at) < time.Second {
-				m.noteStallLocked(now.Sub(at))
+			if stamped {
+				now := m.now()
+				m.noteStallLocked(now.Sub(stampOrNow(at, now)))
 			}
 			m.mu.Unlock()
 		case kindResp:
@@ -423,9 +429,7 @@ func (m *Mesh) onReply(from netip.AddrPort, seq uint64, sentAt int64, arrived ti
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	if arrived.IsZero() || arrived.After(now.Add(time.Second)) || arrived.Before(now.Add(-time.Second)) {
-		arrived = now
-	}
+	arrived = stampOrNow(arrived, now)
 	m.noteStallLocked(now.Sub(arrived))
 	ps := m.peers[from]
 	if ps == nil || seq < ps.base || seq >= ps.nextSeq || ps.nextSeq-seq >= window {
@@ -458,28 +462,19 @@ func (m *Mesh) onReply(from netip.AddrPort, seq uint64, sentAt int64, arrived ti
 	ps.lastAnsweredSent = max(ps.lastAnsweredSent, sentAt)
 }
 
-// noteStallLocked records d, how late the agent did something the mesh
-// had due: a round sent after its interval, a packet read after the kernel
-// received it (a stamp more than a second off is of another clock, a
-// test's fake, and not passed here).
-func (m *Mesh) noteStallLocked(d time.Duration) {
-	if d > m.stall {
-		m.stall = d
+// stampOrNow is a kernel receive stamp, or now when there is none or it is
+// not of now's clock (a test's fake: more than a second off).
+func stampOrNow(at, now time.Time) time.Time {
+	if at.IsZero() || at.After(now.Add(time.Second)) || at.Before(now.Add(-time.Second)) {
+		return now
 	}
+	return at
 }
 
-// Stall is the longest this agent fell behind its own probe mesh since the
-// last counter reset: a round of probes sent that long after it was due, or
-// a packet (a request to answer, an answer) read that long after the
-// kernel received it. A machine that did not run the agent for 40 ms makes
-// every pair to and from it show a gap about 40 ms longer than the overlay
-// had: the agent neither probed nor answered meanwhile. The report gives it
-// beside the gaps so that such a gap is not read as the overlay's.
-func (m *Mesh) Stall() time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.stall
-}
+// noteStallLocked records d, how late the agent did something the mesh
+// had due: a round sent after its interval, a packet read after the kernel
+// received it (through stampOrNow).
+func (m *Mesh) noteStallLocked(d time.Duration) { m.stall = max(m.stall, d) }
 
 func (m *Mesh) noteGapLocked(ps *peerState, now time.Time) {
 	if gap := now.Sub(ps.gapFrom); gap > ps.longest {
@@ -513,8 +508,8 @@ func (m *Mesh) Stats(reset bool) []Stats {
 	return st
 }
 
-// Snapshot is Stats with the agent's Stall over the same span, both reset
-// together.
+// Snapshot is Stats with how far the agent fell behind its mesh (Mesh.stall)
+// over the same span, both reset together.
 func (m *Mesh) Snapshot(reset bool) ([]Stats, time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -42,10 +42,16 @@ type e2eLab struct {
 
 // run runs `cutover-lab <args> --dir <lab dir>` from the host namespace,
 // as a user would, and returns stdout and the exit code.
+// command is cutover-lab with args, a coordctl command with the lab's
+// --dir put after its name.
+func (e *e2eLab) command(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, e.cutoverLab, append(args[:1:1], append([]string{"--dir", e.l.Dir()}, args[1:]...)...)...)
+}
+
 func (e *e2eLab) run(ctx context.Context, args ...string) (string, int) {
 	e.t.Helper()
-	args = append(args[:1:1], append([]string{"--dir", e.l.Dir()}, args[1:]...)...)
-	cmd := exec.CommandContext(ctx, e.cutoverLab, args...)
+	cmd := e.command(ctx, args...)
+	args = cmd.Args[1:]
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -188,7 +188,7 @@ func agree(rep *coordinatorv1.Report, ring []lab.RingPair) meterOp {
 			op.PairExcess = append(op.PairExcess, fmt.Sprintf("%s→%s: mesh lost %d, ring lost %d (%.0f scaled to the mesh's %d probes): allowed at most %d", k[0], k[1], p.MeshLost, r.Lost, scaled, d.GetSent(), allowed))
 		}
 		stalled := stall[k[0]] + stall[k[1]]
-		if gapAllowed := r.LongestGap + max(meterGapSlack, time.Duration(meterGapRatio*float64(r.LongestGap))) + stalled; meshGap > gapAllowed {
+		if gapAllowed := gapBound(r.LongestGap) + stalled; meshGap > gapAllowed {
 			op.Violations = append(op.Violations, fmt.Sprintf("%s→%s: mesh longest gap %s, ring %s, agents behind their mesh %s: allowed at most %s", k[0], k[1], meshGap, r.LongestGap, stalled, gapAllowed))
 		}
 	}
@@ -201,6 +201,12 @@ func agree(rep *coordinatorv1.Report, ring []lab.RingPair) meterOp {
 		}
 	}
 	return op
+}
+
+// gapBound is the longest gap the mesh may report for a pair whose ring
+// gap was ring, before the agents' stall is added.
+func gapBound(ring time.Duration) time.Duration {
+	return ring + max(meterGapSlack, time.Duration(meterGapRatio*float64(ring)))
 }
 
 // meshWindow is when the mesh's figures in rep were sent: from the probe
@@ -477,7 +483,7 @@ func TestAgentStallExplainsItsGaps(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s→%s: not probed by the ring", m.From, m.To)
 		}
-		slack := r.LongestGap + max(meterGapSlack, time.Duration(meterGapRatio*float64(r.LongestGap)))
+		slack := gapBound(r.LongestGap)
 		stalled := stall[m.From] + stall[m.To]
 		op.Pairs = append(op.Pairs, meterPair{From: m.From, To: m.To, MeshSent: m.Sent, MeshLost: m.Lost, MeshGapMS: ms(m.LongestGap),
 			RingSent: r.Sent, RingLost: r.Lost, RingGapMS: ms(r.LongestGap)})

@@ -92,7 +92,7 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 			f := strings.Fields(line)
 			return len(f) > 1 && f[1] == "commit"
 		})
-		rbOut, rbErr := exec.CommandContext(ctx, e.cutoverLab, "rollback", "--dir", e.l.Dir()).CombinedOutput()
+		rbOut, rbErr := e.command(ctx, "rollback").CombinedOutput()
 		for sc.Scan() {
 			lines = append(lines, sc.Text())
 		}
@@ -169,7 +169,7 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 // caller reads the rest from the scanner and waits for the command.
 func (e *e2eLab) startUntil(ctx context.Context, args []string, until func(line string) bool) (*exec.Cmd, *bufio.Scanner, []string) {
 	e.t.Helper()
-	cmd := exec.CommandContext(ctx, e.cutoverLab, append(args[:1:1], append([]string{"--dir", e.l.Dir()}, args[1:]...)...)...)
+	cmd := e.command(ctx, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		e.t.Fatal(err)
