@@ -36,7 +36,10 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 	timeout := s.Timeout
 	var commitAt time.Time
 	var late *lateWatch
+	op.mu.Lock()
 	staged := len(op.rec.Batches) > 0
+	switched := slices.Clone(op.rec.Switched) // a held operation's switched nodes
+	op.mu.Unlock()
 	if s.Step == barrier.Commit && !staged {
 		lead := c.commitLead(op)
 		commitAt = time.Now().Add(lead)
@@ -75,7 +78,13 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.from, ToPort: op.to, ProbePeers: op.probePeers[n], Strategy: op.report.GetStrategy()})
 			ph := r.GetStatus().GetPhase()
 			op.noteSelfUndo(n, r.GetStatus())
-			ev = callResult(n, s, err, ph == agentv1.Phase_PHASE_PREPARED, fmt.Sprintf("agent answered %s: %s", ph, r.GetStatus().GetError()))
+			ok := ph == agentv1.Phase_PHASE_PREPARED
+			if slices.Contains(switched, n) {
+				// A held operation's node that an earlier run switched:
+				// the replayed Prepare answers where it is.
+				ok = ph == agentv1.Phase_PHASE_CONFIRMED && r.GetStatus().GetCurrentPort() == op.to
+			}
+			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s: %s", ph, r.GetStatus().GetError()))
 			op.noteTimeline(n, s, ev, r.GetStatus())
 		case barrier.Commit:
 			req := &agentv1.CommitRequest{OperationId: id, DeadmanMillis: deadman.Milliseconds()}

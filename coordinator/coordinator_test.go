@@ -242,7 +242,7 @@ func TestBadInputs(t *testing.T) {
 		{"bad strategy", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "slow"}, nil, codes.InvalidArgument, []string{`strategy "slow"`, "atomic", "staged"}},
 		{"batches without staged", &coordinatorv1.CutoverRequest{Port: 4889, Batches: []string{"1"}}, nil, codes.InvalidArgument, []string{"batches", "only the staged strategy"}},
 		{"max_parallel without staged", &coordinatorv1.CutoverRequest{Port: 4889, MaxParallel: 2}, nil, codes.InvalidArgument, []string{"max_parallel", "2", "only the staged strategy"}},
-		{"staged subset", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Nodes: []string{"n1"}}, nil, codes.InvalidArgument, []string{"nodes/selector", "covers every node"}},
+		{"staged subset, batch too big", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Nodes: []string{"n1"}, Batches: []string{"2"}}, nil, codes.InvalidArgument, []string{`batches[0] "2"`, "targets 1"}},
 		{"batch zero", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Batches: []string{"0", "100%"}}, nil, codes.InvalidArgument, []string{`batches[0] "0"`, "node count"}},
 		{"batch percent", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Batches: []string{"150%"}}, nil, codes.InvalidArgument, []string{`batches[0] "150%"`, "(0, 100]"}},
 		{"batch too big", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Batches: []string{"5"}}, nil, codes.InvalidArgument, []string{`batches[0] "5"`, "targets 3"}},

@@ -38,10 +38,19 @@ type Record struct {
 	// MaxParallel is a staged operation's wave size, resolved: a restarted
 	// coordinator changes nodes as many at a time as the first one did.
 	MaxParallel int `json:"max_parallel,omitempty"`
+	// Switched are, for a Held staged operation, the nodes that send the
+	// new port (every batch of every run so far): the next run switches
+	// the others.
+	Switched []string `json:"switched,omitempty"`
 }
 
 // Terminal reports whether the operation ended.
+// A Held operation's run ended, but the operation did not: it is never
+// pruned.
 func (r Record) Terminal() bool { return r.Outcome != "" && r.Outcome != "pending" }
+
+// Held reports whether the record is a held staged operation.
+func (r Record) Held() bool { return r.Outcome == "held" }
 
 // stepTimeout is the operation's per-step deadline.
 func (r Record) stepTimeout() time.Duration { return time.Duration(r.StepMillis) * time.Millisecond }
@@ -70,7 +79,7 @@ const DefaultJournalKeep = 100
 func Prunable(recs []Record, keep int) []Record {
 	var done []Record
 	for _, r := range recs {
-		if r.Terminal() {
+		if r.Terminal() && !r.Held() {
 			done = append(done, r)
 		}
 	}

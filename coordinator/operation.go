@@ -24,6 +24,9 @@ type operation struct {
 	offsets  map[string]clockSample
 	fanout   time.Duration // measured in preflight
 	prepDur  time.Duration // how long the prepare round took
+	// batchBase (staged) is how many report batches earlier runs of a
+	// held operation ran: the core numbers this run's from 1.
+	batchBase int
 
 	mu      sync.Mutex
 	rec     Record
@@ -218,6 +221,8 @@ func outcomeState(o barrier.Outcome) coordinatorv1.OperationState {
 		return coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK
 	case barrier.Failed:
 		return coordinatorv1.OperationState_OPERATION_STATE_FAILED
+	case barrier.Held:
+		return coordinatorv1.OperationState_OPERATION_STATE_HELD
 	}
 	return coordinatorv1.OperationState_OPERATION_STATE_RUNNING
 }

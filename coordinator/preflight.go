@@ -40,6 +40,11 @@ type request struct {
 	staged      bool
 	batches     [][]string
 	maxParallel int // staged: nodes changed at a time (resolved)
+	// targets (staged) are the nodes the request switches, sorted: the
+	// --nodes/--selector subset, else every node. nodes is then every node
+	// of the inventory: all of them listen on both ports.
+	targets []string
+	subset  bool // targets were named (nodes or selector)
 	// progress, when set, is told as preflight asks the agents (live
 	// progress of a streamed cutover); it must be safe for concurrent use.
 	progress func(*coordinatorv1.OperationEvent)
@@ -133,13 +138,15 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 		return r, invalid("batches", fmt.Sprintf("%q", strings.Join(req.Batches, ",")), "only the staged strategy switches in batches: add strategy staged")
 	case !r.staged && req.MaxParallel != 0:
 		return r, invalid("max_parallel", strconv.FormatUint(uint64(req.MaxParallel), 10), "the atomic strategy changes every node at one instant: only the staged strategy changes nodes in waves")
-	case r.staged && (len(req.Nodes) > 0 || req.Selector != ""):
-		// Leaving untargeted nodes listening on both ports between runs
-		// needs an operation that outlives one run: not built yet.
-		return r, invalid("nodes/selector", fmt.Sprintf("%v/%q", req.Nodes, req.Selector), "the staged strategy covers every node of the inventory: drop nodes and selector (docs/staged.md)")
 	case r.staged:
+		// Every node listens on both ports; the targets (a subset, or
+		// every node) switch. Untargeted nodes keep listening, and the
+		// operation is Held, until a later run switches them.
 		slices.Sort(r.nodes)
-		if r.batches, err = planBatches(req.Batches, r.nodes); err != nil {
+		r.targets, r.subset = r.nodes, len(req.Nodes) > 0 || req.Selector != ""
+		r.nodes = inv.nodeNames()
+		slices.Sort(r.nodes)
+		if r.batches, err = planBatches(req.Batches, r.targets); err != nil {
 			return r, err
 		}
 		r.maxParallel = waveSize(int(req.MaxParallel), len(r.nodes))

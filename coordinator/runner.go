@@ -207,6 +207,7 @@ func (c *Coordinator) declare(op *operation, d barrier.Declare) {
 	}
 	op.rec.Step = string(barrier.Done)
 	op.rec.Outcome = d.Outcome.String()
+	noteStagedLocked(op, d.Outcome, op.core.Sending())
 	op.mu.Unlock()
 	c.metrics.operations.WithLabelValues(d.Outcome.String()).Inc()
 	c.metrics.setPhase("idle")
@@ -245,7 +246,7 @@ func (c *Coordinator) endRun(op *operation) (acts []barrier.Action, more bool) {
 	}
 	// The last event goes out before running turns false, so that a
 	// Rollback stream started after this never sees it as its own end.
-	op.emit("done", "", msg, out != barrier.Succeeded, rep)
+	op.emit("done", "", msg, out != barrier.Succeeded && out != barrier.Held, rep)
 	op.mu.Lock()
 	op.running = false
 	op.mu.Unlock()

@@ -100,6 +100,16 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	if reverts != "" {
 		kind = "rollback"
 	}
+	if held := c.heldOp(); held != nil {
+		if r.staged && r.to == held.to && reverts == "" {
+			return c.continueHeld(held, req, r, stream)
+		}
+		what := fmt.Sprintf("%s cutover to port %d", map[bool]string{false: "an atomic", true: "a staged"}[r.staged], r.to)
+		if reverts != "" {
+			what = "the reverse cutover of " + reverts
+		}
+		return refuseBesideHeld(held, what)
+	}
 	// Preflight at hundreds of nodes takes a while: its progress goes out
 	// on the stream as it happens (a refusal then ends the stream).
 	var sendMu sync.Mutex
@@ -399,6 +409,8 @@ func (c *Coordinator) doneCore(rec Record) *barrier.Op {
 	switch rec.Outcome {
 	case "succeeded", "failed":
 		op.Ended(barrier.Succeeded, "")
+	case "held":
+		op.Ended(barrier.Held, "")
 	default:
 		op.Ended(barrier.Aborted, "journal: already "+rec.Outcome)
 	}

@@ -127,6 +127,7 @@ func reportBatches(bs [][]string) []*coordinatorv1.StagedBatch {
 func (op *operation) batchDone(b int, at time.Time, verified bool) {
 	op.mu.Lock()
 	defer op.mu.Unlock()
+	b += op.batchBase // a continued held operation's batches follow the earlier runs'
 	if b < 1 || b > len(op.report.Batches) {
 		return
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestPlanBatches(t *testing.T) {
@@ -330,5 +332,150 @@ func TestRealAgentsStagedResume(t *testing.T) {
 				t.Fatalf("staged invariant broken:\n%s", strings.Join(inv.broken, "\n"))
 			}
 		})
+	}
+}
+
+// TestRealAgentsStagedSubset runs staged subsets through the real
+// coordinator and the real agent package (fake dataplanes, the invariant
+// checked at every call): a subset is held with every node listening,
+// refuses every other operation and bad continuations without a change,
+// survives a coordinator restart, is continued to completion, and is
+// undone whole by a rollback or by a failing continuation.
+func TestRealAgentsStagedSubset(t *testing.T) {
+	const n = 5
+	inv := &invariantPlanes{planes: map[string]*dataplane.Fake{}}
+	l := realAgentsWith(t, n, inv.backend)
+	held := coordinatorv1.OperationState_OPERATION_STATE_HELD
+	dumps := func() string {
+		var out []string
+		for _, node := range []string{"n1", "n2", "n3", "n4", "n5"} {
+			out = append(out, node+" "+inv.planes[node].Dump())
+		}
+		return strings.Join(out, "\n")
+	}
+	staged := func(rep *coordinatorv1.Report) string {
+		var out []string
+		for _, nr := range rep.Nodes {
+			out = append(out, nr.Node+"="+nr.Staged)
+		}
+		return strings.Join(out, " ")
+	}
+
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "sub1", Strategy: "staged", Nodes: []string{"n2", "n1"}})
+	if err != nil || rep.State != held {
+		t.Fatalf("sub1: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	wantHeld := "n1 port=4789 fw=[4789 4889] rx2=4889 send=4889\nn2 port=4789 fw=[4789 4889] rx2=4889 send=4889\n" +
+		"n3 port=4789 fw=[4789 4889] rx2=4889 send=4789\nn4 port=4789 fw=[4789 4889] rx2=4889 send=4789\nn5 port=4789 fw=[4789 4889] rx2=4889 send=4789"
+	if got := dumps(); got != wantHeld {
+		t.Fatalf("held:\n%s\nwant\n%s", got, wantHeld)
+	}
+	if got, want := staged(rep), "n1=switched n2=switched n3=listening n4=listening n5=listening"; got != want {
+		t.Errorf("report: %s, want %s", got, want)
+	}
+	if len(rep.Batches) != 2 || fmt.Sprint(rep.Batches[0].Nodes, rep.Batches[1].Nodes) != "[n1] [n2]" {
+		t.Errorf("batches %v", rep.Batches)
+	}
+
+	// While held: every other operation, and every bad continuation, is
+	// refused with the field and the reason, and nothing changes.
+	for _, tc := range []struct {
+		name string
+		req  *coordinatorv1.CutoverRequest
+		code codes.Code
+		want []string
+	}{
+		{"atomic", &coordinatorv1.CutoverRequest{Port: 4889}, codes.FailedPrecondition, []string{"sub1 is held", "an atomic cutover to port 4889", "coordctl rollback sub1"}},
+		{"another port", &coordinatorv1.CutoverRequest{Port: 4999, Strategy: "staged"}, codes.FailedPrecondition, []string{"sub1 is held", "2 of 5 send 4889 (n1,n2)", "3 still send 4789 (n3,n4,n5)"}},
+		{"already switched", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Nodes: []string{"n1"}}, codes.InvalidArgument, []string{"nodes n1", "already send port 4889", "n3,n4,n5"}},
+		{"other id", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", OperationId: "sub9"}, codes.InvalidArgument, []string{`operation_id "sub9"`, "continues it"}},
+		{"unknown node", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Nodes: []string{"n9"}}, codes.InvalidArgument, []string{"nodes n9", "not in the inventory"}},
+	} {
+		_, _, err := l.cutover(tc.req)
+		if status.Code(err) != tc.code {
+			t.Errorf("%s: %v, want %s", tc.name, err, tc.code)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(status.Convert(err).Message(), w) {
+				t.Errorf("%s: %q lacks %q", tc.name, status.Convert(err).Message(), w)
+			}
+		}
+	}
+	if got := dumps(); got != wantHeld {
+		t.Fatalf("after refused requests:\n%s\nwant\n%s", got, wantHeld)
+	}
+
+	// A restarted coordinator keeps it held: nothing is undone.
+	l.crash()
+	l.start()
+	l.c.Wait()
+	st, err := l.client.Status(context.Background(), &coordinatorv1.StatusRequest{OperationId: "sub1"})
+	if err != nil || st.State != held || staged(st) != "n1=switched n2=switched n3=listening n4=listening n5=listening" {
+		t.Fatalf("after a restart: %v %v", st, err)
+	}
+	if got := dumps(); got != wantHeld {
+		t.Fatalf("after a restart:\n%s\nwant\n%s", got, wantHeld)
+	}
+
+	// Continue with n3 (still held), then the rest (retired).
+	rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Nodes: []string{"n3"}})
+	if err != nil || rep.State != held || rep.OperationId != "sub1" {
+		t.Fatalf("continue with n3: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	if got, want := staged(rep), "n1=switched n2=switched n3=switched n4=listening n5=listening"; got != want {
+		t.Errorf("report: %s, want %s", got, want)
+	}
+	rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged"})
+	if err != nil || rep.State != succeeded || rep.OperationId != "sub1" {
+		t.Fatalf("continue with the rest: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	for node, f := range inv.planes {
+		if got := f.Dump(); got != "port=4889 fw=[4889]" {
+			t.Errorf("%s: %s after the last run", node, got)
+		}
+	}
+	if got, want := staged(rep), "n1=retired n2=retired n3=retired n4=retired n5=retired"; got != want {
+		t.Errorf("report: %s, want %s", got, want)
+	}
+	if len(rep.Batches) != 5 || rep.Batches[4].VerifiedUnixNano == 0 || fmt.Sprint(rep.Batches[2].Nodes, rep.Batches[4].Nodes) != "[n3] [n5]" {
+		t.Errorf("batches after three runs: %v", rep.Batches)
+	}
+
+	// Held, then rolled back: every node back on 4889 alone.
+	if rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4999, OperationId: "sub2", Strategy: "staged", Nodes: []string{"n4"}}); err != nil || rep.State != held {
+		t.Fatalf("sub2: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	rb, err := l.client.Rollback(context.Background(), &coordinatorv1.RollbackRequest{OperationId: "sub2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, msgs, err = drain(rb); err != nil || rep.State != rolledBack {
+		t.Fatalf("rollback of held sub2: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	for node, f := range inv.planes {
+		if got := f.Dump(); got != "port=4889 fw=[4889]" {
+			t.Errorf("%s: %s after rolling back a held operation", node, got)
+		}
+	}
+
+	// Held, then a continuation whose batch fails: undone whole.
+	if rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4999, OperationId: "sub3", Strategy: "staged", Nodes: []string{"n1", "n2"}}); err != nil || rep.State != held {
+		t.Fatalf("sub3: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	inv.planes["n4"].SetFailure(dataplane.MethodSwitchSend, errors.New("injected: flow add failed"))
+	rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4999, Strategy: "staged", Nodes: []string{"n4"}})
+	if err != nil || rep.State != rolledBack || !strings.Contains(rep.Error, "n4") {
+		t.Fatalf("failing continuation: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	for node, f := range inv.planes {
+		if got := f.Dump(); got != "port=4889 fw=[4889]" {
+			t.Errorf("%s: %s after a failing continuation", node, got)
+		}
+	}
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if len(inv.broken) > 0 {
+		t.Fatalf("staged invariant broken:\n%s", strings.Join(inv.broken, "\n"))
 	}
 }

@@ -163,7 +163,7 @@ func stateClass(r *coordinatorv1.Report) string {
 			return "warn"
 		}
 		return "ok"
-	case coordinatorv1.OperationState_OPERATION_STATE_RUNNING:
+	case coordinatorv1.OperationState_OPERATION_STATE_RUNNING, coordinatorv1.OperationState_OPERATION_STATE_HELD:
 		return "running"
 	case coordinatorv1.OperationState_OPERATION_STATE_ABORTED, coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK:
 		return "warn"

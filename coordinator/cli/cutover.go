@@ -181,6 +181,16 @@ func reportExit(rep *coordinatorv1.Report, o outcome) error {
 			return Exitf(ExitProblems, "dry run %s: %s%s; nothing was changed", id, stateName(st), detail)
 		}
 		return Exitf(ExitFailed, "operation %s %s: every node is back on port %d%s", id, stateName(st), rep.GetFromPort(), detail)
+	case coordinatorv1.OperationState_OPERATION_STATE_HELD:
+		// The subset asked for switched; the rest listen on both ports
+		// until a later run (the report says who is where).
+		if o == outcomeRollback {
+			return Exitf(ExitFailed, "operation %s is HELD: nothing was rolled back%s", id, detail)
+		}
+		if w := rep.GetWarnings(); len(w) > 0 {
+			return warningsExit(id, w)
+		}
+		return nil
 	case coordinatorv1.OperationState_OPERATION_STATE_FAILED:
 		return Exitf(ExitOpFailed, "operation %s FAILED: the cluster may be split between ports; an operator is needed (coordctl status %s, coordctl rollback %s)%s", id, id, id, detail)
 	}

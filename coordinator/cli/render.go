@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -153,14 +154,24 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 		}
 	}
 	if len(r.GetNodes()) > 0 {
+		staged := slices.ContainsFunc(r.GetNodes(), func(n *coordinatorv1.NodeResult) bool { return n.GetStaged() != "" })
 		_, _ = fmt.Fprintln(w)
 		t := newTable(w)
-		_, _ = fmt.Fprintln(t, "NODE\tPHASE\tPORT\tAPPLY(ms)\tOFFSET(ms)\tERROR")
+		head := "NODE\tPHASE\tPORT\tAPPLY(ms)\tOFFSET(ms)\tERROR"
+		if staged {
+			head = "NODE\tPHASE\tSTAGED\tPORT\tAPPLY(ms)\tOFFSET(ms)\tERROR"
+		}
+		_, _ = fmt.Fprintln(t, head)
 		for _, n := range r.GetNodes() {
-			_, _ = fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\t%s\n", n.GetNode(), orDash(strings.TrimPrefix(n.GetAgentPhase(), "PHASE_")), n.GetPort(),
+			st := ""
+			if staged {
+				st = orDash(n.GetStaged()) + "\t"
+			}
+			_, _ = fmt.Fprintf(t, "%s\t%s\t%s%d\t%s\t%s\t%s\n", n.GetNode(), orDash(strings.TrimPrefix(n.GetAgentPhase(), "PHASE_")), st, n.GetPort(),
 				fmtMillis(n.GetApplyNanos()), fmtMillis(n.GetClockOffsetNanos()), orDash(n.GetError()))
 		}
 		_ = t.Flush()
+		renderHeld(w, r)
 	}
 	if len(r.GetDisruption()) > 0 || r.GetProbesSent() > 0 {
 		_, _ = fmt.Fprintln(w, "\nprobe disruption:")
@@ -173,6 +184,27 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 		_ = t.Flush()
 		renderStalls(w, r)
 	}
+}
+
+// renderHeld says, for a held staged operation, which nodes send which
+// port and what the operator can do next.
+func renderHeld(w io.Writer, r *coordinatorv1.Report) {
+	if r.GetState() != coordinatorv1.OperationState_OPERATION_STATE_HELD {
+		return
+	}
+	var sw, ls []string
+	for _, n := range r.GetNodes() {
+		if n.GetStaged() == "switched" {
+			sw = append(sw, n.GetNode())
+		} else {
+			ls = append(ls, n.GetNode())
+		}
+	}
+	id := orDash(r.GetOperationId())
+	_, _ = fmt.Fprintf(w, "\nheld: every node listens on %d and %d; %d node(s) send %d (%s), %d still send %d (%s).\n",
+		r.GetFromPort(), r.GetToPort(), len(sw), r.GetToPort(), abbreviateNodes(sw, 6), len(ls), r.GetFromPort(), abbreviateNodes(ls, 6))
+	_, _ = fmt.Fprintf(w, "next: coordctl cutover --port %d --strategy staged [--nodes ...] switches more (the old port is retired once every node sends %d); coordctl rollback %s undoes it all\n",
+		r.GetToPort(), r.GetToPort(), id)
 }
 
 // stallNotable is the agent stall the report points out: below it, a

@@ -141,6 +141,12 @@ const (
 	Aborted
 	RolledBack
 	Failed
+	// Held: a staged operation over a subset switched its batches and
+	// stopped there; every node listens on both ports, the nodes outside
+	// the batches (and outside Switched) still send the old one. A later
+	// run of the same operation switches them (Config.Switched), or a
+	// rollback undoes it all.
+	Held
 )
 
 func (o Outcome) String() string {
@@ -155,6 +161,8 @@ func (o Outcome) String() string {
 		return "rolled-back"
 	case Failed:
 		return "failed"
+	case Held:
+		return "held"
 	}
 	return fmt.Sprintf("outcome(%d)", int(o))
 }
@@ -197,8 +205,15 @@ type Config struct {
 	// (retire the old port) goes to every node once the last batch is
 	// confirmed. Every node must be in exactly one batch. Any failure
 	// after the first Commit undoes with Unswitch to every node, then
-	// Rollback.
+	// Rollback. A node may be in no batch (a subset): the operation is
+	// then Held after the last batch instead of finalized.
 	Batches [][]string
+	// Switched (staged) are the nodes an earlier run of this operation
+	// switched and confirmed: it was Held, and this run switches the
+	// batches' nodes on top. Prepare still goes to every node (the agents
+	// answer it as a replay), and from the start an undo switches every
+	// node's sending back first, as after a Commit.
+	Switched []string
 }
 
 // HookPoint is where in the plan a hook is called.
@@ -550,6 +565,11 @@ func (o *Op) Start() []Action {
 	if o.step != "" {
 		return nil
 	}
+	if len(o.cfg.Switched) > 0 {
+		// Nodes send the new port already: journaled as such from the
+		// first step, so that a restart undoes with Unswitch first.
+		o.sentCommit = true
+	}
 	acts := o.send(Prepare, o.cfg.Nodes)
 	if o.cfg.Probes {
 		o.waitReset = true
@@ -640,7 +660,7 @@ func (o *Op) Ended(out Outcome, reason string) {
 		return
 	}
 	o.step, o.outcome, o.reason = Done, out, reason
-	if out == Succeeded {
+	if out == Succeeded || out == Held {
 		o.sentPrepare, o.sentCommit = true, true
 	}
 }
@@ -721,7 +741,7 @@ func (o *Op) requestRollback(reason string) []Action {
 		return nil
 	case Done:
 		switch o.outcome {
-		case Succeeded:
+		case Succeeded, Held:
 			o.reason = reason
 			o.outcome = Pending
 			return o.undo(o.rollbackStep(), o.cfg.Nodes)
@@ -823,6 +843,11 @@ func (o *Op) advance() []Action {
 				o.batch++
 				return o.send(Commit, o.cfg.Batches[o.batch])
 			}
+			if o.holds() {
+				// Some nodes still send the old port: every node keeps
+				// listening on both until a later run switches them.
+				return o.finish(Held)
+			}
 			return o.callHooks(HookAfterConfirm)
 		}
 		return o.proceed()
@@ -894,8 +919,48 @@ func (o *Op) proceed() []Action {
 // operations roll back without switching every sender back first.
 var testNoUnswitch bool
 
+// testNoHold is the bite switch of TestStagedSubsetBites: a subset's run
+// retires the old port instead of holding.
+var testNoHold bool
+
 // staged reports whether the operation switches its senders in batches.
 func (o *Op) staged() bool { return len(o.cfg.Batches) > 0 }
+
+// holds reports whether a staged operation leaves some node sending the
+// old port once its batches are confirmed: a node in no batch and not
+// Switched by an earlier run.
+func (o *Op) holds() bool {
+	if !o.staged() || testNoHold {
+		return false
+	}
+	sends := map[string]bool{}
+	for _, n := range o.cfg.Switched {
+		sends[n] = true
+	}
+	for _, b := range o.cfg.Batches {
+		for _, n := range b {
+			sends[n] = true
+		}
+	}
+	for _, n := range o.cfg.Nodes {
+		if !sends[n] {
+			return true
+		}
+	}
+	return false
+}
+
+// Sending is, once a staged operation ended Held, the nodes that send the
+// new port: Switched and every batch's.
+func (o *Op) Sending() []string {
+	var out []string
+	out = append(out, o.cfg.Switched...)
+	for _, b := range o.cfg.Batches {
+		out = append(out, b...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
 
 // rollbackStep is how an operation that sent Commit is undone: staged
 // ones switch every sender back before anyone stops listening.

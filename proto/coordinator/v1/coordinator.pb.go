@@ -32,6 +32,11 @@ const (
 	OperationState_OPERATION_STATE_ABORTED     OperationState = 3 // failed before commit; nothing flipped
 	OperationState_OPERATION_STATE_ROLLED_BACK OperationState = 4 // committed, verification failed, reverted
 	OperationState_OPERATION_STATE_FAILED      OperationState = 5 // could not reach a consistent state: operator needed
+	// Staged with a subset of nodes: every node listens on both ports, the
+	// targeted ones send the new port, the others the old one, until a later
+	// cutover to the same port switches the rest (and retires the old port)
+	// or a rollback undoes it. NodeResult.staged says which node is where.
+	OperationState_OPERATION_STATE_HELD OperationState = 6
 )
 
 // Enum value maps for OperationState.
@@ -43,6 +48,7 @@ var (
 		3: "OPERATION_STATE_ABORTED",
 		4: "OPERATION_STATE_ROLLED_BACK",
 		5: "OPERATION_STATE_FAILED",
+		6: "OPERATION_STATE_HELD",
 	}
 	OperationState_value = map[string]int32{
 		"OPERATION_STATE_UNSPECIFIED": 0,
@@ -51,6 +57,7 @@ var (
 		"OPERATION_STATE_ABORTED":     3,
 		"OPERATION_STATE_ROLLED_BACK": 4,
 		"OPERATION_STATE_FAILED":      5,
+		"OPERATION_STATE_HELD":        6,
 	}
 )
 
@@ -1046,8 +1053,13 @@ type NodeResult struct {
 	// operation (agent ProbeStatsResponse.max_stall_micros): the gaps of the
 	// pairs to and from this node include it, the overlay did not cause it.
 	ProbeStallMicros int64 `protobuf:"varint,92,opt,name=probe_stall_micros,json=probeStallMicros,proto3" json:"probe_stall_micros,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Staged operations: where the node is at the end of the run:
+	// "listening" (receives on both ports, sends the old one), "switched"
+	// (receives on both, sends the new one), "retired" (on the new port
+	// only); empty for atomic operations and undone ones.
+	Staged        string `protobuf:"bytes,93,opt,name=staged,proto3" json:"staged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeResult) Reset() {
@@ -1197,6 +1209,13 @@ func (x *NodeResult) GetProbeStallMicros() int64 {
 		return x.ProbeStallMicros
 	}
 	return 0
+}
+
+func (x *NodeResult) GetStaged() string {
+	if x != nil {
+		return x.Staged
+	}
+	return ""
 }
 
 type PairDisruption struct {
@@ -1901,7 +1920,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\rPhaseDuration\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x14\n" +
 	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\x12*\n" +
-	"\x11started_unix_nano\x18\x03 \x01(\x03R\x0fstartedUnixNano\"\xff\x04\n" +
+	"\x11started_unix_nano\x18\x03 \x01(\x03R\x0fstartedUnixNano\"\x97\x05\n" +
 	"\n" +
 	"NodeResult\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1f\n" +
@@ -1923,7 +1942,8 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"revertedBy\x12\x18\n" +
 	"\abackend\x18U \x01(\tR\abackend\x12\x16\n" +
 	"\x06device\x18V \x01(\tR\x06device\x12,\n" +
-	"\x12probe_stall_micros\x18\\ \x01(\x03R\x10probeStallMicros\"\xf2\x01\n" +
+	"\x12probe_stall_micros\x18\\ \x01(\x03R\x10probeStallMicros\x12\x16\n" +
+	"\x06staged\x18] \x01(\tR\x06staged\"\xf2\x01\n" +
 	"\x0ePairDisruption\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
@@ -1982,14 +2002,15 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\rStatusRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\"4\n" +
 	"\x0fRollbackRequest\x12!\n" +
-	"\foperation_id\x18\x01 \x01(\tR\voperationId*\xc7\x01\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId*\xe1\x01\n" +
 	"\x0eOperationState\x12\x1f\n" +
 	"\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17OPERATION_STATE_RUNNING\x10\x01\x12\x1d\n" +
 	"\x19OPERATION_STATE_SUCCEEDED\x10\x02\x12\x1b\n" +
 	"\x17OPERATION_STATE_ABORTED\x10\x03\x12\x1f\n" +
 	"\x1bOPERATION_STATE_ROLLED_BACK\x10\x04\x12\x1a\n" +
-	"\x16OPERATION_STATE_FAILED\x10\x052\xba\x04\n" +
+	"\x16OPERATION_STATE_FAILED\x10\x05\x12\x18\n" +
+	"\x14OPERATION_STATE_HELD\x10\x062\xba\x04\n" +
 	"\x12CoordinatorService\x12c\n" +
 	"\n" +
 	"ListAgents\x12).cutover.coordinator.v1.ListAgentsRequest\x1a*.cutover.coordinator.v1.ListAgentsResponse\x12T\n" +

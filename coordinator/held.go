@@ -1,0 +1,190 @@
+package coordinator
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Staged subsets (docs/staged.md, "Subsets"). A staged cutover with
+// --nodes/--selector has every node listen on both ports but switches only
+// the targets, then ends Held: the untargeted nodes keep listening on both
+// and sending the old port, so every node still receives every port any
+// node sends on. A held operation outlives its run: it is journaled as
+// such, survives a coordinator restart, is never pruned, and is the only
+// thing a later cutover may do until it ends. A cutover to the same port
+// with the staged strategy continues it (the same operation, more
+// batches); when every node sends the new port the old one is retired as
+// usual. A rollback undoes it whole: every sender back, then every
+// listener.
+
+// Staged node states, as NodeResult.staged spells them.
+const (
+	stagedListening = "listening"
+	stagedSwitched  = "switched"
+	stagedRetired   = "retired"
+)
+
+// heldOp returns the held operation, if any (there is at most one: while
+// it is held no other operation starts).
+func (c *Coordinator) heldOp() *operation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, op := range c.ops {
+		op.mu.Lock()
+		held := op.rec.Outcome == barrier.Held.String()
+		op.mu.Unlock()
+		if held {
+			return op
+		}
+	}
+	return nil
+}
+
+// heldSummary says where a held operation's nodes are, for messages.
+func heldSummary(op *operation) string {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	listening := listeningLocked(op)
+	return fmt.Sprintf("every node listens on %d and %d; %d of %d send %d (%s), %d still send %d (%s)",
+		op.from, op.to, len(op.rec.Switched), len(op.nodes), op.to, abbreviate(op.rec.Switched, 10), len(listening), op.from, abbreviate(listening, 10))
+}
+
+func listeningLocked(op *operation) []string {
+	var out []string
+	for _, n := range op.nodes {
+		if !slices.Contains(op.rec.Switched, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// refuseBesideHeld is the error for any operation but the held one's
+// continuation.
+func refuseBesideHeld(op *operation, what string) error {
+	id := op.rec.ID
+	return status.Errorf(codes.FailedPrecondition,
+		"operation %s is held (staged, part of the nodes switched: %s): %s would change nodes in the middle of it; continue it with coordctl cutover --port %d --strategy staged [--nodes ...|--selector ...], or undo it with coordctl rollback %s",
+		id, heldSummary(op), what, op.to, id)
+}
+
+// continueHeld runs the next part of held operation op: the request's
+// targets (every node still listening when it names none) switch in
+// batches; if then every node sends the new port, the old one is retired.
+func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequest, r request, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
+	op.mu.Lock()
+	id, from, to, nodes := op.rec.ID, op.from, op.to, op.nodes
+	switched := slices.Clone(op.rec.Switched)
+	waveReq := op.rec.MaxParallel
+	listening := listeningLocked(op)
+	op.mu.Unlock()
+	if req.OperationId != "" && req.OperationId != id {
+		return invalid("operation_id", fmt.Sprintf("%q", req.OperationId), fmt.Sprintf("operation %s is held and this request continues it: drop operation_id or give %s", id, id))
+	}
+	targets := listening
+	if r.subset {
+		var foreign, already []string
+		targets = nil
+		for _, n := range r.targets {
+			switch {
+			case !slices.Contains(nodes, n):
+				foreign = append(foreign, n)
+			case slices.Contains(switched, n):
+				already = append(already, n)
+			default:
+				targets = append(targets, n)
+			}
+		}
+		if len(foreign) > 0 {
+			return invalid("nodes", strings.Join(foreign, ","), fmt.Sprintf("not nodes of held operation %s (%d nodes: %s): it can only switch its own", id, len(nodes), abbreviate(nodes, 10)))
+		}
+		if len(targets) == 0 {
+			return invalid("nodes", strings.Join(already, ","), fmt.Sprintf("already send port %d in held operation %s: nothing to switch; still on port %d: %s", to, id, from, abbreviate(listening, 10)))
+		}
+	}
+	batches, err := planBatches(req.Batches, targets)
+	if err != nil {
+		return err
+	}
+	wave := waveReq
+	if req.MaxParallel > 0 {
+		wave = waveSize(int(req.MaxParallel), len(nodes))
+	}
+	if req.DryRun {
+		rep := op.snapshot()
+		return stream.Send(&coordinatorv1.OperationEvent{OperationId: id, Phase: "preflight", UnixNano: time.Now().UnixNano(), Report: rep,
+			Message: fmt.Sprintf("dry run: operation %s is held (%s); would switch %d more node(s) to %d (%s)%s; nothing was changed",
+				id, heldSummary(op), len(targets), to, abbreviate(targets, 10), retireNote(len(switched)+len(targets) == len(nodes), from))})
+	}
+	c.mu.Lock()
+	if c.current != nil {
+		cur := c.current.rec.ID
+		c.mu.Unlock()
+		return status.Errorf(codes.FailedPrecondition, "operation %s is running: wait for it or roll it back first", cur)
+	}
+	c.current = op
+	c.mu.Unlock()
+	summary := heldSummary(op)
+	op.mu.Lock()
+	base := len(op.report.Batches)
+	op.batchBase = base
+	op.rec.Batches, op.rec.MaxParallel = batches, wave
+	op.report.Batches = append(op.report.Batches, reportBatches(batches)...)
+	op.report.MaxParallel = uint32(wave)
+	op.mu.Unlock()
+	cfg := c.coreConfig(nodes, op.step, op.deadman, op.rec.Hooks, batches)
+	cfg.Switched = switched
+	op.core = barrier.New(cfg)
+	op.reopen()
+	op.mu.Lock()
+	first := len(op.events)
+	op.mu.Unlock()
+	op.emit("continue", "", fmt.Sprintf("continuing held operation %s (%s): switching %d more node(s) in %d batch(es)%s",
+		id, summary, len(targets), len(batches), retireNote(len(switched)+len(targets) == len(nodes), from)), false, nil)
+	c.launch(op, op.core.Start())
+	return c.follow(stream, op, first)
+}
+
+func retireNote(all bool, from uint32) string {
+	if all {
+		return ", then retire port " + strconv.FormatUint(uint64(from), 10) + " on every node"
+	}
+	return ", and stay held"
+}
+
+// noteStagedLocked records, as a staged run ends, where each node is:
+// Switched for a held operation (the journal keeps it for the next run),
+// NodeResult.staged for the report. op.mu is held.
+func noteStagedLocked(op *operation, out barrier.Outcome, sending []string) {
+	if len(op.rec.Batches) == 0 {
+		return
+	}
+	switch out {
+	case barrier.Held:
+		op.rec.Switched = sending
+	default:
+		op.rec.Switched = nil
+	}
+	for _, n := range op.nodes {
+		nr := op.results[n]
+		switch {
+		case out == barrier.Held && slices.Contains(sending, n):
+			nr.Staged = stagedSwitched
+		case out == barrier.Held:
+			nr.Staged = stagedListening
+		case out == barrier.Succeeded:
+			nr.Staged = stagedRetired
+		default:
+			nr.Staged = ""
+		}
+	}
+}
