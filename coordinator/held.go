@@ -87,6 +87,13 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	waveReq := op.rec.MaxParallel
 	listening := listeningLocked(op)
 	op.mu.Unlock()
+	if joined, left := inventoryDrift(c.inventory().nodeNames(), nodes); len(joined)+len(left) > 0 {
+		// A node that joined never listened on the new port: switching
+		// more senders would cut it off. One that left cannot be switched.
+		return status.Errorf(codes.FailedPrecondition,
+			"operation %s is held over %d nodes but the inventory changed since (joined: %s; left: %s): a node that joined does not listen on %d; roll the held operation back (coordctl rollback %s) and run the change again over the nodes of today",
+			id, len(nodes), listOrNone(joined), listOrNone(left), to, id)
+	}
 	if req.OperationId != "" && req.OperationId != id {
 		return invalid("operation_id", fmt.Sprintf("%q", req.OperationId), fmt.Sprintf("operation %s is held and this request continues it: drop operation_id or give %s", id, id))
 	}
@@ -187,4 +194,35 @@ func noteStagedLocked(op *operation, out barrier.Outcome, sending []string) {
 			nr.Staged = ""
 		}
 	}
+}
+
+// inventoryDrift is which of inv are not in opNodes (joined) and which of
+// opNodes are not in inv (left), each sorted.
+func inventoryDrift(inv, opNodes []string) (joined, left []string) {
+	in := map[string]bool{}
+	for _, n := range inv {
+		in[n] = true
+	}
+	of := map[string]bool{}
+	for _, n := range opNodes {
+		of[n] = true
+		if !in[n] {
+			left = append(left, n)
+		}
+	}
+	for _, n := range inv {
+		if !of[n] {
+			joined = append(joined, n)
+		}
+	}
+	slices.Sort(joined)
+	slices.Sort(left)
+	return joined, left
+}
+
+func listOrNone(ns []string) string {
+	if len(ns) == 0 {
+		return "none"
+	}
+	return abbreviate(ns, 10)
 }

@@ -418,6 +418,29 @@ func TestRealAgentsStagedSubset(t *testing.T) {
 		t.Fatalf("after a restart:\n%s\nwant\n%s", got, wantHeld)
 	}
 
+	// A node that joined the inventory meanwhile never listened: the
+	// continuation is refused, nothing changes.
+	saved := l.inv
+	grown, err := NewInventory("test", append(slices.Clone(saved.Agents), AgentSpec{Node: "n6", Address: "198.18.0.6:9443"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.inv = grown
+	l.crash()
+	l.start()
+	l.c.Wait()
+	_, _, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Nodes: []string{"n3"}})
+	if msg := status.Convert(err).Message(); status.Code(err) != codes.FailedPrecondition || !strings.Contains(msg, "joined: n6") || !strings.Contains(msg, "left: none") {
+		t.Errorf("continuation after n6 joined: %v", err)
+	}
+	if got := dumps(); got != wantHeld {
+		t.Fatalf("after a refused continuation:\n%s\nwant\n%s", got, wantHeld)
+	}
+	l.inv = saved
+	l.crash()
+	l.start()
+	l.c.Wait()
+
 	// Continue with n3 (still held), then the rest (retired).
 	rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Nodes: []string{"n3"}})
 	if err != nil || rep.State != held || rep.OperationId != "sub1" {

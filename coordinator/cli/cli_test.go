@@ -117,6 +117,17 @@ func TestRenderGolden(t *testing.T) {
 	r.Nodes[1].Error = "rollback: ovs-vsctl: timeout"
 	r.Nodes[1].AgentPhase = "PHASE_FAILED"
 	renderReport(&b, r)
+	b.WriteString("== report (staged subset, held)\n")
+	r = sampleReport(coordinatorv1.OperationState_OPERATION_STATE_HELD)
+	r.Strategy, r.Disruption, r.ProbesSent, r.ProbesLost, r.LongestGapMicros = "staged", nil, 0, 0, 0
+	r.Batches = []*coordinatorv1.StagedBatch{{Nodes: []string{r.Nodes[0].Node}}}
+	for i, nr := range r.Nodes {
+		nr.Staged, nr.AgentPhase = "listening", "PHASE_PREPARED"
+		if i == 0 {
+			nr.Staged, nr.AgentPhase = "switched", "PHASE_CONFIRMED"
+		}
+	}
+	renderReport(&b, r)
 
 	golden := filepath.Join("testdata", "render.golden")
 	if *update {

@@ -69,3 +69,16 @@ func TestReportExitWithWarnings(t *testing.T) {
 		}
 	}
 }
+
+// A held staged subset did what was asked: exit 0; rolling it back is not
+// what "rollback" ended with when the report says HELD.
+func TestReportExitHeld(t *testing.T) {
+	rep := &coordinatorv1.Report{OperationId: "op1", State: coordinatorv1.OperationState_OPERATION_STATE_HELD, Kind: "cutover", FromPort: 4789, ToPort: 4889, Strategy: "staged"}
+	if err := reportExit(rep, outcomeCutover); err != nil {
+		t.Fatalf("held: %v, want exit 0", err)
+	}
+	var ee *ExitError
+	if err := reportExit(rep, outcomeRollback); !errors.As(err, &ee) || ee.Code != ExitFailed || !strings.Contains(err.Error(), "HELD") {
+		t.Fatalf("rollback answered HELD: %v, want exit 1 naming HELD", err)
+	}
+}

@@ -36,7 +36,8 @@ const maxStagedLostPerPair = 6
 //  3. rollback while switching (asked on the first batch's commit):
 //     every node switches back, then stops listening: ROLLED_BACK;
 //  4. rollback while listening (a node's agent is down at prepare, back
-//     a second later): ABORTED, every node stops listening.
+//     a second later): ABORTED, every node stops listening;
+//  5. a subset held, then continued (testE2EStagedSubset).
 func testE2EStaged(t *testing.T, backend string, oldPort int) {
 	bin := labtest.Binaries(t)
 	cfg := newConfig(t, backend, 4)
@@ -161,6 +162,54 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 		}
 	}
 	e.wantOn(oldPort)
+	e.wantOneTunnel()
+
+	testE2EStagedSubset(ctx, e, oldPort)
+}
+
+// testE2EStagedSubset is step 5 of testE2EStaged: a subset. The first two
+// nodes switch and the operation is HELD with every node listening on
+// both ports (the devices still on the old one): the overlay works
+// between every pair, the receive-both observer sees no frame go where it
+// is not received, and another operation is refused with nothing
+// changed. Continuing it switches the rest and retires the old port.
+func testE2EStagedSubset(ctx context.Context, e *e2eLab, oldPort int) {
+	t := e.t
+	t.Helper()
+	nodes := e.l.Nodes()
+	check := e.observeRx(oldPort, 4889)
+	hold := e.report(ctx, 0, "cutover", "--port", "4889", "--strategy", "staged", "--nodes", nodes[1].Name+","+nodes[0].Name)
+	if hold.GetState() != coordinatorv1.OperationState_OPERATION_STATE_HELD {
+		t.Fatalf("staged subset: %s (%s), want HELD", hold.GetState(), hold.GetError())
+	}
+	for i, nr := range hold.GetNodes() {
+		want := "listening"
+		if i < 2 {
+			want = "switched"
+		}
+		if nr.GetStaged() != want || nr.GetAgentPhase() == "" {
+			t.Errorf("held: %s is %q (%s), want %q", nr.GetNode(), nr.GetStaged(), nr.GetAgentPhase(), want)
+		}
+	}
+	e.wantStagedLoss(hold)
+	wantPorts(t, e.l, portMap(e.l, oldPort, nil)) // the devices keep the old port until the retirement
+	wantMesh(t, e.l, nil, 3*time.Second)
+	out, err := e.command(ctx, "cutover", "--port", "4889").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "is held") {
+		t.Errorf("an atomic cutover while %s is held: %v, want refused as held\n%s", hold.GetOperationId(), err, out)
+	}
+	if st := e.report(ctx, 0, "ctl", "status"); st.GetState() != coordinatorv1.OperationState_OPERATION_STATE_HELD || st.GetOperationId() != hold.GetOperationId() {
+		t.Errorf("status after the refusal: %s %s, want %s HELD", st.GetOperationId(), st.GetState(), hold.GetOperationId())
+	}
+	wantMesh(t, e.l, nil, 3*time.Second)
+
+	rest := e.report(ctx, 0, "cutover", "--port", "4889", "--strategy", "staged")
+	check()
+	if rest.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED || rest.GetOperationId() != hold.GetOperationId() {
+		t.Fatalf("continuing %s: %s %s (%s), want it SUCCEEDED", hold.GetOperationId(), rest.GetOperationId(), rest.GetState(), rest.GetError())
+	}
+	e.wantStagedLoss(rest)
+	e.wantOn(4889)
 	e.wantOneTunnel()
 }
 
