@@ -91,7 +91,7 @@ func NewMetrics() *Metrics {
 	m.pathChecks.WithLabelValues("problems")
 	m.Registry.MustRegister(m.lateCommits, m.tlsReloads, m.pathChecks, m.pathBlocked)
 	m.Registry.MustRegister(m.phase, m.phaseDuration, m.commitSpread, m.effectSpread, m.agentsReady, m.operations, m.tlsRejected, m.agentTLSRej)
-	for _, o := range []string{"succeeded", "aborted", "rolled-back", "failed"} {
+	for _, o := range []string{"succeeded", "aborted", "rolled-back", "failed", "held"} {
 		m.operations.WithLabelValues(o)
 	}
 	m.setPhase("idle")

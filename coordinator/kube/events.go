@@ -25,6 +25,7 @@ const (
 	ReasonAborted     = "OperationAborted"
 	ReasonRolledBack  = "OperationRolledBack"
 	ReasonFailed      = "OperationFailed"
+	ReasonHeld        = "OperationHeld"
 )
 
 // Recorder creates core/v1 Events about one stable object (the
@@ -202,6 +203,9 @@ func milestones(prev coordinator.Record, seen bool, r coordinator.Record) []mile
 			add(corev1.EventTypeWarning, ReasonAborted, "aborted before any node flipped; every node stays on port %d", r.FromPort)
 		case "rolled-back":
 			add(corev1.EventTypeWarning, ReasonRolledBack, "rolled back; every node is back on port %d", r.FromPort)
+		case "held":
+			add(corev1.EventTypeNormal, ReasonHeld, "held: %d of %d node(s) send port %d, the others still %d; every node listens on both until a staged cutover to %d switches the rest or a rollback undoes it",
+				len(r.Switched), len(r.Nodes), r.ToPort, r.FromPort, r.ToPort)
 		default:
 			add(corev1.EventTypeWarning, ReasonFailed, "ended %s: an operator must check the nodes (coordctl status %s)", r.Outcome, r.ID)
 		}

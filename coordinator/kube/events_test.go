@@ -85,6 +85,16 @@ Warning OperationAborted: operation op-2: aborted before any node flipped; every
 	}
 }
 
+func TestMilestonesHeld(t *testing.T) {
+	prev := rec("op-7", 1, "confirm", "pending")
+	r := rec("op-7", 1, "done", "held")
+	r.Nodes, r.Switched = []string{"a", "b", "c"}, []string{"a"}
+	got := milestones(prev, true, r)
+	if len(got) != 1 || got[0].reason != ReasonHeld || got[0].typ != corev1.EventTypeNormal || !strings.Contains(got[0].msg, "held: 1 of 3 node(s) send port") {
+		t.Errorf("%+v", got)
+	}
+}
+
 func TestMilestonesFailed(t *testing.T) {
 	prev := rec("op-9", 1, "rollback", "pending")
 	got := milestones(prev, true, rec("op-9", 1, "done", "failed"))
