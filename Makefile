@@ -99,9 +99,9 @@ lab-late: build lab ## issue 12: a frozen agent after commit (1s/6s/never) under
 	mkdir -p results
 	CI=true LATE_MATRIX=1 LATE_RESULTS=$(CURDIR)/results/late_commit.json flock /tmp/cutover-priv.lock $(GO) test -count=1 -timeout 30m -run 'TestLateCommit' -v ./harness/lab/faults/
 
-lab-meter: build lab ## issue 12: the probe mesh against an independent echo ring during cutovers, and with one agent frozen (kernel-vxlan, N=8, 1ms x 2 peers): results/meter_agreement.json, docs/lab.md
+lab-meter: build lab ## issue 12: the probe mesh against an independent echo ring during cutovers, and with one agent frozen (also during a staged and an atomic switch, issue 15) (kernel-vxlan, N=8, 1ms x 2 peers): results/meter_agreement.json, docs/lab.md
 	mkdir -p results
-	CI=true METER_RESULTS=$(CURDIR)/results/meter_agreement.json flock /tmp/cutover-priv.lock $(GO) test -count=1 -timeout 20m -run 'TestMeterAgreement|TestAgentStallExplainsItsGaps' -v ./harness/lab/
+	CI=true METER_RESULTS=$(CURDIR)/results/meter_agreement.json flock /tmp/cutover-priv.lock $(GO) test -count=1 -timeout 20m -run 'TestMeterAgreement|TestAgentStallExplainsItsGaps|TestFrozenNodeStagedVsAtomic' -v ./harness/lab/
 
 bench-lab: ## lab cutover benchmark (N=8,16,32; field-report loop vs parallel vs Cutover): results/lab_cutover.json, docs/benchmarks.md
 	@mkdir -p results

@@ -238,7 +238,7 @@ func loadavg() string {
 // meterLab brings up the kernel-vxlan lab (agentBin: the agent to run) with
 // probes every meterInterval to meterPeers peers, warms both meters and
 // returns it with the idle ring loss.
-func meterLab(t *testing.T, agentBin string) (*e2eLab, uint64) {
+func meterLab(t *testing.T, agentBin string, coordinatorArgs ...string) (*e2eLab, uint64) {
 	bin := labtest.Binaries(t)
 	cfg := newConfig(t, lab.BackendKernelVXLAN, meterNodes)
 	cfg.StartProcesses = true
@@ -252,7 +252,7 @@ func meterLab(t *testing.T, agentBin string) (*e2eLab, uint64) {
 	// A loaded 2-core machine can make every agent miss the default 200 ms
 	// lateness budget (a rolled-back cutover measures nothing here): the
 	// e2e tests' lead and a 1 s budget.
-	cfg.ExtraCoordinatorArgs = []string{"--commit-lead-min", "1s", "--commit-late-budget", "1s"}
+	cfg.ExtraCoordinatorArgs = append([]string{"--commit-lead-min", "1s", "--commit-late-budget", "1s"}, coordinatorArgs...)
 	e := &e2eLab{t: t, l: up(t, cfg), cutoverLab: filepath.Join(bin, "cutover-lab")}
 	if m, err := e.l.Mesh(context.Background(), 10*time.Second); err != nil || !m.AllOK() {
 		t.Fatalf("overlay not complete before the test: %v\n%s", err, m)
