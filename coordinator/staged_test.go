@@ -441,6 +441,15 @@ func TestRealAgentsStagedSubset(t *testing.T) {
 	l.start()
 	l.c.Wait()
 
+	// A dry run of the continuation says what it would do, changes nothing.
+	dr, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Nodes: []string{"n3"}, DryRun: true})
+	if err != nil || dr.State != held || !strings.Contains(strings.Join(msgs, "\n"), "would switch 1 more node(s) to 4889 (n3), and stay held") {
+		t.Errorf("dry run of a continuation: %v %v\n%s", dr, err, strings.Join(msgs, "\n"))
+	}
+	if got := dumps(); got != wantHeld {
+		t.Fatalf("after a dry run:\n%s\nwant\n%s", got, wantHeld)
+	}
+
 	// Continue with n3 (still held), then the rest (retired).
 	rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Nodes: []string{"n3"}})
 	if err != nil || rep.State != held || rep.OperationId != "sub1" {
