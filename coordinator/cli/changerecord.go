@@ -227,7 +227,10 @@ func newRecordView(r *coordinatorv1.Report, now time.Time) *recordView {
 		data.Batches = append(data.Batches, rel(b.GetSwitchedUnixNano()))
 	}
 	wantPort := r.GetToPort()
-	if st := r.GetState(); st == coordinatorv1.OperationState_OPERATION_STATE_ABORTED || st == coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK {
+	if st := r.GetState(); st == coordinatorv1.OperationState_OPERATION_STATE_ABORTED || st == coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK ||
+		st == coordinatorv1.OperationState_OPERATION_STATE_HELD {
+		// Held: the devices keep the old port until the retirement; where
+		// each node sends is its staged state.
 		wantPort = r.GetFromPort()
 	}
 	for _, n := range r.GetNodes() {
@@ -236,6 +239,9 @@ func newRecordView(r *coordinatorv1.Report, now time.Time) *recordView {
 			ApplyTook: fmtMillis(n.GetApplyNanos()), Offset: fmtMillis(n.GetClockOffsetNanos()), Reverted: "-", Error: n.GetError(), PortClass: "bad"}
 		if n.GetPort() != 0 {
 			nv.Port = fmt.Sprint(n.GetPort())
+		}
+		if s := n.GetStaged(); s != "" {
+			nv.Phase += " · " + s // listening, switched, retired
 		}
 		if n.GetPort() == wantPort || running {
 			nv.PortClass = "ok"

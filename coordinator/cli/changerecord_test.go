@@ -195,6 +195,29 @@ func TestChangeRecordStaged(t *testing.T) {
 	}
 }
 
+// A held staged subset: each node's phase says where it sends, and the
+// devices, still on the old port, are not flagged.
+func TestChangeRecordHeld(t *testing.T) {
+	r := sampleRecord(3, coordinatorv1.OperationState_OPERATION_STATE_HELD)
+	r.Strategy, r.CommitUnixNano, r.CommitSpreadNanos = "staged", 0, 0
+	r.Batches = []*coordinatorv1.StagedBatch{{Nodes: []string{r.Nodes[0].Node}, SwitchedUnixNano: t0 + 900_000_000, VerifiedUnixNano: t0 + 1_300_000_000}}
+	for i, n := range r.Nodes {
+		n.Port, n.Staged, n.AgentPhase = r.FromPort, "listening", "PHASE_PREPARED"
+		if i == 0 {
+			n.Staged, n.AgentPhase = "switched", "PHASE_CONFIRMED"
+		}
+	}
+	v := newRecordView(r, time.Unix(0, t0+5e9))
+	if v.Nodes[0].Phase != "CONFIRMED · switched" || v.Nodes[1].Phase != "PREPARED · listening" {
+		t.Errorf("phases %q %q", v.Nodes[0].Phase, v.Nodes[1].Phase)
+	}
+	for _, n := range v.Nodes {
+		if n.PortClass != "ok" {
+			t.Errorf("%s on the old port flagged %s in a held record", n.Node, n.PortClass)
+		}
+	}
+}
+
 // TestChangeRecordPathCheck: the record shows the underlay path check the
 // preflight ran: port, control, VNIs, sizes, counts per verdict, problems.
 func TestChangeRecordPathCheck(t *testing.T) {
