@@ -138,7 +138,12 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 		c.mu.Unlock()
 		return status.Errorf(codes.FailedPrecondition, "operation %s is running: wait for it or roll it back first", cur)
 	}
+	// Claim the slot and mark the run as started, as Rollback does: a
+	// rollback asked from now on goes to this run, never to a second one.
 	c.current = op
+	op.mu.Lock()
+	op.running = true
+	op.mu.Unlock()
 	c.mu.Unlock()
 	summary := heldSummary(op)
 	op.mu.Lock()
