@@ -111,8 +111,17 @@ func TestDiscoveryOnAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cfg.Leader(ctx, alice); err != nil {
-		t.Errorf("alice may read the Lease and the pod: %v", err)
+	// The authorizer learns the RoleBinding through an informer: a CI run
+	// was refused right after it was written. Poll for 5 s, as a client
+	// would retry.
+	var lerr error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, lerr = cfg.Leader(ctx, alice); lerr == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if lerr != nil {
+		t.Errorf("alice may read the Lease and the pod: %v", lerr)
 	}
 	err = cfg.SaveIdentity(ctx, alice, t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), `not allowed to get secrets cutover/cutover-admin-tls (RBAC): ask for "get" on secrets in namespace cutover`) {
