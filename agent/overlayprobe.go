@@ -21,7 +21,10 @@ import (
 type overlayProbe struct {
 	// coordPeers is set while the mesh probes the peers a Prepare gave.
 	coordPeers atomic.Bool
-	cfg        Config
+	// static are the --probe-peers the agent started with: what the mesh
+	// goes back to when the coordinator's sample lingers out or is parked.
+	static []probe.Peer
+	cfg    Config
 	mesh       *probe.Mesh
 
 	mu   sync.Mutex
@@ -30,7 +33,7 @@ type overlayProbe struct {
 }
 
 func newOverlayProbe(cfg Config, mesh *probe.Mesh) *overlayProbe {
-	return &overlayProbe{cfg: cfg, mesh: mesh, off: "looking for the overlay address"}
+	return &overlayProbe{cfg: cfg, mesh: mesh, static: mesh.Peers(), off: "looking for the overlay address"}
 }
 
 // status returns the address probes run on, or why there is none.

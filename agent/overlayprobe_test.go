@@ -279,3 +279,53 @@ func TestProbePeersLingerOut(t *testing.T) {
 		}
 	}
 }
+
+// A held staged operation parks the mesh (ProbeStats park): the sample a
+// Prepare gave is dropped at once, though the operation is in flight, and
+// a replayed Prepare of the same operation gives it back.
+func TestProbePeersPark(t *testing.T) {
+	ctx := context.Background()
+	tun0 := ifaddr.Fake{"tun0": {pfx("127.0.0.1/8")}}
+	ca := testConfig(t)
+	ca.ProbePort = 39485
+	ca.ProbePeers = "static=127.0.0.1:39491"
+	cb := testConfig(t)
+	cb.NodeName = "node-2"
+	cb.ProbePort = 39486
+	a := startAgent(t, ca, newFake(), WithInterfaceAddrs(tun0))
+	b := startAgent(t, cb, newFake(), WithInterfaceAddrs(tun0))
+	waitInfo(t, a, func(r *agentv1.InfoResponse) bool { return r.GetProbeAddress() != "" })
+	ib := waitInfo(t, b, func(r *agentv1.InfoResponse) bool { return r.GetProbeAddress() != "" })
+	probing := func(req *agentv1.ProbeStatsRequest) string {
+		t.Helper()
+		r, err := a.client.ProbeStats(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range r.GetPeers() {
+			names = append(names, p.GetPeer())
+		}
+		return strings.Join(names, ",")
+	}
+	peers := []*agentv1.ProbePeer{{Name: "node-2", Address: ib.GetProbeAddress()}}
+	prepare := &agentv1.PrepareRequest{OperationId: "op-1", FromPort: 4789, ToPort: 4889, ProbePeers: peers, Strategy: "staged"}
+	if _, err := a.client.Prepare(ctx, prepare); err != nil {
+		t.Fatal(err)
+	}
+	if p := probing(&agentv1.ProbeStatsRequest{}); p != "node-2" {
+		t.Fatalf("after Prepare the mesh probes %q, want node-2", p)
+	}
+	if p := probing(&agentv1.ProbeStatsRequest{Park: true}); p != "node-2" {
+		t.Fatalf("the parking read reports %q, want node-2 (read, then parked)", p)
+	}
+	if p := probing(&agentv1.ProbeStatsRequest{}); p != "static" {
+		t.Fatalf("parked, the mesh probes %q, want the --probe-peers (static)", p)
+	}
+	if _, err := a.client.Prepare(ctx, prepare); err != nil {
+		t.Fatal(err)
+	}
+	if p := probing(&agentv1.ProbeStatsRequest{}); p != "node-2" {
+		t.Fatalf("after the replayed Prepare the mesh probes %q, want node-2 back", p)
+	}
+}

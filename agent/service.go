@@ -371,6 +371,14 @@ func (s *Service) ProbeStats(_ context.Context, req *agentv1.ProbeStatsRequest) 
 	resp.TimeoutMicros = mesh.Timeout().Microseconds()
 	stats, stall := mesh.Snapshot(req.GetReset_())
 	resp.MaxStallMicros = stall.Microseconds()
+	if req.GetPark() && s.probes.coordPeers.Load() {
+		// The coordinator holds the operation (a staged subset): no
+		// probing at its rate until a Prepare gives the sample back.
+		if err := mesh.SetPeers(s.probes.static); err != nil {
+			return nil, status.Errorf(codes.Internal, "park: %v", err)
+		}
+		s.probes.coordPeers.Store(false)
+	}
 	for _, st := range stats {
 		resp.Peers = append(resp.Peers, &agentv1.PeerProbeStats{
 			Peer: st.Peer, Address: st.Address, Sent: st.Sent, Received: st.Received,

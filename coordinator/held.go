@@ -1,13 +1,16 @@
 package coordinator
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -126,6 +129,15 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	if req.MaxParallel > 0 {
 		wave = waveSize(int(req.MaxParallel), len(nodes))
 	}
+	// The agents parked their probe sample when the operation was held:
+	// plan it again (a restarted coordinator does not have it either), so
+	// that every batch of this run is verified over the whole mesh.
+	pr := r
+	pr.nodes, pr.step = nodes, op.step
+	pp := c.planProbes(stream.Context(), pr, nil)
+	if len(pp.problems) > 0 {
+		return status.Errorf(codes.FailedPrecondition, "continuing held operation %s: probe mesh: %s (nothing changed)", id, strings.Join(pp.problems, "; "))
+	}
 	if req.DryRun {
 		rep := op.snapshot()
 		return stream.Send(&coordinatorv1.OperationEvent{OperationId: id, Phase: "preflight", UnixNano: time.Now().UnixNano(), Report: rep,
@@ -150,6 +162,7 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	base := len(op.report.Batches)
 	op.batchBase = base
 	op.rec.Batches, op.rec.MaxParallel = batches, wave
+	op.probePeers, op.probePairs, op.probePlanned = pp.peers, pp.pairs, true
 	op.report.Batches = append(op.report.Batches, reportBatches(batches)...)
 	op.report.MaxParallel = uint32(wave)
 	op.mu.Unlock()
@@ -171,6 +184,27 @@ func retireNote(all bool, from uint32) string {
 		return ", then retire port " + strconv.FormatUint(uint64(from), 10) + " on every node"
 	}
 	return ", and stay held"
+}
+
+// parkProbes has every agent of a held operation drop the operation's
+// probe sample (agent ProbeStats park): best effort, once the run's figures
+// were read. A continuation's Prepare gives it back.
+func (c *Coordinator) parkProbes(op *operation) {
+	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.step))
+	defer cancel()
+	var mu sync.Mutex
+	var missed []string
+	fanOut(op.nodes, func(n string) {
+		if _, err := c.agent(n).client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Park: true}); err != nil {
+			mu.Lock()
+			missed = append(missed, n)
+			mu.Unlock()
+		}
+	})
+	if len(missed) > 0 {
+		slices.Sort(missed)
+		op.emit("held", "", fmt.Sprintf("probe mesh of %s not parked: they probe at the operation's rate until it ends or lingers out", strings.Join(missed, ",")), false, nil)
+	}
 }
 
 // noteStagedLocked records, as a staged run ends, where each node is:

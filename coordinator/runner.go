@@ -218,6 +218,9 @@ func (c *Coordinator) declare(op *operation, d barrier.Declare) {
 // run was ending is taken instead (more is true and acts are its actions).
 func (c *Coordinator) endRun(op *operation) (acts []barrier.Action, more bool) {
 	out := op.core.Outcome()
+	if out == barrier.Held {
+		c.parkProbes(op)
+	}
 	ctx, cancel := context.WithTimeout(c.ctx, op.step)
 	fanOut(op.nodes, func(n string) {
 		info, err := c.agent(n).client.Info(ctx, &agentv1.InfoRequest{})

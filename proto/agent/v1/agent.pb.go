@@ -1191,8 +1191,13 @@ func (x *OperationStatus) GetStrategy() string {
 }
 
 type ProbeStatsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Reset_        bool                   `protobuf:"varint,1,opt,name=reset,proto3" json:"reset,omitempty"` // zero the counters after reading
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Reset_ bool                   `protobuf:"varint,1,opt,name=reset,proto3" json:"reset,omitempty"` // zero the counters after reading
+	// park: after reading, drop the probe sample a Prepare gave and go back
+	// to the agent's own --probe-peers (usually none: idle). A held staged
+	// operation parks the mesh until a later run's Prepare gives the sample
+	// back: holding a canary for days must not probe at the operation's rate.
+	Park          bool `protobuf:"varint,2,opt,name=park,proto3" json:"park,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1230,6 +1235,13 @@ func (*ProbeStatsRequest) Descriptor() ([]byte, []int) {
 func (x *ProbeStatsRequest) GetReset_() bool {
 	if x != nil {
 		return x.Reset_
+	}
+	return false
+}
+
+func (x *ProbeStatsRequest) GetPark() bool {
+	if x != nil {
+		return x.Park
 	}
 	return false
 }
@@ -1916,9 +1928,10 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"revertedBy\x12*\n" +
 	"\x11updated_unix_nano\x18\n" +
 	" \x01(\x03R\x0fupdatedUnixNano\x12\x1a\n" +
-	"\bstrategy\x18d \x01(\tR\bstrategy\")\n" +
+	"\bstrategy\x18d \x01(\tR\bstrategy\"=\n" +
 	"\x11ProbeStatsRequest\x12\x14\n" +
-	"\x05reset\x18\x01 \x01(\bR\x05reset\"\xb7\x02\n" +
+	"\x05reset\x18\x01 \x01(\bR\x05reset\x12\x12\n" +
+	"\x04park\x18\x02 \x01(\bR\x04park\"\xb7\x02\n" +
 	"\x12ProbeStatsResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12'\n" +
 	"\x0finterval_micros\x18\x02 \x01(\x03R\x0eintervalMicros\x126\n" +
