@@ -25,7 +25,7 @@ type overlayProbe struct {
 	// goes back to when the coordinator's sample lingers out or is parked.
 	static []probe.Peer
 	cfg    Config
-	mesh       *probe.Mesh
+	mesh   *probe.Mesh
 
 	mu   sync.Mutex
 	addr netip.AddrPort // where the mesh runs; zero while off
