@@ -145,18 +145,11 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 				id, heldSummary(op), len(targets), to, abbreviate(targets, 10), retireNote(len(switched)+len(targets) == len(nodes), from))})
 	}
 	c.mu.Lock()
-	if c.current != nil {
-		cur := c.current.rec.ID
-		c.mu.Unlock()
-		return status.Errorf(codes.FailedPrecondition, "operation %s is running: wait for it or roll it back first", cur)
-	}
-	// Claim the slot and mark the run as started, as Rollback does: a
-	// rollback asked from now on goes to this run, never to a second one.
-	c.current = op
-	op.mu.Lock()
-	op.running = true
-	op.mu.Unlock()
+	err = c.claimLocked(op)
 	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	summary := heldSummary(op)
 	op.mu.Lock()
 	base := len(op.report.Batches)

@@ -296,17 +296,11 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 			Strategy: op.report.GetStrategy(),
 		}, stream, op.rec.ID)
 	}
-	if c.current != nil && c.current != op {
-		id := c.current.rec.ID
-		c.mu.Unlock()
-		return status.Errorf(codes.FailedPrecondition, "operation %s is running: wait for it or roll it back first", id)
-	}
-	// Claim the slot and the core: no run of op is in flight.
-	c.current = op
-	op.mu.Lock()
-	op.running = true
-	op.mu.Unlock()
+	err = c.claimLocked(op)
 	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	acts := op.core.Step(barrier.RollbackRequested{Reason: "operator requested rollback"})
 	if len(acts) == 0 {
 		c.mu.Lock()
@@ -322,6 +316,21 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 	op.reopen()
 	c.launch(op, acts)
 	return c.follow(stream, op, from)
+}
+
+// claimLocked claims the slot and the core for another run of an operation
+// that is not running (a rollback, a held operation's continuation), and
+// marks the run started: a rollback asked from then on goes to that run,
+// never to a second one. c.mu is held.
+func (c *Coordinator) claimLocked(op *operation) error {
+	if c.current != nil && c.current != op {
+		return status.Errorf(codes.FailedPrecondition, "operation %s is running: wait for it or roll it back first", c.current.rec.ID)
+	}
+	c.current = op
+	op.mu.Lock()
+	op.running = true
+	op.mu.Unlock()
+	return nil
 }
 
 // Resume loads the journal and, for every operation that did not end,
