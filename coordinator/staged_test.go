@@ -511,3 +511,48 @@ func TestRealAgentsStagedSubset(t *testing.T) {
 		t.Fatalf("staged invariant broken:\n%s", strings.Join(inv.broken, "\n"))
 	}
 }
+
+// TestRealAgentsStagedSubsetResume: the coordinator crashes while a held
+// operation's continuation switches; the restarted one undoes all of it
+// (the earlier run's switched node included), senders first, the
+// invariant intact throughout.
+func TestRealAgentsStagedSubsetResume(t *testing.T) {
+	inv := &invariantPlanes{planes: map[string]*dataplane.Fake{}}
+	l := realAgentsWith(t, 3, inv.backend)
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "h1", Strategy: "staged", Nodes: []string{"n1"}, TimeoutMillis: 20000})
+	if err != nil || rep.State != coordinatorv1.OperationState_OPERATION_STATE_HELD {
+		t.Fatalf("h1: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	inv.planes["n2"].SetLatency(dataplane.MethodSwitchSend, 3*time.Second)
+	go func() {
+		_, _, _ = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged"})
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for journalStep(t, l.dir, "h1") != "commit" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the continuation never reached commit (journal step %q)", journalStep(t, l.dir, "h1"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // n2's switch is in flight (it stalls 3 s)
+	l.crash()
+	l.start()
+	l.c.Wait()
+	st, err := l.client.Status(context.Background(), &coordinatorv1.StatusRequest{OperationId: "h1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != rolledBack {
+		t.Fatalf("after a crash in the continuation: %s (%s), want ROLLED_BACK", st.State, st.Error)
+	}
+	for node, f := range inv.planes {
+		if got := f.Dump(); got != "port=4789 fw=[4789]" {
+			t.Errorf("%s: %s, want port=4789 fw=[4789]", node, got)
+		}
+	}
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if len(inv.broken) > 0 {
+		t.Fatalf("staged invariant broken:\n%s", strings.Join(inv.broken, "\n"))
+	}
+}

@@ -107,8 +107,9 @@ func subsetCfg(batches [][]string, switched []string) Config {
 	return Config{Nodes: subsetNodes, StepTimeout: time.Second, Verifier: true, Probes: true, Hooks: []string{"h"}, Batches: batches, Switched: switched}
 }
 
-// runSubset runs a held operation over n1,n2, then a continuation that
-// switches the rest with the given batches; it returns the sim.
+// TestStagedSubsetHoldsThenRetires: a run over n1,n2 of four nodes holds
+// (every node listening, n1,n2 sending the new port, nothing retired),
+// then a continuation switches n3, n4 and retires the old port.
 func TestStagedSubsetHoldsThenRetires(t *testing.T) {
 	s := newSubsetSim(t, subsetNodes)
 	s.op = New(subsetCfg([][]string{{"n1"}, {"n2"}}, nil))
@@ -130,7 +131,13 @@ func TestStagedSubsetHoldsThenRetires(t *testing.T) {
 	// and every node retires the old port.
 	s.op = New(subsetCfg([][]string{{"n3"}, {"n4"}}, []string{"n1", "n2"}))
 	s.log = nil
-	if out := s.run(s.op.Start()); out != Succeeded {
+	acts := s.op.Start()
+	if j, ok := acts[0].(Journal); !ok || j.Step != Prepare || !j.CommitSent {
+		// A restart during the replayed prepare must undo with Unswitch
+		// first: the journal says commit was sent from the first step.
+		t.Fatalf("the continuation's first action %v: want the prepare journaled with commit-sent", acts[0])
+	}
+	if out := s.run(acts); out != Succeeded {
 		t.Fatalf("continuation: %v, want succeeded\n%s", out, strings.Join(s.log, "\n"))
 	}
 	if got, want := s.state(), "n1:rx=[new],tx=new n2:rx=[new],tx=new n3:rx=[new],tx=new n4:rx=[new],tx=new"; got != want {
