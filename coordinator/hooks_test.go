@@ -376,3 +376,45 @@ func TestHookNamesUnique(t *testing.T) {
 		t.Errorf("duplicate hook names: %v", err)
 	}
 }
+
+// TestHooksStagedOrder: a staged operation moves the source of truth
+// (BeforeCommit) only once every node confirmed sending the new port,
+// never while one still sends the old port; a held subset calls no hook
+// but preflight, and its continuation calls them all.
+func TestHooksStagedOrder(t *testing.T) {
+	a := newRecHook("a")
+	var l *lab
+	var bad []string
+	var badMu sync.Mutex
+	a.check = func(point string, _ OpInfo) {
+		if point != HookBeforeCommit {
+			return
+		}
+		for n, f := range l.fakes {
+			if !strings.Contains(f.Dump(), "CONFIRMED") {
+				badMu.Lock()
+				bad = append(bad, fmt.Sprintf("%s at BeforeCommit: %s", n, f.Dump()))
+				badMu.Unlock()
+			}
+		}
+	}
+	calls := shared(a)
+	l = newLabHooks(t, 3, nil, nil, a)
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "s1", Strategy: "staged", Nodes: []string{"n1"}})
+	if err != nil || rep.State != coordinatorv1.OperationState_OPERATION_STATE_HELD {
+		t.Fatalf("%v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	wantCalls(t, calls, `a preflight cutover 4789→4889`)
+	rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged"})
+	if err != nil || rep.State != succeeded || rep.Error != "" {
+		t.Fatalf("%v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	wantCalls(t, calls, `
+		a preflight cutover 4789→4889
+		a before-commit cutover 4789→4889
+		a after-confirm cutover 4789→4889
+		a finalize cutover 4789→4889`)
+	if len(bad) > 0 {
+		t.Errorf("BeforeCommit while some node did not send the new port: %v", bad)
+	}
+}

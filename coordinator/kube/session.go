@@ -189,6 +189,12 @@ func (s *Session) Preflight(ctx context.Context, op coordinator.OpInfo) []string
 //     success path, where at finalize a flanneld restarting during verify
 //     and confirm would rebuild its device on the old port.
 //
+// A staged operation (docs/staged.md) calls it later: once every node
+// confirmed sending the new port, before the retirement, so that the
+// source of truth never names the new port while a node still sends the
+// old one (a flanneld restarting, or Felix reconciling, would move its
+// node off the old port while peers send it); a held one never calls it.
+//
 // Restore puts the old port back if the operation then aborts or rolls
 // back.
 func (s *Session) BeforeCommit(ctx context.Context, op coordinator.OpInfo) error {

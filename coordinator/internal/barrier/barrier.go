@@ -832,6 +832,14 @@ func (o *Op) advance() []Action {
 		}
 		switch o.step {
 		case Prepare:
+			if o.staged() {
+				// The source of truth moves once every node sends the
+				// new port (below), never while some node still sends
+				// the old one: a CNI that rebuilds a node's device from
+				// it (flanneld restarting, Felix reconciling) would
+				// move that node off the old port while peers send it.
+				return o.proceed()
+			}
 			return o.callHooks(HookBeforeCommit)
 		case Verify:
 			if o.cfg.Verifier {
@@ -847,6 +855,11 @@ func (o *Op) advance() []Action {
 				// Some nodes still send the old port: every node keeps
 				// listening on both until a later run switches them.
 				return o.finish(Held)
+			}
+			if o.staged() {
+				// Every node sends the new port: now the source of
+				// truth may say so, then AfterConfirm, then retire.
+				return o.callHooks(HookBeforeCommit)
 			}
 			return o.callHooks(HookAfterConfirm)
 		}
@@ -1057,6 +1070,10 @@ func (o *Op) hooksDone(point HookPoint) []Action {
 		// asked meanwhile: the finalize barrier takes the request.
 		if point == HookAfterConfirm {
 			return o.send(Finalize, o.cfg.Nodes)
+		}
+		if o.staged() && !o.failed && o.rollbackReq == "" {
+			// Staged: BeforeCommit ran after the last batch confirmed.
+			return o.callHooks(HookAfterConfirm)
 		}
 		return o.proceed()
 	case HookFinalize:

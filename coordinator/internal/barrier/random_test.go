@@ -143,9 +143,17 @@ func runRandom(t *testing.T, seed uint64, violated func(string)) Outcome {
 					if !a.JournalFirst {
 						fail("before-commit hook %s not journaled first", a.Hook)
 					}
+					if staged && !confirmedAll {
+						// The source of truth moves only once every node
+						// sends the new port.
+						fail("staged: before-commit hook %s before every node confirmed sending the new port", a.Hook)
+					}
 				case HookAfterConfirm:
 					if !confirmedAll {
 						fail("after-confirm hook before every agent confirmed")
+					}
+					if staged && !bcOK[a.Hook] {
+						fail("staged: after-confirm hook %s before its before-commit succeeded", a.Hook)
 					}
 					afterConfirm[a.Hook] = true
 				case HookFinalize:
@@ -188,7 +196,7 @@ func runRandom(t *testing.T, seed uint64, violated func(string)) Outcome {
 						fail("commit sent before the probe reset ended")
 					}
 					for _, h := range cfg.Hooks {
-						if !bcOK[h] {
+						if !bcOK[h] && !staged {
 							fail("commit sent before hook %s's before-commit succeeded", h)
 						}
 					}
@@ -200,6 +208,9 @@ func runRandom(t *testing.T, seed uint64, violated func(string)) Outcome {
 					for _, h := range cfg.Hooks {
 						if !afterConfirm[h] {
 							fail("finalize sent before hook %s's after-confirm", h)
+						}
+						if !bcOK[h] {
+							fail("finalize sent before hook %s's before-commit succeeded", h)
 						}
 					}
 				}
