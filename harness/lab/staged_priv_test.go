@@ -2,6 +2,7 @@ package lab_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"os/exec"
@@ -25,6 +26,11 @@ import (
 // room for a CI runner whose probes starve.
 const maxStagedLostPerPair = 6
 
+// stalledAgent is the agent stall (the report's probe_stall_micros) past
+// which wantStagedLoss leaves a node's pairs out: only a test that stops
+// an agent gets there (agents fall 10-70 ms behind on this machine).
+const stalledAgent = 500 * time.Millisecond
+
 // testE2EStaged runs the staged strategy end to end on one backend: 4
 // nodes, real agents and coordinator, coordctl from the host.
 //
@@ -33,7 +39,8 @@ const maxStagedLostPerPair = 6
 //     left, at most maxStagedLostPerPair lost per pair;
 //  2. rollback of the finished operation (the retire phase undone): a
 //     staged operation back, every node on the old port;
-//  3. rollback while switching (asked on the first batch's commit):
+//  3. rollback while switching (asked on the first batch's commit, the
+//     second batch's agent stopped for a second so that it lands there):
 //     every node switches back, then stops listening: ROLLED_BACK;
 //  4. rollback while listening (a node's agent is down at prepare, back
 //     a second later): ABORTED, every node stops listening;
@@ -74,52 +81,49 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 
 	// Rollback while switching: asked when the first batch's commit goes
 	// out, taken at the next barrier. coordctl rollback is a second
-	// process that dials the coordinator (~0.2 s under -race); a staged
-	// switch of 4 nodes can take less (kernel: 0.18 s from the first
-	// commit to the retirement), and a rollback that lands once the
-	// retirement began is refused: the change completed. That is correct
-	// and asserted, but not the case under test, so the change is rolled
-	// back as finished and the case tried again, up to 3 times (one late
-	// landing in ~8 runs on this machine).
-	var (
-		lines []string
-		last  *coordinatorv1.Report
-	)
-	for attempt := 1; ; attempt++ {
-		check = e.observeRx(oldPort, 4889)
-		var cmd *exec.Cmd
-		var sc *bufio.Scanner
-		cmd, sc, lines = e.startUntil(ctx, staged, func(line string) bool {
-			f := strings.Fields(line)
-			return len(f) > 1 && f[1] == "commit"
-		})
-		rbOut, rbErr := e.command(ctx, "rollback").CombinedOutput()
-		for sc.Scan() {
-			lines = append(lines, sc.Text())
-		}
-		werr := cmd.Wait()
-		code := 1 // coordctl status exits 1 for an operation that did not succeed
-		if werr == nil {
-			code = 0
-		}
-		last = e.report(ctx, code, "ctl", "status")
-		if werr == nil && rbErr != nil && last.GetState() == coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED &&
-			strings.Contains(string(rbOut), "after the old port's retirement began") && attempt < 3 {
-			check()
-			t.Logf("attempt %d: the rollback landed after switching (refused, the change completed): rolling the finished change back and trying again", attempt)
-			back := e.report(ctx, 0, "rollback", last.GetOperationId())
-			if back.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
-				t.Fatalf("rollback of the finished %s: %s (%s)", last.GetOperationId(), back.GetState(), back.GetError())
-			}
-			e.wantOn(oldPort)
-			continue
-		}
-		var ee *exec.ExitError
-		if !errors.As(werr, &ee) || ee.ExitCode() != 1 || rbErr != nil {
-			t.Fatalf("staged cutover rolled back while switching (attempt %d): %v (want exit 1), rollback: %v\n%s\n%s", attempt, werr, rbErr, strings.Join(lines, "\n"), rbOut)
-		}
-		break
+	// process that dials the coordinator (~0.2 s under -race), and a
+	// staged switch of 4 nodes can take less (kernel: 0.14 s from the
+	// first commit to the retirement; a CI run saw the rollback land in
+	// the retirement 3 times out of 3, where it is refused: the change
+	// completed). So the second batch's node holds the switch up: its
+	// agent is stopped (SIGSTOP) as the first batch's commit goes out and
+	// resumed a second later, once the rollback was asked. Its dataplane
+	// keeps forwarding (the observer checks it); its mesh neither probes
+	// nor answers meanwhile, which the report's stall explains
+	// (wantStagedLoss leaves those pairs out).
+	check = e.observeRx(oldPort, 4889)
+	cmd, sc, lines := e.startUntil(ctx, staged, func(line string) bool {
+		f := strings.Fields(line)
+		return len(f) > 1 && f[1] == "commit"
+	})
+	holder, err := e.l.Proc("agent", e.l.Nodes()[1].Name)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := lab.Freeze(holder); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lab.Thaw(holder) })
+	rb := e.command(ctx, "rollback")
+	var rbOut bytes.Buffer
+	rb.Stdout, rb.Stderr = &rbOut, &rbOut
+	if err := rb.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // coordctl rollback dialled and asked
+	if err := lab.Thaw(holder); err != nil {
+		t.Fatal(err)
+	}
+	rbErr := rb.Wait()
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	werr := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(werr, &ee) || ee.ExitCode() != 1 || rbErr != nil {
+		t.Fatalf("staged cutover rolled back while switching: %v (want exit 1), rollback: %v\n%s\n%s", werr, rbErr, strings.Join(lines, "\n"), rbOut.String())
+	}
+	last := e.report(ctx, 1, "ctl", "status") // exit 1: the operation did not succeed
 	if last.GetState() != coordinatorv1.OperationState_OPERATION_STATE_ROLLED_BACK || last.GetBatches()[0].GetSwitchedUnixNano() == 0 {
 		t.Fatalf("last operation %s: %s, batches %v: want ROLLED_BACK after the first batch switched", last.GetOperationId(), last.GetState(), last.GetBatches())
 	}
@@ -136,7 +140,7 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 	// everyone is aborted (stops listening); the abort reaches it once it
 	// is back.
 	victim := e.l.Nodes()[3].Name
-	cmd, sc, lines := e.startUntil(ctx, staged, func(line string) bool { return strings.Contains(line, "preflight passed") })
+	cmd, sc, lines = e.startUntil(ctx, staged, func(line string) bool { return strings.Contains(line, "preflight passed") })
 	if _, err := e.l.KillAgent(victim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -147,8 +151,7 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
 	}
-	werr := cmd.Wait()
-	var ee *exec.ExitError
+	werr = cmd.Wait()
 	if !errors.As(werr, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("staged cutover with %s down at prepare: %v, want exit 1 (ABORTED)\n%s", victim, werr, strings.Join(lines, "\n"))
 	}
@@ -263,7 +266,17 @@ func (e *e2eLab) observeRx(from, to int) func() {
 func (e *e2eLab) wantStagedLoss(rep *coordinatorv1.Report) {
 	e.t.Helper()
 	var worst uint64
+	stalled := map[string]bool{}
+	for _, nr := range rep.GetNodes() {
+		if time.Duration(nr.GetProbeStallMicros())*time.Microsecond >= stalledAgent {
+			stalled[nr.GetNode()] = true
+		}
+	}
 	for _, d := range rep.GetDisruption() {
+		if stalled[d.GetFrom()] || stalled[d.GetTo()] {
+			e.t.Logf("%s: pair %s→%s lost %d probes, left out: an agent of the pair was stopped (its mesh neither probed nor answered)", rep.GetOperationId(), d.GetFrom(), d.GetTo(), d.GetLost())
+			continue
+		}
 		worst = max(worst, d.GetLost())
 		if d.GetLost() > maxStagedLostPerPair {
 			e.t.Errorf("%s: pair %s→%s lost %d probes, bound %d", rep.GetOperationId(), d.GetFrom(), d.GetTo(), d.GetLost(), maxStagedLostPerPair)
