@@ -3,7 +3,8 @@ package cli
 import "github.com/spf13/cobra"
 
 const exitCodesHelp = `Exit codes:
-  0  success (cutover SUCCEEDED; plan without problems; rollback done)
+  0  success (cutover SUCCEEDED, or HELD: a staged subset switched; plan
+     without problems; rollback done)
   1  the operation was ABORTED or ROLLED_BACK: every node is on one port, the
      old one; or another error
   2  bad input: a flag, an argument, or a request the coordinator refused as
