@@ -450,12 +450,13 @@ func TestRealAgentsStagedSubset(t *testing.T) {
 		t.Fatalf("after a dry run:\n%s\nwant\n%s", got, wantHeld)
 	}
 
-	// Continue with n3 (still held), then the rest (retired).
-	rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Nodes: []string{"n3"}})
+	// Continue with rack=a (n1, n3, n5: n1 already switched, skipped;
+	// still held), then the rest (retired).
+	rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Selector: "rack=a"})
 	if err != nil || rep.State != held || rep.OperationId != "sub1" {
-		t.Fatalf("continue with n3: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+		t.Fatalf("continue with rack=a: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
 	}
-	if got, want := staged(rep), "n1=switched n2=switched n3=switched n4=listening n5=listening"; got != want {
+	if got, want := staged(rep), "n1=switched n2=switched n3=switched n4=listening n5=switched"; got != want {
 		t.Errorf("report: %s, want %s", got, want)
 	}
 	rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged"})
@@ -470,7 +471,7 @@ func TestRealAgentsStagedSubset(t *testing.T) {
 	if got, want := staged(rep), "n1=retired n2=retired n3=retired n4=retired n5=retired"; got != want {
 		t.Errorf("report: %s, want %s", got, want)
 	}
-	if len(rep.Batches) != 5 || rep.Batches[4].VerifiedUnixNano == 0 || fmt.Sprint(rep.Batches[2].Nodes, rep.Batches[4].Nodes) != "[n3] [n5]" {
+	if len(rep.Batches) != 5 || rep.Batches[4].VerifiedUnixNano == 0 || fmt.Sprint(rep.Batches[2].Nodes, rep.Batches[3].Nodes, rep.Batches[4].Nodes) != "[n3] [n5] [n4]" {
 		t.Errorf("batches after three runs: %v", rep.Batches)
 	}
 
