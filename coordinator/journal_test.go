@@ -11,7 +11,9 @@ import (
 
 func TestPrunable(t *testing.T) {
 	r := func(id string, seq int64, outcome string) Record { return Record{ID: id, Seq: seq, Outcome: outcome} }
-	recs := []Record{r("d", 4, "succeeded"), r("a", 1, "failed"), r("run", 2, "pending"), r("b", 3, "rolled-back"), r("new", 5, "")}
+	// "held" (a staged subset waiting for its next run) is never pruned,
+	// however old: it is the operation the next cutover continues.
+	recs := []Record{r("d", 4, "succeeded"), r("a", 1, "failed"), r("run", 2, "pending"), r("b", 3, "rolled-back"), r("new", 5, ""), r("h", 0, "held")}
 	for _, tc := range []struct {
 		keep int
 		want string
@@ -21,7 +23,7 @@ func TestPrunable(t *testing.T) {
 			got = append(got, x.ID)
 		}
 		if strings.Join(got, ",") != tc.want {
-			t.Errorf("keep %d: pruned %v, want %s (never the unfinished ones)", tc.keep, got, tc.want)
+			t.Errorf("keep %d: pruned %v, want %s (never the unfinished or held ones)", tc.keep, got, tc.want)
 		}
 	}
 }
