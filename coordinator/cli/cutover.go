@@ -21,7 +21,7 @@ func newCutoverCmd(g *Globals) *cobra.Command {
 		dryRun bool
 	)
 	cmd := &cobra.Command{
-		Use:   "cutover --port N [--dry-run] [--nodes a,b | --selector k=v] [--timeout 30s] [--allow-nodeport-range] [--allow-tunnel-port]",
+		Use:   "cutover --port N [--strategy atomic|staged] [--dry-run] [--nodes a,b | --selector k=v] [--timeout 30s] [--allow-nodeport-range] [--allow-tunnel-port]",
 		Short: "Move the overlay to a new VXLAN port on every node at once, verified and reversible",
 		Long: `Run a cutover: preflight, prepare (open the new port everywhere), commit (all
 nodes flip at one instant), verify (read-back and probe mesh), confirm and
@@ -36,12 +36,20 @@ still awaited). The final report gives per-phase durations,
 the commit spread, per-node results and the probe disruption. With -o json
 only the final report is printed, as JSON.
 
+--strategy staged (docs/staged.md): every node first listens on both ports,
+the senders switch in --batches with the probe mesh verified after each, then
+the old port is retired; no commit instant. With --nodes/--selector only
+those nodes switch and the operation is HELD (every node listening on both)
+until a later staged cutover to the same port switches more (without
+--nodes/--selector: the rest, then the retirement) or coordctl rollback
+undoes it all; nothing else runs meanwhile.
+
 --timeout is the per-step deadline on the agents (default: the
 coordinator's); coordctl waits up to 10x --timeout for the whole operation,
 after which it stops waiting but the operation continues (coordctl status).
 --dry-run runs preflight only and changes nothing.
 
-Exit codes: 0 SUCCEEDED; 7 SUCCEEDED with warnings (a late node: see the
+Exit codes: 0 SUCCEEDED or HELD; 7 SUCCEEDED with warnings (a late node: see the
 report's "warnings:"); 1 ABORTED or ROLLED_BACK (every node is on one port,
 the old one); 5 FAILED (operator needed); 4 preflight problems (also a dry
 run that found problems); 6 stream ended without a final report; 2 bad
