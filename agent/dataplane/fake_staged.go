@@ -18,6 +18,17 @@ func (f *Fake) SetStagedRefusal(why string) {
 	f.stagedRefusal = why
 }
 
+// Reboot models the node rebooting in the middle of a staged change: the
+// second receiver, the per-entry send ports and the firewall's opening of
+// other ports are gone (kernel state, OpenFlow flows); the tunnel comes
+// back on its own port (the CNI rebuilds it).
+func (f *Fake) Reboot() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rx2, f.send = 0, 0
+	f.fw = map[uint16]bool{f.port: true}
+}
+
 // Receives reports the ports the node receives on.
 func (f *Fake) Receives() []uint16 {
 	f.mu.Lock()

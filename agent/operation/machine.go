@@ -60,8 +60,11 @@ type Machine struct {
 	gen    uint64     // bumped on every transition: stale timers do nothing
 	closed bool
 
-	mu  sync.Mutex // guards rec, held briefly
+	mu  sync.Mutex // guards rec and relistenErr, held briefly
 	rec *Record
+	// relistenErr is why a staged node could not listen on both ports
+	// again after a restart (staged.go, relistenLocked); "" once it does.
+	relistenErr string
 }
 
 // New loads the record from the store and resumes it: a PREPARING record
@@ -115,6 +118,7 @@ func New(ctx context.Context, o Options) (*Machine, error) {
 		m.abortLocked(ctx, *rec, ByRestart, "agent restarted during prepare")
 	case PhasePrepared:
 		if rec.Staged() {
+			m.relistenAfterRestartLocked(ctx, *rec)
 			break // a listening node never stops listening by itself
 		}
 		if rec.PrepareDeadline.IsZero() {
@@ -122,12 +126,19 @@ func New(ctx context.Context, o Options) (*Machine, error) {
 		}
 		m.armLocked(rec.PrepareDeadline.Sub(now), m.prepareTimedOut)
 	case PhaseCommitted:
+		if rec.Staged() {
+			m.relistenAfterRestartLocked(ctx, *rec)
+		}
 		if !now.Before(rec.Deadline) {
 			m.log.Warn("dead-man deadline passed while the agent was down: reverting now",
 				"operation", rec.ID, "deadline", rec.Deadline)
 			m.deadmanLocked(*rec)
 		} else {
 			m.armLocked(rec.Deadline.Sub(now), m.deadmanFired)
+		}
+	case PhaseConfirmed:
+		if rec.Staged() {
+			m.relistenAfterRestartLocked(ctx, *rec)
 		}
 	}
 	return m, nil
@@ -169,6 +180,11 @@ func (m *Machine) NotReady() []string {
 	if r, _ := m.Status(""); r.Phase == PhaseFailed {
 		out = append(out, fmt.Sprintf("operation %s FAILED: %s", r.ID, r.Error))
 	}
+	m.mu.Lock()
+	if m.relistenErr != "" {
+		out = append(out, m.relistenErr)
+	}
+	m.mu.Unlock()
 	return out
 }
 

@@ -182,3 +182,81 @@ func (m *Machine) unswitchRequestLocked(id string, cur *Record, reason string) (
 	}
 	return *cur, nil // PREPARING/PREPARED (not switched), or already undone
 }
+
+// relistenRetry is how often a staged node that could not listen on both
+// ports again after a restart tries again.
+var relistenRetry = 5 * time.Second // a var: the test shortens it
+
+// relistenAfterRestartLocked has a staged node that was listening on both
+// ports (PREPARED, or switched: COMMITTED, CONFIRMED) listen again when the
+// agent starts, and a switched one send the new port again. After a plain
+// agent restart the receiver is still there and both calls change nothing
+// (they are idempotent); after the node rebooted, the kernel's second
+// device or the OpenFlow copies are gone while peers may send the new port,
+// and this puts them back. The sending matters as much: the coordinator
+// counts a switched node as sending the new port, so once every node does
+// it retires the old port, and a node that came back sending the old one
+// would be cut off (a lab run lost 17-49 probes each way on such a pair). Until it succeeds the agent
+// is not ready (NotReady names the operation and why) and tries again every
+// relistenRetry: it cannot stop listening by itself either.
+func (m *Machine) relistenAfterRestartLocked(ctx context.Context, rec Record) {
+	if err := m.relistenLocked(ctx, rec); err != nil {
+		m.setRelistenErr(rec, err)
+		go m.retryRelisten(rec.ID)
+		return
+	}
+	m.log.Info("staged: listening on both ports again after the restart", "operation", rec.ID, "ports", fmt.Sprintf("%d,%d", rec.FromPort, rec.ToPort))
+}
+
+func (m *Machine) relistenLocked(ctx context.Context, rec Record) error {
+	st, err := m.stager()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, m.callTimeout)
+	defer cancel()
+	if err := st.Listen(cctx, *rec.Snapshot); err != nil {
+		return err
+	}
+	if rec.Phase == PhaseCommitted || rec.Phase == PhaseConfirmed {
+		if _, err := st.SwitchSend(cctx, *rec.Snapshot); err != nil {
+			return fmt.Errorf("send on port %d again: %w", rec.ToPort, err)
+		}
+	}
+	return nil
+}
+
+func (m *Machine) setRelistenErr(rec Record, err error) {
+	msg := ""
+	if err != nil {
+		msg = fmt.Sprintf("staged operation %s: not listening on port %d again since the agent restarted (retrying every %s): %v", rec.ID, rec.ToPort, relistenRetry, err)
+		m.log.Error("staged: cannot listen on both ports again after the restart", "operation", rec.ID, "err", err)
+	}
+	m.mu.Lock()
+	m.relistenErr = msg
+	m.mu.Unlock()
+}
+
+// retryRelisten tries relistenLocked again until it succeeds, the machine
+// closes, or operation id is no longer a staged one listening.
+func (m *Machine) retryRelisten(id string) {
+	for {
+		time.Sleep(relistenRetry)
+		m.opMu.Lock()
+		cur := m.current()
+		if m.closed || cur == nil || cur.ID != id || !cur.Staged() ||
+			(cur.Phase != PhasePrepared && cur.Phase != PhaseCommitted && cur.Phase != PhaseConfirmed) {
+			m.opMu.Unlock()
+			m.setRelistenErr(Record{}, nil)
+			return
+		}
+		err := m.relistenLocked(context.Background(), *cur)
+		m.opMu.Unlock()
+		if err == nil {
+			m.setRelistenErr(Record{}, nil)
+			m.log.Info("staged: listening on both ports again after the restart", "operation", id)
+			return
+		}
+		m.setRelistenErr(*cur, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,6 +203,59 @@ func TestStagedCommitFailureKeepsListening(t *testing.T) {
 	wantCode(t, err, CodeAborted, "still listening on both")
 	if r.Phase != PhasePrepared || r.RevertedBy != ByApplyFailure {
 		t.Fatalf("after a failed switch: %+v", r)
+	}
+	e.wantDump(dumpListening)
+}
+
+// TestStagedListensAgainAfterARestart: a node that rebooted in the middle
+// of a staged change (the second receiver, the firewall opening and the
+// send ports gone) listens on both ports again when the agent starts,
+// whether it was listening or switched; one that cannot is not ready,
+// saying why, and tries again until it can.
+func TestStagedListensAgainAfterARestart(t *testing.T) {
+	ctx := context.Background()
+	for _, switched := range []bool{false, true} {
+		e := newEnv(t)
+		wantCode(t, mustErr(e.m.PrepareStrategy(ctx, opA, from, to, StrategyStaged)), 0)
+		if switched {
+			wantCode(t, mustErr(e.m.Commit(ctx, opA, time.Time{}, deadman)), 0)
+			wantCode(t, mustErr(e.m.Confirm(ctx, opA)), 0)
+		}
+		e.m.Close()
+		e.be.Reboot()
+		e.wantDump("port=4789 fw=[4789]")
+		e.start()
+		// Listening again, and a switched node sending the new port
+		// again: the coordinator counts it as sending it.
+		if switched {
+			e.wantDump(dumpSwitched)
+		} else {
+			e.wantDump(dumpListening)
+		}
+		if nr := e.m.NotReady(); len(nr) != 0 {
+			t.Errorf("switched=%t: not ready after listening again: %v", switched, nr)
+		}
+	}
+
+	// It cannot listen: not ready, saying why, until a retry succeeds.
+	old := relistenRetry
+	relistenRetry = 20 * time.Millisecond
+	t.Cleanup(func() { relistenRetry = old })
+	e := newEnv(t)
+	wantCode(t, mustErr(e.m.PrepareStrategy(ctx, opA, from, to, StrategyStaged)), 0)
+	e.m.Close()
+	e.be.Reboot()
+	e.be.SetFailure(dataplane.MethodListen, errors.New("injected: OVS not connected yet"))
+	e.start()
+	nr := e.m.NotReady()
+	if len(nr) != 1 || !strings.Contains(nr[0], "staged operation "+opA+": not listening on port 4889 again") || !strings.Contains(nr[0], "OVS not connected yet") {
+		t.Fatalf("not ready = %q", nr)
+	}
+	e.be.SetFailure(dataplane.MethodListen, nil)
+	for deadline := time.Now().Add(5 * time.Second); len(e.m.NotReady()) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still not ready 5 s after Listen works again: %q", e.m.NotReady())
+		}
 	}
 	e.wantDump(dumpListening)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cutover-dev/cutover/harness/lab"
 	"github.com/cutover-dev/cutover/harness/lab/labtest"
 	"github.com/cutover-dev/cutover/harness/testenv"
+	"github.com/cutover-dev/cutover/pkg/vxlan"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
@@ -205,6 +206,27 @@ func testE2EStagedSubset(ctx context.Context, e *e2eLab, oldPort int) {
 		t.Errorf("status after the refusal: %s %s, want %s HELD", st.GetOperationId(), st.GetState(), hold.GetOperationId())
 	}
 	wantMesh(t, e.l, nil, 3*time.Second)
+	check()
+
+	// A node that reboots while held loses its second receiver (OVS: the
+	// OpenFlow copies; kernel: the second device) while a peer sends the
+	// new port to it (the observer is off meanwhile: this breaks the
+	// invariant on purpose). Its agent, started again, listens again.
+	victim := nodes[0].Name // switched: it and nodes[1] send the new port
+	e.dropReceiver(ctx, victim)
+	if _, err := e.l.KillAgent(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.l.StartAgent(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !e.hasReceiver(ctx, victim); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no second receiver 10 s after its agent started again", victim)
+		}
+	}
+	wantMesh(t, e.l, nil, 3*time.Second)
+	check = e.observeRx(oldPort, 4889)
 
 	rest := e.report(ctx, 0, "cutover", "--port", "4889", "--strategy", "staged")
 	check()
@@ -214,6 +236,44 @@ func testE2EStagedSubset(ctx context.Context, e *e2eLab, oldPort int) {
 	e.wantStagedLoss(rest)
 	e.wantOn(4889)
 	e.wantOneTunnel()
+}
+
+// The staged receiver on a lab node, as a node that rebooted loses it:
+// the copies of vxlan0's input flows on OVS (cookie ovsvxlan.CookieIn; the
+// send copies, ovsvxlan.CookieOut, too), the second device on the kernel.
+const stagedInCookie, stagedOutCookie = "0x0c07c07c07000001", "0x0c07c07c07000002"
+
+func (e *e2eLab) dropReceiver(ctx context.Context, node string) {
+	e.t.Helper()
+	var cmds [][]string
+	if e.l.Config().Backend == lab.BackendOVS {
+		for _, c := range []string{stagedInCookie, stagedOutCookie} {
+			cmds = append(cmds, []string{"ovs-ofctl", "-O", "OpenFlow13", "del-flows", "br0", "cookie=" + c + "/-1"})
+		}
+	} else {
+		cmds = append(cmds, []string{"ip", "link", "del", vxlan.TmpName("flannel.1")})
+	}
+	for _, c := range cmds {
+		if out, err := e.l.Exec(ctx, node, c...); err != nil {
+			e.t.Fatalf("%s: %v: %v\n%s", node, c, err, out)
+		}
+	}
+	if e.hasReceiver(ctx, node) {
+		e.t.Fatalf("%s: the second receiver is still there after dropping it", node)
+	}
+}
+
+func (e *e2eLab) hasReceiver(ctx context.Context, node string) bool {
+	e.t.Helper()
+	if e.l.Config().Backend == lab.BackendOVS {
+		out, err := e.l.Exec(ctx, node, "ovs-ofctl", "-O", "OpenFlow13", "dump-flows", "br0", "cookie="+stagedInCookie+"/-1")
+		if err != nil {
+			e.t.Fatalf("%s: dump-flows: %v\n%s", node, err, out)
+		}
+		return strings.Contains(out, "cookie=0x") // the filter shows only the copies (printed without the leading 0)
+	}
+	out, _ := e.l.Exec(ctx, node, "ip", "-o", "link", "show", vxlan.TmpName("flannel.1"))
+	return strings.Contains(out, "UP")
 }
 
 // startUntil starts cutover-lab with args (a coordctl command, the lab's
@@ -279,7 +339,7 @@ func (e *e2eLab) wantStagedLoss(rep *coordinatorv1.Report) {
 		}
 		worst = max(worst, d.GetLost())
 		if d.GetLost() > maxStagedLostPerPair {
-			e.t.Errorf("%s: pair %s→%s lost %d probes, bound %d", rep.GetOperationId(), d.GetFrom(), d.GetTo(), d.GetLost(), maxStagedLostPerPair)
+			e.t.Errorf("%s: pair %s→%s lost %d probes, bound %d (longest gap %s, begun in %s)", rep.GetOperationId(), d.GetFrom(), d.GetTo(), d.GetLost(), maxStagedLostPerPair, time.Duration(d.GetLongestGapMicros())*time.Microsecond, d.GetLongestGapPhase())
 		}
 	}
 	e.t.Logf("staged %s %s %d→%d: probes lost %d/%d (worst pair %d), longest gap %s, %d batch(es)",
