@@ -73,7 +73,7 @@ func nftLoad(t *testing.T, ns, ruleset string) {
 // rulesets is everything a's firewall holds, both views.
 func rulesets(t *testing.T, ns string) string {
 	t.Helper()
-	return vxlantest.Run(t, ns, "nft list ruleset") + "\n---\n" + vxlantest.Run(t, ns, "iptables-nft-save")
+	return vxlantest.Run(t, ns, "nft list ruleset") + "\n---\n" + vxlantest.SaveRules(vxlantest.Run(t, ns, "iptables-nft-save"))
 }
 
 func TestFirewallOpensPastANativeNftablesDrop(t *testing.T) {

@@ -184,3 +184,16 @@ func Connectivity(t testing.TB, a, b *Node, wait time.Duration) string {
 	}
 	return strings.Join(out, " ")
 }
+
+// SaveRules is iptables-save's output without its comment lines: they carry
+// the time of the dump, so two dumps a second apart differ by them alone
+// (CI runs saw it twice).
+func SaveRules(save string) string {
+	var keep []string
+	for _, line := range strings.Split(save, "\n") {
+		if !strings.HasPrefix(line, "#") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}

@@ -44,7 +44,7 @@ func TestStagedBackend(t *testing.T) {
 			t.Fatal(err)
 		}
 		links := run(t, n.NS, "ip -o link show type vxlan")
-		return s.Text() + stripLinks(links) + rulesOnly(run(t, n.NS, "iptables-save -t filter"))
+		return s.Text() + stripLinks(links) + vxlantest.SaveRules(run(t, n.NS, "iptables-save -t filter"))
 	}
 	before := map[*node]string{}
 	snaps := map[*node]dataplane.Snapshot{}
@@ -151,16 +151,4 @@ func stripLinks(out string) string {
 		}
 	}
 	return strings.Join(names, " ")
-}
-
-// rulesOnly is iptables-save's output without its comment lines: they carry
-// the time of the dump, so two dumps a second apart differed (a CI run).
-func rulesOnly(save string) string {
-	var keep []string
-	for _, line := range strings.Split(save, "\n") {
-		if !strings.HasPrefix(line, "#") {
-			keep = append(keep, line)
-		}
-	}
-	return strings.Join(keep, "\n")
 }
