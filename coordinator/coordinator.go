@@ -53,6 +53,7 @@ type Coordinator struct {
 	invMu     sync.RWMutex
 	inv       Inventory             // read through inventory()
 	agents    map[string]*agentConn // read through agent(n); every node ever in inv
+	gone      map[string]*agentConn // agent(n) of nodes outside inv (goneAgent)
 	retired   []*agentConn          // replaced clients, closed by Close
 	refreshMu sync.Mutex            // one refreshInventory at a time
 	invSource InventorySource       // nil: a fixed inventory
@@ -139,7 +140,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithCancel(parent)
-	return &Coordinator{cfg: cfg, inv: inv, agents: agents, invSource: o.invSource, dial: o.dial, journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
+	return &Coordinator{cfg: cfg, inv: inv, agents: agents, gone: map[string]*agentConn{}, invSource: o.invSource, dial: o.dial, journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
 		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*operation{}}, nil
 }
 
@@ -156,6 +157,9 @@ func (c *Coordinator) Close() {
 		_ = a.conn.Close()
 	}
 	for _, a := range c.retired {
+		_ = a.conn.Close()
+	}
+	for _, a := range c.gone {
 		_ = a.conn.Close()
 	}
 	c.invMu.Unlock()

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -174,10 +177,45 @@ func (c *Coordinator) inventory() Inventory {
 // client until Close, so a request validated against an older inventory,
 // or a running operation, never finds its node gone (preflight's cluster
 // checks say that the node left).
+// agent is node n's agent client. A node an operation names that the
+// inventory never had in this process (it left the cluster, and the
+// coordinator restarted since) gets a client whose every call fails
+// UNAVAILABLE saying so: the operation counts it unreached, as it would a
+// node that is down, instead of the coordinator failing.
 func (c *Coordinator) agent(n string) *agentConn {
+	if a := c.known(n); a != nil {
+		return a
+	}
+	c.invMu.Lock()
+	defer c.invMu.Unlock()
+	if a := c.agents[n]; a != nil {
+		return a
+	}
+	if g := c.gone[n]; g != nil {
+		return g
+	}
+	g := goneAgent(n)
+	c.gone[n] = g
+	return g
+}
+
+// known is node n's agent client, nil when the inventory never had n.
+func (c *Coordinator) known(n string) *agentConn {
 	c.invMu.RLock()
 	defer c.invMu.RUnlock()
 	return c.agents[n]
+}
+
+// goneAgent is the client agent() hands out for a node outside the
+// inventory: a connection that never dials.
+func goneAgent(n string) *agentConn {
+	why := fmt.Errorf("node %s is not in the inventory: its agent cannot be reached", n)
+	conn, err := grpc.NewClient("passthrough:///"+n, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return nil, why }))
+	if err != nil { // a constant target: cannot happen
+		panic(err)
+	}
+	return &agentConn{spec: AgentSpec{Node: n, Address: "(not in the inventory)"}, conn: conn, client: agentv1.NewAgentServiceClient(conn)}
 }
 
 // refreshInventory reads the inventory source, when there is one, and
@@ -195,7 +233,7 @@ func (c *Coordinator) refreshInventory(ctx context.Context) error {
 	}
 	var fresh Inventory
 	for _, a := range inv.Agents {
-		if old := c.agent(a.Node); old == nil || old.spec.Address != a.Address {
+		if old := c.known(a.Node); old == nil || old.spec.Address != a.Address {
 			fresh.Agents = append(fresh.Agents, a)
 		}
 	}

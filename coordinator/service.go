@@ -363,7 +363,11 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 		}
 		op.core = barrier.New(c.coreConfig(rec.Nodes, op.step, op.deadman, rec.Hooks, rec.Batches))
 		for _, n := range rec.Nodes {
-			if c.agent(n) == nil {
+			// Only an operation this start must finish or undo needs
+			// every node: a finished (or held) one naming a node that
+			// left the cluster must not keep the coordinator from
+			// starting; a rollback of it counts that node unreached.
+			if !rec.Terminal() && c.known(n) == nil {
 				return fmt.Errorf("journal: operation %s names node %s, which is not in the inventory: add it back so the operation can be finished or undone", rec.ID, n)
 			}
 		}

@@ -557,3 +557,69 @@ func TestRealAgentsStagedSubsetResume(t *testing.T) {
 		t.Fatalf("staged invariant broken:\n%s", strings.Join(inv.broken, "\n"))
 	}
 }
+
+// TestInventoryShrinksUnderOperations: a node leaves the inventory (in a
+// cluster: its Node is deleted) after one operation finished and while a
+// staged one is held. The restarted coordinator starts (it used to refuse
+// to, for any journaled operation naming the node), keeps the held one,
+// refuses to continue it, and a rollback counts the node unreached
+// (FAILED, naming it) without breaking the invariant; with the node back,
+// the rollback completes.
+func TestInventoryShrinksUnderOperations(t *testing.T) {
+	inv := &invariantPlanes{planes: map[string]*dataplane.Fake{}}
+	l := realAgentsWith(t, 5, inv.backend)
+	if rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 5389, OperationId: "a1"}); err != nil || rep.State != succeeded {
+		t.Fatalf("a1: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	if rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 5499, OperationId: "h2", Strategy: "staged", Nodes: []string{"n1"}}); err != nil || rep.State != coordinatorv1.OperationState_OPERATION_STATE_HELD {
+		t.Fatalf("h2: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	full := l.inv
+	shrunk, err := NewInventory("test", full.Agents[:4])
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.inv = shrunk
+	l.crash()
+	l.start() // fails the test if Resume refuses
+	l.c.Wait()
+	if st, err := l.client.Status(context.Background(), &coordinatorv1.StatusRequest{OperationId: "h2"}); err != nil || st.State != coordinatorv1.OperationState_OPERATION_STATE_HELD {
+		t.Fatalf("h2 after a restart without n5: %v %v", st, err)
+	}
+	_, _, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 5499, Strategy: "staged"})
+	if msg := status.Convert(err).Message(); status.Code(err) != codes.FailedPrecondition || !strings.Contains(msg, "left: n5") {
+		t.Errorf("continuation without n5: %v", err)
+	}
+	rb, err := l.client.Rollback(context.Background(), &coordinatorv1.RollbackRequest{OperationId: "h2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, msgs, err := drain(rb)
+	if err != nil || rep.State != coordinatorv1.OperationState_OPERATION_STATE_FAILED || !strings.Contains(rep.Error, "n5") {
+		t.Fatalf("rollback of h2 without n5: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	if !strings.Contains(strings.Join(msgs, "\n"), "not in the inventory") {
+		t.Errorf("the rollback's events do not say n5 is not in the inventory:\n%s", strings.Join(msgs, "\n"))
+	}
+	l.inv = full
+	l.crash()
+	l.start()
+	l.c.Wait()
+	rb, err = l.client.Rollback(context.Background(), &coordinatorv1.RollbackRequest{OperationId: "h2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, msgs, err = drain(rb); err != nil || rep.State != rolledBack {
+		t.Fatalf("rollback of h2 with n5 back: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	for node, f := range inv.planes {
+		if got := f.Dump(); got != "port=5389 fw=[5389]" {
+			t.Errorf("%s: %s, want port=5389 fw=[5389]", node, got)
+		}
+	}
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if len(inv.broken) > 0 {
+		t.Fatalf("staged invariant broken:\n%s", strings.Join(inv.broken, "\n"))
+	}
+}
