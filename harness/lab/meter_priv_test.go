@@ -57,13 +57,18 @@ const (
 	meterRatio      = 0.2
 	meterPairFactor = 2
 	meterPairSlack  = 20
-	meterOpFactor   = 1.5
-	meterGapSlack   = 40 * time.Millisecond
-	meterGapRatio   = 0.5
-	meterInterval   = time.Millisecond
-	meterPeers      = 2
-	meterNodes      = 8
-	meterTimeout    = 200 * time.Millisecond // the lab's --probe-timeout at 1 ms
+	// meterOpFactor was 1.5 until a CI run (2026-11-25, load average 7)
+	// saw a rollback's mesh lose 621 against the ring's 328 scaled (1.9×,
+	// 12 of 16 pairs outside the tight bound: the open per-node excess
+	// above, on most nodes at once). The fault-injected mesh loses 20-30×
+	// the ring (TestMeterAgreementBites), so 2× still bites.
+	meterOpFactor = 2.0
+	meterGapSlack = 40 * time.Millisecond
+	meterGapRatio = 0.5
+	meterInterval = time.Millisecond
+	meterPeers    = 2
+	meterNodes    = 8
+	meterTimeout  = 200 * time.Millisecond // the lab's --probe-timeout at 1 ms
 )
 
 // probeDropEnv is probe.FaultInjectDropEnv (not imported: the lab's tests
