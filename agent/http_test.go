@@ -145,10 +145,19 @@ cutover_agent_operation_phase{phase="prepared"} 0
 cutover_agent_operation_phase{phase="preparing"} 0
 cutover_agent_operation_phase{phase="reverted"} 1
 `
-	if err := testutil.GatherAndCompare(a.reg, strings.NewReader(want),
-		"cutover_agent_build_info", "cutover_agent_current_port", "cutover_agent_deadman_reverts_total",
-		"cutover_agent_operation_phase"); err != nil {
-		t.Fatal(err)
+	// The status says REVERTED as soon as the record does; the phase
+	// gauge follows from the observer a moment later (a CI run read
+	// "committed" there): poll the metrics too.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		err := testutil.GatherAndCompare(a.reg, strings.NewReader(want),
+			"cutover_agent_build_info", "cutover_agent_current_port", "cutover_agent_deadman_reverts_total",
+			"cutover_agent_operation_phase")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 	// The health and status polls above make the other counts vary.
 	for _, c := range []struct{ method, code string }{{"Prepare", "OK"}, {"Prepare", "FailedPrecondition"}, {"Commit", "OK"}} {

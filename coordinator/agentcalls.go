@@ -38,7 +38,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 	var late *lateWatch
 	op.mu.Lock()
 	staged := len(op.rec.Batches) > 0
-	switched := slices.Clone(op.rec.Switched) // a held operation's switched nodes
+	switched := setOf(op.rec.Switched) // a held operation's switched nodes
 	op.mu.Unlock()
 	if s.Step == barrier.Commit && !staged {
 		lead := c.commitLead(op)
@@ -79,7 +79,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			ph := r.GetStatus().GetPhase()
 			op.noteSelfUndo(n, r.GetStatus())
 			ok := ph == agentv1.Phase_PHASE_PREPARED
-			if slices.Contains(switched, n) {
+			if switched[n] {
 				// A held operation's node that an earlier run switched:
 				// the replayed Prepare answers where it is.
 				ok = ph == agentv1.Phase_PHASE_CONFIRMED && r.GetStatus().GetCurrentPort() == op.to

@@ -62,13 +62,24 @@ func heldSummary(op *operation) string {
 }
 
 func listeningLocked(op *operation) []string {
+	sw := setOf(op.rec.Switched)
 	var out []string
 	for _, n := range op.nodes {
-		if !slices.Contains(op.rec.Switched, n) {
+		if !sw[n] {
 			out = append(out, n)
 		}
 	}
 	return out
+}
+
+// setOf is ns as a set: the lookups here run over every node of a large
+// cluster, where a scan per node would be quadratic.
+func setOf(ns []string) map[string]bool {
+	m := make(map[string]bool, len(ns))
+	for _, n := range ns {
+		m[n] = true
+	}
+	return m
 }
 
 // refuseBesideHeld is the error for any operation but the held one's
@@ -104,11 +115,12 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	if r.subset {
 		var foreign, already []string
 		targets = nil
+		of, sw := setOf(nodes), setOf(switched)
 		for _, n := range r.targets {
 			switch {
-			case !slices.Contains(nodes, n):
+			case !of[n]:
 				foreign = append(foreign, n)
-			case slices.Contains(switched, n):
+			case sw[n]:
 				already = append(already, n)
 			default:
 				targets = append(targets, n)
@@ -213,10 +225,11 @@ func noteStagedLocked(op *operation, out barrier.Outcome, sending []string) {
 	default:
 		op.rec.Switched = nil
 	}
+	sends := setOf(sending)
 	for _, n := range op.nodes {
 		nr := op.results[n]
 		switch {
-		case out == barrier.Held && slices.Contains(sending, n):
+		case out == barrier.Held && sends[n]:
 			nr.Staged = stagedSwitched
 		case out == barrier.Held:
 			nr.Staged = stagedListening
@@ -231,13 +244,8 @@ func noteStagedLocked(op *operation, out barrier.Outcome, sending []string) {
 // inventoryDrift is which of inv are not in opNodes (joined) and which of
 // opNodes are not in inv (left), each sorted.
 func inventoryDrift(inv, opNodes []string) (joined, left []string) {
-	in := map[string]bool{}
-	for _, n := range inv {
-		in[n] = true
-	}
-	of := map[string]bool{}
+	in, of := setOf(inv), setOf(opNodes)
 	for _, n := range opNodes {
-		of[n] = true
 		if !in[n] {
 			left = append(left, n)
 		}
