@@ -100,6 +100,27 @@ func (p *invariantPlanes) backend(node string) dataplane.Backend {
 	return &checkedPlane{Fake: f, node: node, all: p}
 }
 
+// wantAll checks that every node's dataplane dumps want (when says at
+// what point of the test).
+func (p *invariantPlanes) wantAll(t *testing.T, want, when string) {
+	t.Helper()
+	for node, f := range p.planes {
+		if got := f.Dump(); got != want {
+			t.Errorf("%s: %s %s, want %s", node, got, when, want)
+		}
+	}
+}
+
+// wantIntact fails t when the invariant was broken at any dataplane call.
+func (p *invariantPlanes) wantIntact(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.broken) > 0 {
+		t.Fatalf("staged invariant broken:\n%s", strings.Join(p.broken, "\n"))
+	}
+}
+
 func (p *invariantPlanes) check(node, call string, ok func(other *dataplane.Fake) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -303,21 +324,7 @@ func TestRealAgentsStagedResume(t *testing.T) {
 			go func() {
 				_, _, _ = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "s1", Strategy: "staged", TimeoutMillis: 20000})
 			}()
-			deadline := time.Now().Add(15 * time.Second)
-			for journalStep(t, l.dir, "s1") != tc.step {
-				if time.Now().After(deadline) {
-					t.Fatalf("never reached %s (journal step %q)", tc.step, journalStep(t, l.dir, "s1"))
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			time.Sleep(300 * time.Millisecond) // n3's call is in flight (it stalls 3 s)
-			l.crash()
-			l.start()
-			l.c.Wait()
-			st, err := l.client.Status(context.Background(), &coordinatorv1.StatusRequest{OperationId: "s1"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := crashAt(t, l, "s1", tc.step) // n3's call is in flight (it stalls 3 s)
 			if st.State != tc.want {
 				t.Fatalf("after restart: %s (%s), want %s", st.State, st.Error, tc.want)
 			}
@@ -463,11 +470,7 @@ func TestRealAgentsStagedSubset(t *testing.T) {
 	if err != nil || rep.State != succeeded || rep.OperationId != "sub1" {
 		t.Fatalf("continue with the rest: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
 	}
-	for node, f := range inv.planes {
-		if got := f.Dump(); got != "port=4889 fw=[4889]" {
-			t.Errorf("%s: %s after the last run", node, got)
-		}
-	}
+	inv.wantAll(t, "port=4889 fw=[4889]", "after the last run")
 	if got, want := staged(rep), "n1=retired n2=retired n3=retired n4=retired n5=retired"; got != want {
 		t.Errorf("report: %s, want %s", got, want)
 	}
@@ -486,11 +489,7 @@ func TestRealAgentsStagedSubset(t *testing.T) {
 	if rep, msgs, err = drain(rb); err != nil || rep.State != rolledBack {
 		t.Fatalf("rollback of held sub2: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
 	}
-	for node, f := range inv.planes {
-		if got := f.Dump(); got != "port=4889 fw=[4889]" {
-			t.Errorf("%s: %s after rolling back a held operation", node, got)
-		}
-	}
+	inv.wantAll(t, "port=4889 fw=[4889]", "after rolling back a held operation")
 
 	// Held, then a continuation whose batch fails: undone whole.
 	if rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4999, OperationId: "sub3", Strategy: "staged", Nodes: []string{"n1", "n2"}}); err != nil || rep.State != held {
@@ -501,16 +500,8 @@ func TestRealAgentsStagedSubset(t *testing.T) {
 	if err != nil || rep.State != rolledBack || !strings.Contains(rep.Error, "n4") {
 		t.Fatalf("failing continuation: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
 	}
-	for node, f := range inv.planes {
-		if got := f.Dump(); got != "port=4889 fw=[4889]" {
-			t.Errorf("%s: %s after a failing continuation", node, got)
-		}
-	}
-	inv.mu.Lock()
-	defer inv.mu.Unlock()
-	if len(inv.broken) > 0 {
-		t.Fatalf("staged invariant broken:\n%s", strings.Join(inv.broken, "\n"))
-	}
+	inv.wantAll(t, "port=4889 fw=[4889]", "after a failing continuation")
+	inv.wantIntact(t)
 }
 
 // TestRealAgentsStagedSubsetResume: the coordinator crashes while a held
@@ -528,34 +519,12 @@ func TestRealAgentsStagedSubsetResume(t *testing.T) {
 	go func() {
 		_, _, _ = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged"})
 	}()
-	deadline := time.Now().Add(15 * time.Second)
-	for journalStep(t, l.dir, "h1") != "commit" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the continuation never reached commit (journal step %q)", journalStep(t, l.dir, "h1"))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond) // n2's switch is in flight (it stalls 3 s)
-	l.crash()
-	l.start()
-	l.c.Wait()
-	st, err := l.client.Status(context.Background(), &coordinatorv1.StatusRequest{OperationId: "h1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := crashAt(t, l, "h1", "commit") // n2's switch is in flight (it stalls 3 s)
 	if st.State != rolledBack {
 		t.Fatalf("after a crash in the continuation: %s (%s), want ROLLED_BACK", st.State, st.Error)
 	}
-	for node, f := range inv.planes {
-		if got := f.Dump(); got != "port=4789 fw=[4789]" {
-			t.Errorf("%s: %s, want port=4789 fw=[4789]", node, got)
-		}
-	}
-	inv.mu.Lock()
-	defer inv.mu.Unlock()
-	if len(inv.broken) > 0 {
-		t.Fatalf("staged invariant broken:\n%s", strings.Join(inv.broken, "\n"))
-	}
+	inv.wantAll(t, "port=4789 fw=[4789]", "at the end")
+	inv.wantIntact(t)
 }
 
 // TestInventoryShrinksUnderOperations: a node leaves the inventory (in a
@@ -612,14 +581,30 @@ func TestInventoryShrinksUnderOperations(t *testing.T) {
 	if rep, msgs, err = drain(rb); err != nil || rep.State != rolledBack {
 		t.Fatalf("rollback of h2 with n5 back: %v %v\n%s", rep, err, strings.Join(msgs, "\n"))
 	}
-	for node, f := range inv.planes {
-		if got := f.Dump(); got != "port=5389 fw=[5389]" {
-			t.Errorf("%s: %s, want port=5389 fw=[5389]", node, got)
+	inv.wantAll(t, "port=5389 fw=[5389]", "at the end")
+	inv.wantIntact(t)
+}
+
+// crashAt waits until operation id's journal says step, lets the call in
+// flight run 300 ms, crashes the coordinator, starts a new one over the
+// same journal, waits for it to finish or undo the operation, and returns
+// the operation's report.
+func crashAt(t *testing.T, l *lab, id, step string) *coordinatorv1.Report {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for journalStep(t, l.dir, id) != step {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never reached %s (journal step %q)", id, step, journalStep(t, l.dir, id))
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	inv.mu.Lock()
-	defer inv.mu.Unlock()
-	if len(inv.broken) > 0 {
-		t.Fatalf("staged invariant broken:\n%s", strings.Join(inv.broken, "\n"))
+	time.Sleep(300 * time.Millisecond)
+	l.crash()
+	l.start()
+	l.c.Wait()
+	st, err := l.client.Status(context.Background(), &coordinatorv1.StatusRequest{OperationId: id})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return st
 }
