@@ -20,6 +20,13 @@ import (
 // back: either way its pairs are split for a while.
 const frozenFor = 2 * time.Second
 
+// frozenStagedPairBound is the most a pair may lose on the ring in the
+// staged run: 25 ms of probes at 1 ms, what the kernel retirement costs a
+// pair on a loaded machine (a CI run: 10 and 11 on two of n2's pairs, 0-4
+// on the others; local runs 0-5), far below the atomic run's split (the
+// same CI run: 233-245 on each of n2's pairs).
+const frozenStagedPairBound = 25
+
 // TestFrozenNodeStagedVsAtomic (issue 15: "a frozen node during the switch
 // costs nothing but its own switch"). On the meter lab (kernel VXLAN, 8
 // nodes, probes every 1 ms to 2 peers, the independent echo ring beside
@@ -28,7 +35,7 @@ const frozenFor = 2 * time.Second
 //
 //   - staged, batches 1,2,100% (n2 is batch 2 alone): n2 switches when it
 //     thaws; every node listens on both ports meanwhile, so no pair may
-//     lose more than a staged change loses anyway (maxStagedLostPerPair
+//     lose more than a staged change loses anyway (frozenStagedPairBound
 //     per pair, on the ring: the agents' own mesh cannot see while n2's
 //     agent is stopped). The rollout waits for n2 (its verify reads n2's
 //     mesh): it costs time, not traffic.
@@ -112,8 +119,8 @@ func TestFrozenNodeStagedVsAtomic(t *testing.T) {
 		t.Fatalf("staged with %s frozen: %s (%s), want SUCCEEDED", victim, staged.GetState(), staged.GetError())
 	}
 	for pair, l := range stagedLost {
-		if l > maxStagedLostPerPair {
-			t.Errorf("staged with %s frozen: pair %s lost %d on the ring, bound %d", victim, pair, l, maxStagedLostPerPair)
+		if l > frozenStagedPairBound {
+			t.Errorf("staged with %s frozen: pair %s lost %d on the ring, bound %d", victim, pair, l, frozenStagedPairBound)
 		}
 	}
 	e.wantOn(4889)
