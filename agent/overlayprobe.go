@@ -36,6 +36,16 @@ func newOverlayProbe(cfg Config, mesh *probe.Mesh) *overlayProbe {
 	return &overlayProbe{cfg: cfg, mesh: mesh, static: mesh.Peers(), off: "looking for the overlay address"}
 }
 
+// backToStatic puts the --probe-peers back in place of the coordinator's
+// sample (it lingered out, or the coordinator parked it).
+func (p *overlayProbe) backToStatic() error {
+	if err := p.mesh.SetPeers(p.static); err != nil {
+		return err
+	}
+	p.coordPeers.Store(false)
+	return nil
+}
+
 // status returns the address probes run on, or why there is none.
 func (p *overlayProbe) status() (netip.AddrPort, string) {
 	if p == nil {

@@ -238,20 +238,13 @@ func TestPrepareHandsProbePeers(t *testing.T) {
 // --probe-linger after it ended, then the mesh goes back to --probe-peers.
 func TestProbePeersLingerOut(t *testing.T) {
 	ctx := context.Background()
-	tun0 := ifaddr.Fake{"tun0": {pfx("127.0.0.1/8")}}
 	ca := testConfig(t)
 	ca.ProbePort = 39483
 	ca.ProbeInterval = 2 * time.Millisecond
 	ca.ProbeTimeout = 50 * time.Millisecond
 	ca.ProbePeers = "static=127.0.0.1:39490"
 	ca.ProbeLinger = 300 * time.Millisecond
-	cb := testConfig(t)
-	cb.NodeName = "node-2"
-	cb.ProbePort = 39484
-	a := startAgent(t, ca, newFake(), WithInterfaceAddrs(tun0))
-	b := startAgent(t, cb, newFake(), WithInterfaceAddrs(tun0))
-	waitInfo(t, a, func(r *agentv1.InfoResponse) bool { return r.GetProbeAddress() != "" })
-	ib := waitInfo(t, b, func(r *agentv1.InfoResponse) bool { return r.GetProbeAddress() != "" })
+	a, bAddr := probingPair(t, ca, 39484)
 	peerNow := func() string {
 		r, err := a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{})
 		if err != nil || len(r.GetPeers()) != 1 {
@@ -259,7 +252,7 @@ func TestProbePeersLingerOut(t *testing.T) {
 		}
 		return r.GetPeers()[0].GetPeer()
 	}
-	peers := []*agentv1.ProbePeer{{Name: "node-2", Address: ib.GetProbeAddress()}}
+	peers := []*agentv1.ProbePeer{{Name: "node-2", Address: bAddr}}
 	if _, err := a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-1", FromPort: 4789, ToPort: 4889, ProbePeers: peers}); err != nil {
 		t.Fatal(err)
 	}
@@ -285,17 +278,10 @@ func TestProbePeersLingerOut(t *testing.T) {
 // a replayed Prepare of the same operation gives it back.
 func TestProbePeersPark(t *testing.T) {
 	ctx := context.Background()
-	tun0 := ifaddr.Fake{"tun0": {pfx("127.0.0.1/8")}}
 	ca := testConfig(t)
 	ca.ProbePort = 39485
 	ca.ProbePeers = "static=127.0.0.1:39491"
-	cb := testConfig(t)
-	cb.NodeName = "node-2"
-	cb.ProbePort = 39486
-	a := startAgent(t, ca, newFake(), WithInterfaceAddrs(tun0))
-	b := startAgent(t, cb, newFake(), WithInterfaceAddrs(tun0))
-	waitInfo(t, a, func(r *agentv1.InfoResponse) bool { return r.GetProbeAddress() != "" })
-	ib := waitInfo(t, b, func(r *agentv1.InfoResponse) bool { return r.GetProbeAddress() != "" })
+	a, bAddr := probingPair(t, ca, 39486)
 	probing := func(req *agentv1.ProbeStatsRequest) string {
 		t.Helper()
 		r, err := a.client.ProbeStats(ctx, req)
@@ -308,7 +294,7 @@ func TestProbePeersPark(t *testing.T) {
 		}
 		return strings.Join(names, ",")
 	}
-	peers := []*agentv1.ProbePeer{{Name: "node-2", Address: ib.GetProbeAddress()}}
+	peers := []*agentv1.ProbePeer{{Name: "node-2", Address: bAddr}}
 	prepare := &agentv1.PrepareRequest{OperationId: "op-1", FromPort: 4789, ToPort: 4889, ProbePeers: peers, Strategy: "staged"}
 	if _, err := a.client.Prepare(ctx, prepare); err != nil {
 		t.Fatal(err)
@@ -328,4 +314,20 @@ func TestProbePeersPark(t *testing.T) {
 	if p := probing(&agentv1.ProbeStatsRequest{}); p != "node-2" {
 		t.Fatalf("after the replayed Prepare the mesh probes %q, want node-2 back", p)
 	}
+}
+
+// probingPair starts agent a (ca) and node-2 (probe port portB) probing on
+// loopback, waits until both probe, and returns a and node-2's probe
+// address.
+func probingPair(t *testing.T, ca Config, portB int) (*testAgent, string) {
+	t.Helper()
+	tun0 := ifaddr.Fake{"tun0": {pfx("127.0.0.1/8")}}
+	cb := testConfig(t)
+	cb.NodeName = "node-2"
+	cb.ProbePort = portB
+	a := startAgent(t, ca, newFake(), WithInterfaceAddrs(tun0))
+	b := startAgent(t, cb, newFake(), WithInterfaceAddrs(tun0))
+	waitInfo(t, a, func(r *agentv1.InfoResponse) bool { return r.GetProbeAddress() != "" })
+	ib := waitInfo(t, b, func(r *agentv1.InfoResponse) bool { return r.GetProbeAddress() != "" })
+	return a, ib.GetProbeAddress()
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"time"
-
-	"github.com/cutover-dev/cutover/agent/probe"
 )
 
 // The coordinator hands each agent a probe sample with Prepare. Kept for
@@ -18,7 +16,7 @@ import (
 // the --probe-peers it started with (usually none: idle).
 
 // lingerProbes runs until ctx ends, checking every every.
-func (s *Service) lingerProbes(ctx context.Context, static []probe.Peer, linger, every time.Duration, log *slog.Logger) {
+func (s *Service) lingerProbes(ctx context.Context, linger, every time.Duration, log *slog.Logger) {
 	if s.probes == nil || linger <= 0 {
 		return
 	}
@@ -30,15 +28,15 @@ func (s *Service) lingerProbes(ctx context.Context, static []probe.Peer, linger,
 			return
 		case <-t.C:
 		}
-		if s.dropLingeringPeers(static, linger) {
-			log.Info("probe peers of the last operation dropped", "after", linger, "peers", len(static))
+		if s.dropLingeringPeers(linger) {
+			log.Info("probe peers of the last operation dropped", "after", linger, "peers", len(s.probes.static))
 		}
 	}
 }
 
 // dropLingeringPeers puts the static peers back once the coordinator's have
 // outlived the operation by linger. It reports whether it did.
-func (s *Service) dropLingeringPeers(static []probe.Peer, linger time.Duration) bool {
+func (s *Service) dropLingeringPeers(linger time.Duration) bool {
 	if !s.probes.coordPeers.Load() {
 		return false
 	}
@@ -57,9 +55,6 @@ func (s *Service) dropLingeringPeers(static []probe.Peer, linger time.Duration) 
 	if s.clock.Now().Sub(ended) < linger {
 		return false
 	}
-	if err := s.probes.mesh.SetPeers(static); err != nil {
-		return false // checked when the agent started: cannot happen
-	}
-	s.probes.coordPeers.Store(false)
-	return true
+	// The peers were checked when the agent started: this cannot fail.
+	return s.probes.backToStatic() == nil
 }

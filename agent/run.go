@@ -216,7 +216,7 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 		go refreshPort(setupCtx, svc, cfg.PortRefresh, cfg.CallTimeout)
 	}
 	if probes != nil {
-		go svc.lingerProbes(setupCtx, probes.static, cfg.ProbeLinger, min(cfg.ProbeLinger/4+time.Second, 30*time.Second), log)
+		go svc.lingerProbes(setupCtx, cfg.ProbeLinger, min(cfg.ProbeLinger/4+time.Second, 30*time.Second), log)
 	}
 	machc := make(chan *operation.Machine, 1)
 	go func() {

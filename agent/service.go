@@ -374,10 +374,9 @@ func (s *Service) ProbeStats(_ context.Context, req *agentv1.ProbeStatsRequest) 
 	if req.GetPark() && s.probes.coordPeers.Load() {
 		// The coordinator holds the operation (a staged subset): no
 		// probing at its rate until a Prepare gives the sample back.
-		if err := mesh.SetPeers(s.probes.static); err != nil {
+		if err := s.probes.backToStatic(); err != nil {
 			return nil, status.Errorf(codes.Internal, "park: %v", err)
 		}
-		s.probes.coordPeers.Store(false)
 	}
 	for _, st := range stats {
 		resp.Peers = append(resp.Peers, &agentv1.PeerProbeStats{

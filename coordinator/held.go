@@ -43,7 +43,7 @@ func (c *Coordinator) heldOp() *operation {
 	defer c.mu.Unlock()
 	for _, op := range c.ops {
 		op.mu.Lock()
-		held := op.rec.Outcome == barrier.Held.String()
+		held := op.rec.Held()
 		op.mu.Unlock()
 		if held {
 			return op
@@ -150,11 +150,12 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	if len(pp.problems) > 0 {
 		return status.Errorf(codes.FailedPrecondition, "continuing held operation %s: probe mesh: %s (nothing changed)", id, strings.Join(pp.problems, "; "))
 	}
+	then := retireNote(len(switched)+len(targets) == len(nodes), from)
 	if req.DryRun {
 		rep := op.snapshot()
 		return stream.Send(&coordinatorv1.OperationEvent{OperationId: id, Phase: "preflight", UnixNano: time.Now().UnixNano(), Report: rep,
 			Message: fmt.Sprintf("dry run: operation %s is held (%s); would switch %d more node(s) to %d (%s)%s; nothing was changed",
-				id, heldSummary(op), len(targets), to, abbreviate(targets, 10), retireNote(len(switched)+len(targets) == len(nodes), from))})
+				id, heldSummary(op), len(targets), to, abbreviate(targets, 10), then)})
 	}
 	c.mu.Lock()
 	err = c.claimLocked(op)
@@ -164,8 +165,7 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	}
 	summary := heldSummary(op)
 	op.mu.Lock()
-	base := len(op.report.Batches)
-	op.batchBase = base
+	op.batchBase = len(op.report.Batches)
 	op.rec.Batches, op.rec.MaxParallel = batches, wave
 	op.probePeers, op.probePairs, op.probePlanned = pp.peers, pp.pairs, true
 	op.report.Batches = append(op.report.Batches, reportBatches(batches)...)
@@ -179,7 +179,7 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	first := len(op.events)
 	op.mu.Unlock()
 	op.emit("continue", "", fmt.Sprintf("continuing held operation %s (%s): switching %d more node(s) in %d batch(es)%s",
-		id, summary, len(targets), len(batches), retireNote(len(switched)+len(targets) == len(nodes), from)), false, nil)
+		id, summary, len(targets), len(batches), then), false, nil)
 	c.launch(op, op.core.Start())
 	return c.follow(stream, op, first)
 }

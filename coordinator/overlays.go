@@ -176,8 +176,7 @@ func (c *Coordinator) inventory() Inventory {
 // agent is node n's client: every node ever in the inventory keeps its
 // client until Close, so a request validated against an older inventory,
 // or a running operation, never finds its node gone (preflight's cluster
-// checks say that the node left).
-// agent is node n's agent client. A node an operation names that the
+// checks say that the node left). A node an operation names that the
 // inventory never had in this process (it left the cluster, and the
 // coordinator restarted since) gets a client whose every call fails
 // UNAVAILABLE saying so: the operation counts it unreached, as it would a

@@ -196,9 +196,10 @@ var relistenRetry = 5 * time.Second // a var: the test shortens it
 // and this puts them back. The sending matters as much: the coordinator
 // counts a switched node as sending the new port, so once every node does
 // it retires the old port, and a node that came back sending the old one
-// would be cut off (a lab run lost 17-49 probes each way on such a pair). Until it succeeds the agent
-// is not ready (NotReady names the operation and why) and tries again every
-// relistenRetry: it cannot stop listening by itself either.
+// would be cut off (a lab run lost 17-49 probes each way on such a pair).
+// Until it succeeds the agent is not ready (NotReady names the operation
+// and why) and tries again every relistenRetry: it cannot stop listening by
+// itself either.
 func (m *Machine) relistenAfterRestartLocked(ctx context.Context, rec Record) {
 	if err := m.relistenLocked(ctx, rec); err != nil {
 		m.setRelistenErr(rec, err)

@@ -946,25 +946,11 @@ func (o *Op) holds() bool {
 	if !o.staged() || testNoHold {
 		return false
 	}
-	sends := map[string]bool{}
-	for _, n := range o.cfg.Switched {
-		sends[n] = true
-	}
-	for _, b := range o.cfg.Batches {
-		for _, n := range b {
-			sends[n] = true
-		}
-	}
-	for _, n := range o.cfg.Nodes {
-		if !sends[n] {
-			return true
-		}
-	}
-	return false
+	return len(o.Sending()) < len(o.cfg.Nodes) // both are sets of cfg.Nodes
 }
 
 // Sending is, once a staged operation ended Held, the nodes that send the
-// new port: Switched and every batch's.
+// new port: Switched and every batch's, sorted, each once.
 func (o *Op) Sending() []string {
 	var out []string
 	out = append(out, o.cfg.Switched...)
