@@ -289,6 +289,7 @@ func (s *Service) Commit(ctx context.Context, req *agentv1.CommitRequest) (*agen
 		resp.AppliedUnixNano = rec.Applied.UnixNano()
 	}
 	resp.WrittenUnixNano, resp.EffectiveUnixNano = unixNano(rec.Written), unixNano(rec.Effective)
+	resp.ReceivedUnixNano = now.UnixNano()
 	return resp, nil
 }
 

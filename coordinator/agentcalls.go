@@ -107,12 +107,17 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			if err == nil {
 				applied := r.AppliedUnixNano - off
 				written, effective := coordClock(r.WrittenUnixNano, off), coordClock(r.EffectiveUnixNano, off)
+				received := coordClock(r.ReceivedUnixNano, off)
 				op.setResult(n, func(nr *coordinatorv1.NodeResult) {
 					nr.AppliedUnixNano, nr.ApplyNanos = applied, r.ApplyNanos
 					nr.WrittenUnixNano, nr.EffectiveUnixNano = written, effective
+					nr.CommitReceivedUnixNano = received
 				})
 				op.mu.Lock()
 				op.applied[n] = applied
+				if received != 0 {
+					op.lastArrival = max(op.lastArrival, received)
+				}
 				if written != 0 {
 					op.written[n] = written
 				}
@@ -228,5 +233,10 @@ func (c *Coordinator) commitSpread(op *operation) {
 	if s, ok := spread(op.effective); ok {
 		op.report.EffectSpreadNanos = s
 		c.metrics.effectSpread.Set(time.Duration(s).Seconds())
+	}
+	if op.lastArrival != 0 && !op.commitAt.IsZero() {
+		m := op.commitAt.UnixNano() - op.lastArrival
+		op.report.CommitMarginNanos = m
+		c.metrics.commitMargin.Set(time.Duration(m).Seconds())
 	}
 }

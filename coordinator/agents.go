@@ -53,17 +53,33 @@ type clockSample struct {
 	rtt    time.Duration
 }
 
-// measureClock takes n Clock samples and keeps the lowest-RTT one:
-// offset = agent − (t0+t1)/2. The lowest RTT bounds the error best (the
-// agent read its clock somewhere inside [t0, t1]). time.Now carries a
-// monotonic reading, so t1−t0 is immune to wall-clock steps; the wall
-// clock is what agents are told, so the midpoint uses wall time.
-func measureClock(ctx context.Context, c agentv1.AgentServiceClient, n int) (clockSample, error) {
+// measureClock takes up to ClockSamples Clock samples of one agent and
+// keeps the lowest-RTT one: offset = agent − (t0+t1)/2. The RTT bounds the
+// error (the agent read its clock somewhere inside [t0, t1]), so sampling
+// stops at the first round trip within ClockGoodRTT: its error is at most
+// half that. time.Now carries a monotonic reading, so t1−t0 is immune to
+// wall-clock steps; the wall clock is what agents are told, so the
+// midpoint uses wall time.
+//
+// At most ClockParallel agents are sampled at once, across every caller
+// (issue 13). A sample is only as good as its round trip, and a round
+// trip taken while the coordinator sends a thousand other calls measures
+// the coordinator's own queue: at 1,000 simulated agents the unbounded
+// fan-out's best round trips were tens of milliseconds, which made both
+// the offsets (the commit spread) and the commit lead (a multiple of the
+// worst RTT) that much worse.
+func (c *Coordinator) measureClock(ctx context.Context, cl agentv1.AgentServiceClient) (clockSample, error) {
+	select {
+	case c.clockSlots <- struct{}{}:
+		defer func() { <-c.clockSlots }()
+	case <-ctx.Done():
+		return clockSample{}, fmt.Errorf("clock: no sample: waiting for a sampling slot: %w", ctx.Err())
+	}
 	best := clockSample{rtt: -1}
 	var lastErr error
-	for range n {
+	for range c.cfg.ClockSamples {
 		t0 := time.Now()
-		r, err := c.Clock(ctx, &agentv1.ClockRequest{})
+		r, err := cl.Clock(ctx, &agentv1.ClockRequest{})
 		t1 := time.Now()
 		if err != nil {
 			lastErr = err
@@ -76,6 +92,9 @@ func measureClock(ctx context.Context, c agentv1.AgentServiceClient, n int) (clo
 		if best.rtt < 0 || rtt < best.rtt {
 			mid := t0.UnixNano() + rtt.Nanoseconds()/2
 			best = clockSample{offset: time.Duration(r.UnixNano - mid), rtt: rtt}
+		}
+		if rtt <= c.cfg.ClockGoodRTT {
+			break
 		}
 	}
 	if best.rtt < 0 {

@@ -38,7 +38,8 @@ type simScaleResult struct {
 	PFPrepComVer  float64 `json:"preflight_prepare_commit_verify_ms"`
 	SpreadMs      float64 `json:"commit_spread_ms"`
 	LeadMs        float64 `json:"commit_lead_ms"`              // the instant minus when the fan-out started
-	LastApplyMs   float64 `json:"last_apply_after_instant_ms"` // the latest agent's apply minus the instant: ~0 when every Commit arrived in time
+	LastApplyMs   float64 `json:"last_apply_after_instant_ms"` // the latest agent's apply minus the instant: the simulated agents' wake-ups on shared cores
+	MarginMs      float64 `json:"commit_margin_ms"`            // the instant minus the latest Commit arrival (Report.commit_margin_nanos): > 0 when the fan-out was done in time
 	TotalMs       float64 `json:"total_ms"`
 	CPUSeconds    float64 `json:"process_cpu_s"` // user+system of the process (coordinator and the simulated agents) during the operation
 	MaxRSSMB      float64 `json:"process_max_rss_mb"`
@@ -70,8 +71,8 @@ func BenchmarkCoordinatorScaleSim(b *testing.B) {
 			for b.Loop() {
 				row := runScaleSim(b, n)
 				rows = append(rows, row)
-				b.Logf("N=%d %s: preflight %.0f prepare %.0f commit %.0f (lead %.0f ms, last apply %.1f ms after the instant) verify %.0f confirm %.0f finalize %.0f ms; pf+prep+commit+verify %.0f ms; spread %.3f ms; CPU %.1f s, max RSS %.0f MB, heap %.0f MB",
-					n, row.State, row.PreflightMs, row.PrepareMs, row.CommitMs, row.LeadMs, row.LastApplyMs, row.VerifyMs, row.ConfirmMs, row.FinalizeMs, row.PFPrepComVer, row.SpreadMs, row.CPUSeconds, row.MaxRSSMB, row.HeapMB)
+				b.Logf("N=%d %s: preflight %.0f prepare %.0f commit %.0f (lead %.0f ms, the last Commit arrived %.1f ms before the instant, the last apply %.1f ms after it) verify %.0f confirm %.0f finalize %.0f ms; pf+prep+commit+verify %.0f ms; spread %.3f ms; CPU %.1f s, max RSS %.0f MB, heap %.0f MB",
+					n, row.State, row.PreflightMs, row.PrepareMs, row.CommitMs, row.LeadMs, row.MarginMs, row.LastApplyMs, row.VerifyMs, row.ConfirmMs, row.FinalizeMs, row.PFPrepComVer, row.SpreadMs, row.CPUSeconds, row.MaxRSSMB, row.HeapMB)
 			}
 		})
 	}
@@ -131,6 +132,10 @@ func runScaleSim(b *testing.B, n int) simScaleResult {
 	cfg := Default()
 	cfg.StateDir, cfg.Insecure = filepath.Join(root, "coordinator"), true
 	cfg.StepTimeout = time.Minute
+	// The lateness check judges the agents' wake-ups at the instant: here
+	// thousands of simulated agents waking on 2 shared cores, not what is
+	// measured. The fan-out's own timeliness is the report's commit margin.
+	cfg.LateBudget = 5 * time.Second
 	dial := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 		if l, ok := lis[addr]; ok {
 			return l.DialContext(ctx)
@@ -175,12 +180,12 @@ func runScaleSim(b *testing.B, n int) simScaleResult {
 	}
 	cpu := cpuTime() - cpu0
 	if rep.State != succeeded {
-		b.Fatalf("cutover %s: %s", rep.State, rep.Error)
+		b.Fatalf("cutover %s: %s (commit margin %v, lead %v, phases %v)", rep.State, rep.Error, time.Duration(rep.CommitMarginNanos), time.Duration(rep.CommitUnixNano-rep.StartedUnixNano), rep.Phases)
 	}
 	instant := rep.CommitUnixNano
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	row := simScaleResult{Agents: n, Strategy: "atomic", State: rep.State.String(), SpreadMs: float64(rep.CommitSpreadNanos) / 1e6,
+	row := simScaleResult{Agents: n, MarginMs: float64(rep.CommitMarginNanos) / 1e6, Strategy: "atomic", State: rep.State.String(), SpreadMs: float64(rep.CommitSpreadNanos) / 1e6,
 		TotalMs: float64(rep.EndedUnixNano-rep.StartedUnixNano) / 1e6, HeapMB: float64(ms.HeapAlloc) / (1 << 20),
 		CPUSeconds: cpu.Seconds(), MaxRSSMB: maxRSSMB(), GoroutinesEnd: runtime.NumGoroutine()}
 	at := rep.StartedUnixNano

@@ -41,10 +41,15 @@ type Config struct {
 	// itself refuses to apply past the budget), "wait" leaves the others
 	// flipped until it answers and flags the result (docs/faults.md, "Late
 	// commits"). LateBudget 0: no lateness check at all.
-	LateBudget       time.Duration
-	LateAllowance    time.Duration
-	LatePolicy       string
-	ClockSamples     int // Clock calls per agent; the lowest-RTT one is kept
+	LateBudget    time.Duration
+	LateAllowance time.Duration
+	LatePolicy    string
+	ClockSamples  int // Clock calls per agent at most; the lowest-RTT one is kept
+	// ClockGoodRTT ends an agent's sampling early: a round trip this short
+	// bounds the offset's error to half of it (0: always ClockSamples).
+	// ClockParallel is how many agents are sampled at once.
+	ClockGoodRTT     time.Duration
+	ClockParallel    int
 	RollbackAttempts int // tries of an abort/rollback per agent before Failed, at least
 	// RollbackBackoff is the pause before retrying an abort or rollback to
 	// an agent that was not reached; it doubles at each retry up to 8
@@ -98,6 +103,8 @@ func Default() Config {
 		LateAllowance:    100 * time.Millisecond,
 		LatePolicy:       LateRollback,
 		ClockSamples:     8,
+		ClockGoodRTT:     time.Millisecond,
+		ClockParallel:    32,
 		RollbackAttempts: 3,
 		RollbackBackoff:  250 * time.Millisecond,
 		ProbeSettle:      300 * time.Millisecond,
@@ -143,7 +150,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.LateBudget, "commit-late-budget", c.LateBudget, "how late after the commit instant an agent may still apply; a later one is late (see --commit-late-policy; 0: no lateness check)")
 	fs.DurationVar(&c.LateAllowance, "commit-late-allowance", c.LateAllowance, "how long after the instant plus --commit-late-budget a commit answer (apply, read-back, reply) may take before the node counts as late")
 	fs.StringVar(&c.LatePolicy, "commit-late-policy", c.LatePolicy, `what a late node does to the operation: "rollback" (everyone is rolled back; the late agent applies nothing) or "wait" (the others stay flipped until it applies; the result is flagged)`)
-	fs.IntVar(&c.ClockSamples, "clock-samples", c.ClockSamples, "Clock samples per agent for the offset (lowest RTT wins)")
+	fs.IntVar(&c.ClockSamples, "clock-samples", c.ClockSamples, "Clock samples per agent for the offset at most (lowest RTT wins)")
+	fs.DurationVar(&c.ClockGoodRTT, "clock-good-rtt", c.ClockGoodRTT, "stop sampling an agent's clock at a round trip this short (the offset's error is at most half of it); 0: always take --clock-samples")
+	fs.IntVar(&c.ClockParallel, "clock-parallel", c.ClockParallel, "agents whose clocks are sampled at once (a round trip queued behind the coordinator's own calls is not the network's)")
 	fs.IntVar(&c.RollbackAttempts, "rollback-attempts", c.RollbackAttempts, "tries of an abort or rollback per agent, at least, before the operation is declared failed")
 	fs.DurationVar(&c.ProbeSettle, "probe-settle", c.ProbeSettle, "before the report's final probe read, wait this long for probes in flight to settle (at least the agents' --probe-timeout; 0: read at once)")
 	fs.IntVar(&c.ProbePeersK, "probe-peers-k", c.ProbePeersK, "peers each node probes in the mesh sent with Prepare and checked by verify: every node sends to and is probed by this many others (0: all)")
@@ -208,6 +217,12 @@ func (c Config) Validate() error {
 	}
 	if c.ClockSamples < 1 || c.ClockSamples > 100 {
 		errs = append(errs, fmt.Errorf("--clock-samples %d: want 1–100", c.ClockSamples))
+	}
+	if c.ClockGoodRTT < 0 || c.ClockGoodRTT > 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--clock-good-rtt %s: want 0 (always --clock-samples) to 100ms (an offset error of up to 50ms)", c.ClockGoodRTT))
+	}
+	if c.ClockParallel < 1 || c.ClockParallel > 4096 {
+		errs = append(errs, fmt.Errorf("--clock-parallel %d: want 1–4096", c.ClockParallel))
 	}
 	if c.RollbackAttempts < 1 {
 		errs = append(errs, fmt.Errorf("--rollback-attempts %d: must be at least 1", c.RollbackAttempts))

@@ -85,6 +85,10 @@ func TestConfigPathCheckFlags(t *testing.T) {
 		{[]string{"--path-check-interval", "300ms"}, "--path-check-interval 300ms"},
 		{[]string{"--path-check-sample-above", "1"}, "--path-check-sample-above 1"},
 		{[]string{"--path-check-peers-k", "0"}, "--path-check-peers-k 0"},
+		{[]string{"--clock-good-rtt", "1s"}, "--clock-good-rtt 1s"},
+		{[]string{"--clock-good-rtt", "-1ms"}, "--clock-good-rtt -1ms"},
+		{[]string{"--clock-parallel", "0"}, "--clock-parallel 0"},
+		{[]string{"--clock-parallel", "5000"}, "--clock-parallel 5000"},
 	} {
 		cfg := Default()
 		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)

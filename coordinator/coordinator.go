@@ -64,6 +64,9 @@ type Coordinator struct {
 	verifier  Verifier
 	hooks     []Hook
 	log       *slog.Logger
+	// clockSlots bounds how many agents are clock-sampled at once
+	// (Config.ClockParallel, measureClock).
+	clockSlots chan struct{}
 
 	ctx    context.Context // operations run under it, not under an RPC's
 	cancel context.CancelFunc
@@ -141,7 +144,8 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 	}
 	ctx, cancel := context.WithCancel(parent)
 	return &Coordinator{cfg: cfg, inv: inv, agents: agents, gone: map[string]*agentConn{}, invSource: o.invSource, dial: o.dial, journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
-		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*operation{}}, nil
+		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*operation{},
+		clockSlots: make(chan struct{}, cfg.ClockParallel)}, nil
 }
 
 // Metrics returns the coordinator's metrics.

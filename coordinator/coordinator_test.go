@@ -56,6 +56,7 @@ func TestCutoverHappy(t *testing.T) {
 	if rep.CommitSpreadNanos <= 0 || rep.CommitSpreadNanos > int64(20*time.Millisecond) {
 		t.Errorf("commit spread %s, want (0, 20ms]", time.Duration(rep.CommitSpreadNanos))
 	}
+	checkCommitMargin(t, rep)
 	var phases []string
 	for _, p := range rep.Phases {
 		phases = append(phases, p.Phase)
@@ -357,5 +358,32 @@ func TestProbeFiguresReadAfterSettle(t *testing.T) {
 	}
 	if r := l2.fakes["n1"].ProbeReads(); r != 1 {
 		t.Fatalf("probe reads without probing: %d, want 1 (no wait)", r)
+	}
+}
+
+// checkCommitMargin asserts what an atomic report says of its commit
+// fan-out: every node's Commit arrived (its agent's clock corrected to
+// the coordinator's) after the commit phase began and before the instant,
+// and the margin is the instant minus the last arrival.
+func checkCommitMargin(t *testing.T, rep *coordinatorv1.Report) {
+	t.Helper()
+	var commitStart int64
+	for _, p := range rep.Phases {
+		if p.Phase == "commit" {
+			commitStart = p.StartedUnixNano
+		}
+	}
+	var last int64
+	for _, n := range rep.Nodes {
+		at := n.CommitReceivedUnixNano
+		// Clock offsets are measured to within half a round trip: allow
+		// 20 ms on a loaded machine.
+		if at < commitStart-int64(20*time.Millisecond) || at > rep.CommitUnixNano {
+			t.Errorf("%s: Commit arrived at %d, want within the commit phase (from %d) and before the instant %d", n.Node, at, commitStart, rep.CommitUnixNano)
+		}
+		last = max(last, at)
+	}
+	if commitStart == 0 || rep.CommitMarginNanos <= 0 || rep.CommitMarginNanos != rep.CommitUnixNano-last {
+		t.Errorf("commit margin %s, want the instant minus the last arrival, %s (commit phase from %d)", time.Duration(rep.CommitMarginNanos), time.Duration(rep.CommitUnixNano-last), commitStart)
 	}
 }

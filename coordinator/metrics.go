@@ -18,6 +18,7 @@ type Metrics struct {
 	phaseDuration *prometheus.HistogramVec
 	commitSpread  prometheus.Gauge
 	effectSpread  prometheus.Gauge
+	commitMargin  prometheus.Gauge
 	agentsReady   prometheus.Gauge
 	operations    *prometheus.CounterVec
 	tlsRejected   *prometheus.CounterVec // coordctl clients refused by the API server
@@ -51,6 +52,10 @@ func NewMetrics() *Metrics {
 		effectSpread: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cutover_coordinator_effect_spread_seconds",
 			Help: "Spread (max - min) of the instants the last commit took effect in the agents' dataplanes (OVS confirmed, kernel window closed), in the coordinator's clock.",
+		}),
+		commitMargin: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cutover_coordinator_commit_margin_seconds",
+			Help: "The last commit instant minus the latest arrival of its Commit call at an agent, in the coordinator's clock: how early the fan-out was done (negative: late).",
 		}),
 		agentsReady: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cutover_coordinator_agents_ready",
@@ -90,7 +95,7 @@ func NewMetrics() *Metrics {
 	m.pathChecks.WithLabelValues("passed")
 	m.pathChecks.WithLabelValues("problems")
 	m.Registry.MustRegister(m.lateCommits, m.tlsReloads, m.pathChecks, m.pathBlocked)
-	m.Registry.MustRegister(m.phase, m.phaseDuration, m.commitSpread, m.effectSpread, m.agentsReady, m.operations, m.tlsRejected, m.agentTLSRej)
+	m.Registry.MustRegister(m.phase, m.phaseDuration, m.commitSpread, m.effectSpread, m.commitMargin, m.agentsReady, m.operations, m.tlsRejected, m.agentTLSRej)
 	for _, o := range []string{"succeeded", "aborted", "rolled-back", "failed", "held"} {
 		m.operations.WithLabelValues(o)
 	}

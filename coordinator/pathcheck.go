@@ -265,7 +265,7 @@ func (c *Coordinator) PathCheck(ctx context.Context, req *coordinatorv1.CutoverR
 		info, err := cl.Info(cctx, &agentv1.InfoRequest{})
 		var cs clockSample
 		if err == nil {
-			cs, err = measureClock(cctx, cl, c.cfg.ClockSamples)
+			cs, err = c.measureClock(cctx, cl)
 		}
 		mu.Lock()
 		defer mu.Unlock()

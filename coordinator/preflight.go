@@ -254,7 +254,6 @@ type nodeCheck struct {
 // preflight is the outcome of a preflight over a request.
 type preflight struct {
 	from     uint32
-	fanout   time.Duration // how long one parallel round of calls to every target took
 	checks   map[string]*nodeCheck
 	problems []string // empty: the cutover may go
 	resp     *coordinatorv1.PlanResponse
@@ -269,7 +268,6 @@ type preflight struct {
 func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 	p := &preflight{checks: map[string]*nodeCheck{}}
 	var mu sync.Mutex
-	start := time.Now()
 	r.tell(&coordinatorv1.OperationEvent{Phase: "preflight", Message: fmt.Sprintf("preflight: asking %d agent(s)", len(r.nodes)), StepNodes: r.nodes})
 	fanOut(r.nodes, func(n string) {
 		ac := c.agent(n)
@@ -277,15 +275,11 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		cctx, cancel := context.WithTimeout(ctx, r.step)
 		defer cancel()
 		nc.info, nc.err = ac.client.Info(cctx, &agentv1.InfoRequest{})
-		took := time.Since(start)
-		mu.Lock()
-		p.fanout = max(p.fanout, took)
-		mu.Unlock()
 		if nc.err == nil {
 			nc.pf, nc.err = ac.client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to, Strategy: r.strategy()})
 		}
 		if nc.err == nil {
-			nc.clock, nc.err = measureClock(cctx, ac.client, c.cfg.ClockSamples)
+			nc.clock, nc.err = c.measureClock(cctx, ac.client)
 		}
 		mu.Lock()
 		p.checks[n] = nc

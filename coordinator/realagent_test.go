@@ -121,6 +121,7 @@ func TestRealAgents(t *testing.T) {
 			t.Errorf("node %v", nr)
 		}
 	}
+	checkCommitMargin(t, rep) // the real agent says when each Commit arrived
 	t.Logf("real agents: commit spread %s", time.Duration(rep.CommitSpreadNanos))
 
 	// Back to 4789 with a commit failure on n3: everyone returns to 4889.

@@ -45,7 +45,7 @@ func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgent
 		if len(a.Labels) == 0 {
 			a.Labels = info.Labels
 		}
-		if cs, err := measureClock(cctx, ac.client, c.cfg.ClockSamples); err == nil {
+		if cs, err := c.measureClock(cctx, ac.client); err == nil {
 			a.ClockOffsetNanos, a.RttNanos = cs.offset.Nanoseconds(), cs.rtt.Nanoseconds()
 		}
 	})
@@ -159,7 +159,6 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		return refused(pf)
 	}
 	op.from = pf.from
-	op.fanout = pf.fanout
 	op.report.RequestedBy = requester(ctx)
 	op.report.Request = proto.Clone(req).(*coordinatorv1.CutoverRequest)
 	op.report.Plan = pf.resp

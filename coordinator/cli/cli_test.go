@@ -37,7 +37,7 @@ func sampleReport(state coordinatorv1.OperationState) *coordinatorv1.Report {
 			{Phase: "verify", Nanos: 800_000_000},
 			{Phase: "finalize", Nanos: 48_194_434},
 		},
-		CommitSpreadNanos: 187_654,
+		CommitSpreadNanos: 187_654, CommitMarginNanos: 41_250_000,
 		Nodes: []*coordinatorv1.NodeResult{
 			{Node: "n1", AgentPhase: "PHASE_FINALIZED", Port: 4889, ApplyNanos: 1_523_000, ClockOffsetNanos: -12_345},
 			{Node: "n2", AgentPhase: "PHASE_FINALIZED", Port: 4889, ApplyNanos: 1_611_222, ClockOffsetNanos: 250_001, ProbeStallMicros: 45_200},

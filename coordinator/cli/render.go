@@ -133,6 +133,11 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 		renderBatches(w, r)
 	} else if r.GetCommitSpreadNanos() != 0 || r.GetState() != coordinatorv1.OperationState_OPERATION_STATE_UNSPECIFIED {
 		_, _ = fmt.Fprintf(w, "\ncommit spread: %s ms\n", fmtMillis(r.GetCommitSpreadNanos()))
+		if m := r.GetCommitMarginNanos(); m > 0 {
+			_, _ = fmt.Fprintf(w, "commit margin: %s ms (the last Commit reached its agent that long before the instant)\n", fmtMillis(m))
+		} else if m < 0 {
+			_, _ = fmt.Fprintf(w, "commit margin: %s ms: a Commit reached its agent after the instant (raise --commit-lead-min or --commit-lead-per-agent)\n", fmtMillis(m))
+		}
 	}
 	if r.GetEffectSpreadNanos() != 0 || r.GetWriteSpreadNanos() != 0 {
 		// The commit spread is when the agents woke; this is what the

@@ -295,6 +295,7 @@ func (a *Agent) Commit(ctx context.Context, r *agentv1.CommitRequest) (*agentv1.
 	if before != nil {
 		return nil, before
 	}
+	received := a.now().UnixNano()
 	a.mu.Lock()
 	if a.op == nil || a.op.OperationId != r.OperationId {
 		a.mu.Unlock()
@@ -331,7 +332,7 @@ func (a *Agent) Commit(ctx context.Context, r *agentv1.CommitRequest) (*agentv1.
 			return nil, err
 		}
 	}
-	return &agentv1.CommitResponse{Status: st, AppliedUnixNano: st.AppliedUnixNano, ApplyNanos: 1000, ReadbackPort: st.CurrentPort}, nil
+	return &agentv1.CommitResponse{Status: st, AppliedUnixNano: st.AppliedUnixNano, ApplyNanos: 1000, ReadbackPort: st.CurrentPort, ReceivedUnixNano: received}, nil
 }
 
 func (a *Agent) transition(ctx context.Context, method, id string, allowed []agentv1.Phase, to agentv1.Phase, apply func()) (*agentv1.OperationStatus, error) {

@@ -1036,6 +1036,8 @@ type NodeResult struct {
 	// the dataplane confirmed it. applied_unix_nano is the wake-up.
 	WrittenUnixNano   int64 `protobuf:"varint,90,opt,name=written_unix_nano,json=writtenUnixNano,proto3" json:"written_unix_nano,omitempty"`
 	EffectiveUnixNano int64 `protobuf:"varint,91,opt,name=effective_unix_nano,json=effectiveUnixNano,proto3" json:"effective_unix_nano,omitempty"`
+	// When its Commit call reached the agent (coordinator clock).
+	CommitReceivedUnixNano int64 `protobuf:"varint,94,opt,name=commit_received_unix_nano,json=commitReceivedUnixNano,proto3" json:"commit_received_unix_nano,omitempty"`
 	// The node's timeline for the change record (coordinator clock, 0 =
 	// never): when the agent answered prepared (the new port open in its
 	// firewall, the transaction staged), confirmed, finalized, and when the
@@ -1151,6 +1153,13 @@ func (x *NodeResult) GetWrittenUnixNano() int64 {
 func (x *NodeResult) GetEffectiveUnixNano() int64 {
 	if x != nil {
 		return x.EffectiveUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetCommitReceivedUnixNano() int64 {
+	if x != nil {
+		return x.CommitReceivedUnixNano
 	}
 	return 0
 }
@@ -1349,6 +1358,11 @@ type Report struct {
 	// overlay saw, where commit_spread_nanos is when the agents woke.
 	WriteSpreadNanos  int64 `protobuf:"varint,90,opt,name=write_spread_nanos,json=writeSpreadNanos,proto3" json:"write_spread_nanos,omitempty"`
 	EffectSpreadNanos int64 `protobuf:"varint,91,opt,name=effect_spread_nanos,json=effectSpreadNanos,proto3" json:"effect_spread_nanos,omitempty"`
+	// The commit instant minus the latest arrival of a Commit call at its
+	// agent (coordinator clock): how early the fan-out was done, the margin
+	// the commit lead left. Negative: a node got its Commit after the
+	// instant (it woke late, however its clock was set). 0 with no instant.
+	CommitMarginNanos int64 `protobuf:"varint,92,opt,name=commit_margin_nanos,json=commitMarginNanos,proto3" json:"commit_margin_nanos,omitempty"`
 	// The change record (coordctl report). Who asked: the client
 	// certificate's subject and role, or "unauthenticated" without TLS, and
 	// the address it came from.
@@ -1553,6 +1567,13 @@ func (x *Report) GetWriteSpreadNanos() int64 {
 func (x *Report) GetEffectSpreadNanos() int64 {
 	if x != nil {
 		return x.EffectSpreadNanos
+	}
+	return 0
+}
+
+func (x *Report) GetCommitMarginNanos() int64 {
+	if x != nil {
+		return x.CommitMarginNanos
 	}
 	return 0
 }
@@ -1920,7 +1941,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\rPhaseDuration\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x14\n" +
 	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\x12*\n" +
-	"\x11started_unix_nano\x18\x03 \x01(\x03R\x0fstartedUnixNano\"\x97\x05\n" +
+	"\x11started_unix_nano\x18\x03 \x01(\x03R\x0fstartedUnixNano\"\xd2\x05\n" +
 	"\n" +
 	"NodeResult\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1f\n" +
@@ -1933,7 +1954,8 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x12clock_offset_nanos\x18\x06 \x01(\x03R\x10clockOffsetNanos\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x12*\n" +
 	"\x11written_unix_nano\x18Z \x01(\x03R\x0fwrittenUnixNano\x12.\n" +
-	"\x13effective_unix_nano\x18[ \x01(\x03R\x11effectiveUnixNano\x12,\n" +
+	"\x13effective_unix_nano\x18[ \x01(\x03R\x11effectiveUnixNano\x129\n" +
+	"\x19commit_received_unix_nano\x18^ \x01(\x03R\x16commitReceivedUnixNano\x12,\n" +
 	"\x12prepared_unix_nano\x18P \x01(\x03R\x10preparedUnixNano\x12.\n" +
 	"\x13confirmed_unix_nano\x18Q \x01(\x03R\x11confirmedUnixNano\x12.\n" +
 	"\x13finalized_unix_nano\x18R \x01(\x03R\x11finalizedUnixNano\x12,\n" +
@@ -1951,7 +1973,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x04lost\x18\x04 \x01(\x04R\x04lost\x12,\n" +
 	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\x12:\n" +
 	"\x1alongest_gap_from_unix_nano\x18\x06 \x01(\x03R\x16longestGapFromUnixNano\x12*\n" +
-	"\x11longest_gap_phase\x18\a \x01(\tR\x0flongestGapPhase\"\xbf\n" +
+	"\x11longest_gap_phase\x18\a \x01(\tR\x0flongestGapPhase\"\xef\n" +
 	"\n" +
 	"\x06Report\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12<\n" +
@@ -1982,7 +2004,8 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\vlate_policy\x18> \x01(\tR\n" +
 	"latePolicy\x12,\n" +
 	"\x12write_spread_nanos\x18Z \x01(\x03R\x10writeSpreadNanos\x12.\n" +
-	"\x13effect_spread_nanos\x18[ \x01(\x03R\x11effectSpreadNanos\x12!\n" +
+	"\x13effect_spread_nanos\x18[ \x01(\x03R\x11effectSpreadNanos\x12.\n" +
+	"\x13commit_margin_nanos\x18\\ \x01(\x03R\x11commitMarginNanos\x12!\n" +
 	"\frequested_by\x18P \x01(\tR\vrequestedBy\x12@\n" +
 	"\arequest\x18Q \x01(\v2&.cutover.coordinator.v1.CutoverRequestR\arequest\x128\n" +
 	"\x04plan\x18R \x01(\v2$.cutover.coordinator.v1.PlanResponseR\x04plan\x12(\n" +

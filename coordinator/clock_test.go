@@ -1,0 +1,104 @@
+package coordinator
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	"google.golang.org/grpc"
+)
+
+// slowClock is an agent client whose Clock answers after rtt, counting the
+// calls and the most in flight at once. Only Clock is implemented.
+type slowClock struct {
+	agentv1.AgentServiceClient
+	rtt             time.Duration
+	calls, inFlight atomic.Int32
+	mu              sync.Mutex
+	most            int32
+}
+
+func (s *slowClock) Clock(ctx context.Context, _ *agentv1.ClockRequest, _ ...grpc.CallOption) (*agentv1.ClockResponse, error) {
+	s.calls.Add(1)
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	s.mu.Lock()
+	s.most = max(s.most, n)
+	s.mu.Unlock()
+	select {
+	case <-time.After(s.rtt):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &agentv1.ClockResponse{UnixNano: time.Now().UnixNano()}, nil
+}
+
+func clockCoordinator(goodRTT time.Duration, parallel int) *Coordinator {
+	cfg := Default()
+	cfg.ClockGoodRTT, cfg.ClockParallel = goodRTT, parallel
+	return &Coordinator{cfg: cfg, clockSlots: make(chan struct{}, parallel)}
+}
+
+// TestClockSamplingStopsAtAGoodRoundTrip: a round trip within
+// --clock-good-rtt ends the sampling (its offset error is at most half of
+// it); without one, every --clock-samples sample is taken.
+func TestClockSamplingStopsAtAGoodRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		good time.Duration
+		want int32
+	}{
+		{time.Second, 1},                   // the first 2 ms round trip is good enough
+		{time.Microsecond, 8},              // none is: all of --clock-samples
+		{0, int32(Default().ClockSamples)}, // 0: always all
+	} {
+		c := clockCoordinator(tc.good, 4)
+		cl := &slowClock{rtt: 2 * time.Millisecond}
+		s, err := c.measureClock(context.Background(), cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cl.calls.Load(); got != tc.want {
+			t.Errorf("--clock-good-rtt %s: %d Clock calls, want %d", tc.good, got, tc.want)
+		}
+		if s.rtt < 2*time.Millisecond || s.offset.Abs() > s.rtt {
+			t.Errorf("--clock-good-rtt %s: sample %+v: want an RTT of at least 2ms and an offset within it", tc.good, s)
+		}
+	}
+}
+
+// TestClockSamplingIsBounded: however many agents are sampled at once, no
+// more than --clock-parallel Clock calls are in flight, so a round trip
+// measures the network rather than the coordinator's own queue; and the
+// bound is a bound, not a sequence (they do overlap).
+func TestClockSamplingIsBounded(t *testing.T) {
+	c := clockCoordinator(0, 3)
+	cl := &slowClock{rtt: 3 * time.Millisecond}
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Go(func() {
+			if _, err := c.measureClock(context.Background(), cl); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if cl.most > 3 || cl.most < 2 {
+		t.Errorf("at most %d Clock calls in flight, want 2–3 (--clock-parallel 3, 12 agents)", cl.most)
+	}
+	if got := cl.calls.Load(); got != 12*int32(c.cfg.ClockSamples) {
+		t.Errorf("%d Clock calls, want %d", got, 12*c.cfg.ClockSamples)
+	}
+	// A caller whose context ends while waiting for a slot gets an error
+	// saying so, not a sample.
+	for range 3 {
+		c.clockSlots <- struct{}{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := c.measureClock(ctx, cl); err == nil {
+		t.Error("no slot free until the deadline: got a sample")
+	}
+}
