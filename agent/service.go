@@ -169,6 +169,10 @@ func (s *Service) Preflight(ctx context.Context, req *agentv1.PreflightRequest) 
 	if err != nil {
 		return nil, err
 	}
+	info, err := s.Info(ctx, &agentv1.InfoRequest{})
+	if err != nil {
+		return nil, err
+	}
 	staged, err := checkStrategy(req.GetStrategy())
 	if err != nil {
 		return nil, err
@@ -186,6 +190,7 @@ func (s *Service) Preflight(ctx context.Context, req *agentv1.PreflightRequest) 
 		TargetPortUser: c.TargetHolder,
 		Problems:       c.Problems,
 		Actions:        c.Actions,
+		Info:           info,
 	}
 	if rec, _ := m.Status(""); rec.Phase.InFlight() && rec.ID != req.GetOperationId() {
 		resp.Problems = append(resp.Problems, fmt.Sprintf("operation %s in flight (%s, port %d -> %d): wait for it to end, or roll it back", rec.ID, rec.Phase, rec.FromPort, rec.ToPort))

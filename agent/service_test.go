@@ -369,6 +369,10 @@ func TestServiceInfoPreflightClockProbeStats(t *testing.T) {
 	if err != nil || !slices.ContainsFunc(pf.GetProblems(), func(p string) bool { return strings.Contains(p, "operation op-1 in flight") }) {
 		t.Fatalf("preflight with an op in flight: %v %v", pf, err)
 	}
+	// Info rides along (one call per node in the coordinator's preflight).
+	if in := pf.GetInfo(); in.GetNode() != "node-1" || in.GetCurrentPort() != 4789 || in.GetOperation().GetOperationId() != "op-1" || in.GetOperation().GetPhase() != agentv1.Phase_PHASE_PREPARED {
+		t.Fatalf("preflight's info: %v", in)
+	}
 	if len(a.fake.Calls()) != 1 {
 		t.Fatalf("preflight changed something: %q", a.fake.Calls())
 	}

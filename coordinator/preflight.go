@@ -274,9 +274,11 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		nc := &nodeCheck{}
 		cctx, cancel := context.WithTimeout(ctx, r.step)
 		defer cancel()
-		nc.info, nc.err = ac.client.Info(cctx, &agentv1.InfoRequest{})
-		if nc.err == nil {
-			nc.pf, nc.err = ac.client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to, Strategy: r.strategy()})
+		// Info rides in the preflight's answer: one call per node, not
+		// two (issue 13). An agent older than that field is asked Info.
+		nc.pf, nc.err = ac.client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to, Strategy: r.strategy()})
+		if nc.info = nc.pf.GetInfo(); nc.err == nil && nc.info == nil {
+			nc.info, nc.err = ac.client.Info(cctx, &agentv1.InfoRequest{})
 		}
 		if nc.err == nil {
 			nc.clock, nc.err = c.measureClock(cctx, ac.client)

@@ -3,13 +3,16 @@ package coordinator
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/dataplane/ovsvxlan"
+	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
 	"github.com/cutover-dev/cutover/pkg/iptables"
 	"github.com/cutover-dev/cutover/pkg/ovs"
 	"github.com/cutover-dev/cutover/pkg/udpport"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -104,5 +107,57 @@ func TestPlanRefusesUnreadPortWithoutReason(t *testing.T) {
 	got := strings.Join(p.Problems, "\n")
 	if len(p.Problems) != 1 || !strings.HasPrefix(p.Problems[0], "n2: current port not read back") || strings.Contains(got, "drift") {
 		t.Fatalf("plan problems:\n%s\nwant only n2's unread port", got)
+	}
+}
+
+// infoCounter is a simulated agent that counts Info calls and, when
+// older, answers Preflight without the Info that rides along since issue
+// 13 (as an agent from before that field would).
+type infoCounter struct {
+	*fakeagent.Agent
+	older bool
+	infos atomic.Int32
+}
+
+func (a *infoCounter) Info(ctx context.Context, r *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
+	a.infos.Add(1)
+	return a.Agent.Info(ctx, r)
+}
+
+func (a *infoCounter) Preflight(ctx context.Context, r *agentv1.PreflightRequest) (*agentv1.PreflightResponse, error) {
+	resp, err := a.Agent.Preflight(ctx, r)
+	if a.older && resp != nil {
+		resp.Info = nil
+	}
+	return resp, err
+}
+
+// TestPreflightOneCallPerNode: a preflight asks each agent once
+// (Preflight, with its Info inside), and asks Info of an agent whose
+// answer lacks it; both are judged alike.
+func TestPreflightOneCallPerNode(t *testing.T) {
+	agents := map[string]*infoCounter{}
+	services := map[string]agentv1.AgentServiceServer{}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		agents[n] = &infoCounter{Agent: fakeagent.New(n, fromPort), older: n == "n3"}
+		services[n] = agents[n]
+	}
+	agents["n2"].SetReady(false, "ovsdb-server not answering")
+	l := newLab(t, 3, services)
+	p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		want := int32(0)
+		if n == "n3" {
+			want = 1
+		}
+		if got := agents[n].infos.Load(); got != want {
+			t.Errorf("%s: %d Info calls in the preflight, want %d", n, got, want)
+		}
+	}
+	if p.CurrentPort != fromPort || len(p.Problems) != 1 || !strings.Contains(p.Problems[0], "n2: agent not ready: ovsdb-server not answering") {
+		t.Errorf("plan: port %d, problems %q: want %d and n2 not ready (read from the Info inside its preflight)", p.CurrentPort, p.Problems, fromPort)
 	}
 }

@@ -249,10 +249,16 @@ func (a *Agent) Preflight(ctx context.Context, r *agentv1.PreflightRequest) (*ag
 	if err, _ := a.faultRO(ctx, "Preflight"); err != nil {
 		return nil, err
 	}
+	// As the real agent: Info rides along (and a fault set on Info fails
+	// the preflight as it failed the separate call).
+	info, err := a.Info(ctx, &agentv1.InfoRequest{})
+	if err != nil {
+		return nil, err
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	holder, busy := a.busyPorts[r.TargetPort]
-	resp := &agentv1.PreflightResponse{CurrentPort: a.port, TargetPortFree: !busy, TargetPortUser: holder,
+	resp := &agentv1.PreflightResponse{Info: info, CurrentPort: a.port, TargetPortFree: !busy, TargetPortUser: holder,
 		Actions: []string{fmt.Sprintf("open udp/%d", r.TargetPort), fmt.Sprintf("set vxlan0 dst_port %d→%d", a.port, r.TargetPort)}}
 	if busy {
 		resp.Problems = append(resp.Problems, fmt.Sprintf("udp/%d is held by %s", r.TargetPort, holder))

@@ -448,8 +448,12 @@ type PreflightResponse struct {
 	TargetPortUser string                 `protobuf:"bytes,3,opt,name=target_port_user,json=targetPortUser,proto3" json:"target_port_user,omitempty"` // who holds it when not free, if known
 	Problems       []string               `protobuf:"bytes,4,rep,name=problems,proto3" json:"problems,omitempty"`                                     // empty when this node can go ahead
 	Actions        []string               `protobuf:"bytes,5,rep,name=actions,proto3" json:"actions,omitempty"`                                       // what prepare/commit would do here
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What Info answers, read as the preflight began: one call where
+	// preflight made two (issue 13). Unset from an agent older than the
+	// field: the coordinator then asks Info itself.
+	Info          *InfoResponse `protobuf:"bytes,6,opt,name=info,proto3" json:"info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PreflightResponse) Reset() {
@@ -513,6 +517,13 @@ func (x *PreflightResponse) GetProblems() []string {
 func (x *PreflightResponse) GetActions() []string {
 	if x != nil {
 		return x.Actions
+	}
+	return nil
+}
+
+func (x *PreflightResponse) GetInfo() *InfoResponse {
+	if x != nil {
+		return x.Info
 	}
 	return nil
 }
@@ -1882,13 +1893,14 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1f\n" +
 	"\vtarget_port\x18\x02 \x01(\rR\n" +
 	"targetPort\x12\x1a\n" +
-	"\bstrategy\x18d \x01(\tR\bstrategy\"\xc0\x01\n" +
+	"\bstrategy\x18d \x01(\tR\bstrategy\"\xf4\x01\n" +
 	"\x11PreflightResponse\x12!\n" +
 	"\fcurrent_port\x18\x01 \x01(\rR\vcurrentPort\x12(\n" +
 	"\x10target_port_free\x18\x02 \x01(\bR\x0etargetPortFree\x12(\n" +
 	"\x10target_port_user\x18\x03 \x01(\tR\x0etargetPortUser\x12\x1a\n" +
 	"\bproblems\x18\x04 \x03(\tR\bproblems\x12\x18\n" +
-	"\aactions\x18\x05 \x03(\tR\aactions\"\xc3\x01\n" +
+	"\aactions\x18\x05 \x03(\tR\aactions\x122\n" +
+	"\x04info\x18\x06 \x01(\v2\x1e.cutover.agent.v1.InfoResponseR\x04info\"\xc3\x01\n" +
 	"\x0ePrepareRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1b\n" +
 	"\tfrom_port\x18\x02 \x01(\rR\bfromPort\x12\x17\n" +
@@ -2069,41 +2081,42 @@ var file_agent_v1_agent_proto_goTypes = []any{
 var file_agent_v1_agent_proto_depIdxs = []int32{
 	16, // 0: cutover.agent.v1.InfoResponse.operation:type_name -> cutover.agent.v1.OperationStatus
 	24, // 1: cutover.agent.v1.InfoResponse.labels:type_name -> cutover.agent.v1.InfoResponse.LabelsEntry
-	8,  // 2: cutover.agent.v1.PrepareRequest.probe_peers:type_name -> cutover.agent.v1.ProbePeer
-	16, // 3: cutover.agent.v1.PrepareResponse.status:type_name -> cutover.agent.v1.OperationStatus
-	16, // 4: cutover.agent.v1.CommitResponse.status:type_name -> cutover.agent.v1.OperationStatus
-	0,  // 5: cutover.agent.v1.OperationStatus.phase:type_name -> cutover.agent.v1.Phase
-	19, // 6: cutover.agent.v1.ProbeStatsResponse.peers:type_name -> cutover.agent.v1.PeerProbeStats
-	21, // 7: cutover.agent.v1.PathCheckRequest.peers:type_name -> cutover.agent.v1.PathPeer
-	21, // 8: cutover.agent.v1.PathCheckRequest.listen_for:type_name -> cutover.agent.v1.PathPeer
-	23, // 9: cutover.agent.v1.PathCheckResponse.results:type_name -> cutover.agent.v1.PathProbeResult
-	1,  // 10: cutover.agent.v1.AgentService.Info:input_type -> cutover.agent.v1.InfoRequest
-	3,  // 11: cutover.agent.v1.AgentService.Clock:input_type -> cutover.agent.v1.ClockRequest
-	5,  // 12: cutover.agent.v1.AgentService.Preflight:input_type -> cutover.agent.v1.PreflightRequest
-	7,  // 13: cutover.agent.v1.AgentService.Prepare:input_type -> cutover.agent.v1.PrepareRequest
-	10, // 14: cutover.agent.v1.AgentService.Commit:input_type -> cutover.agent.v1.CommitRequest
-	12, // 15: cutover.agent.v1.AgentService.Confirm:input_type -> cutover.agent.v1.ConfirmRequest
-	13, // 16: cutover.agent.v1.AgentService.Rollback:input_type -> cutover.agent.v1.RollbackRequest
-	14, // 17: cutover.agent.v1.AgentService.Finalize:input_type -> cutover.agent.v1.FinalizeRequest
-	15, // 18: cutover.agent.v1.AgentService.Status:input_type -> cutover.agent.v1.StatusRequest
-	17, // 19: cutover.agent.v1.AgentService.ProbeStats:input_type -> cutover.agent.v1.ProbeStatsRequest
-	20, // 20: cutover.agent.v1.AgentService.PathCheck:input_type -> cutover.agent.v1.PathCheckRequest
-	2,  // 21: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
-	4,  // 22: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
-	6,  // 23: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
-	9,  // 24: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
-	11, // 25: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
-	16, // 26: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
-	16, // 27: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
-	16, // 28: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
-	16, // 29: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
-	18, // 30: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
-	22, // 31: cutover.agent.v1.AgentService.PathCheck:output_type -> cutover.agent.v1.PathCheckResponse
-	21, // [21:32] is the sub-list for method output_type
-	10, // [10:21] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	2,  // 2: cutover.agent.v1.PreflightResponse.info:type_name -> cutover.agent.v1.InfoResponse
+	8,  // 3: cutover.agent.v1.PrepareRequest.probe_peers:type_name -> cutover.agent.v1.ProbePeer
+	16, // 4: cutover.agent.v1.PrepareResponse.status:type_name -> cutover.agent.v1.OperationStatus
+	16, // 5: cutover.agent.v1.CommitResponse.status:type_name -> cutover.agent.v1.OperationStatus
+	0,  // 6: cutover.agent.v1.OperationStatus.phase:type_name -> cutover.agent.v1.Phase
+	19, // 7: cutover.agent.v1.ProbeStatsResponse.peers:type_name -> cutover.agent.v1.PeerProbeStats
+	21, // 8: cutover.agent.v1.PathCheckRequest.peers:type_name -> cutover.agent.v1.PathPeer
+	21, // 9: cutover.agent.v1.PathCheckRequest.listen_for:type_name -> cutover.agent.v1.PathPeer
+	23, // 10: cutover.agent.v1.PathCheckResponse.results:type_name -> cutover.agent.v1.PathProbeResult
+	1,  // 11: cutover.agent.v1.AgentService.Info:input_type -> cutover.agent.v1.InfoRequest
+	3,  // 12: cutover.agent.v1.AgentService.Clock:input_type -> cutover.agent.v1.ClockRequest
+	5,  // 13: cutover.agent.v1.AgentService.Preflight:input_type -> cutover.agent.v1.PreflightRequest
+	7,  // 14: cutover.agent.v1.AgentService.Prepare:input_type -> cutover.agent.v1.PrepareRequest
+	10, // 15: cutover.agent.v1.AgentService.Commit:input_type -> cutover.agent.v1.CommitRequest
+	12, // 16: cutover.agent.v1.AgentService.Confirm:input_type -> cutover.agent.v1.ConfirmRequest
+	13, // 17: cutover.agent.v1.AgentService.Rollback:input_type -> cutover.agent.v1.RollbackRequest
+	14, // 18: cutover.agent.v1.AgentService.Finalize:input_type -> cutover.agent.v1.FinalizeRequest
+	15, // 19: cutover.agent.v1.AgentService.Status:input_type -> cutover.agent.v1.StatusRequest
+	17, // 20: cutover.agent.v1.AgentService.ProbeStats:input_type -> cutover.agent.v1.ProbeStatsRequest
+	20, // 21: cutover.agent.v1.AgentService.PathCheck:input_type -> cutover.agent.v1.PathCheckRequest
+	2,  // 22: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
+	4,  // 23: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
+	6,  // 24: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
+	9,  // 25: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
+	11, // 26: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
+	16, // 27: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
+	16, // 28: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
+	16, // 29: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
+	16, // 30: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
+	18, // 31: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
+	22, // 32: cutover.agent.v1.AgentService.PathCheck:output_type -> cutover.agent.v1.PathCheckResponse
+	22, // [22:33] is the sub-list for method output_type
+	11, // [11:22] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_agent_v1_agent_proto_init() }
