@@ -149,42 +149,85 @@ func raiseNoFile(want uint64) error {
 	return nil
 }
 
-// simAgentHost serves count simulated agents, each on its own loopback
-// port, prints "node address" per agent and then "ready", and serves until
-// its stdin closes.
+// simAgentHost serves count simulated agents behind one loopback TCP
+// listener (a process may hold fewer descriptors than 10,000 listeners
+// and their connections): a connection names its agent in its first line
+// (simNode's fixed length) and is then handed to that agent's gRPC server. It prints the
+// listener's address, and serves until its stdin closes.
 func simAgentHost(count string) int {
 	n, err := strconv.Atoi(count)
 	if err == nil {
-		err = raiseNoFile(uint64(3*n + 1024))
+		err = raiseNoFile(uint64(n + 1024))
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "simulated agents:", err)
 		return 2
 	}
-	w := bufio.NewWriter(os.Stdout)
-	for i := range n {
-		node := fmt.Sprintf("n%05d", i)
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "simulated agents:", err)
-			return 2
-		}
-		s := grpc.NewServer()
-		agentv1.RegisterAgentServiceServer(s, fakeagent.New(node, fromPort))
-		go func() { _ = s.Serve(l) }()
-		_, _ = fmt.Fprintf(w, "%s %s\n", node, l.Addr())
-	}
-	_, _ = fmt.Fprintln(w, "ready")
-	if err := w.Flush(); err != nil {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "simulated agents:", err)
 		return 2
 	}
+	agents := make(map[string]*handoff, n)
+	for i := range n {
+		node := simNode(i)
+		h := &handoff{addr: l.Addr(), conns: make(chan net.Conn, 16)}
+		agents[node] = h
+		s := grpc.NewServer()
+		agentv1.RegisterAgentServiceServer(s, fakeagent.New(node, fromPort))
+		go func() { _ = s.Serve(h) }()
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				// The name's exact length, unbuffered: what follows is
+				// the gRPC client's, not ours to read.
+				name := make([]byte, len(simNode(0))+1)
+				_, err := io.ReadFull(c, name)
+				h := agents[strings.TrimSuffix(string(name), "\n")]
+				if err != nil || h == nil {
+					_ = c.Close()
+					return
+				}
+				h.conns <- c
+			}()
+		}
+	}()
+	fmt.Println(l.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return 0
 }
 
-// simAgents starts the simulated agents' process and returns its agents
-// and the process, stopped (by its PID) when b ends.
-func simAgents(b *testing.B, n int) ([]AgentSpec, *os.Process) {
+// handoff is a net.Listener fed the connections for one agent.
+type handoff struct {
+	addr  net.Addr
+	conns chan net.Conn
+}
+
+func (h *handoff) Accept() (net.Conn, error) {
+	c, ok := <-h.conns
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	return c, nil
+}
+func (h *handoff) Close() error   { return nil }
+func (h *handoff) Addr() net.Addr { return h.addr }
+
+// simNode and simAddr name the i-th simulated agent and give it an
+// address of its own: 198.18.0.0/15 holds 131,072, never dialled (the
+// dialers below map them).
+func simNode(i int) string { return fmt.Sprintf("n%05d", i) }
+func simAddr(i int) string { return fmt.Sprintf("198.18.%d.%d:9443", i/250, 1+i%250) }
+
+// simAgents starts the simulated agents' process and returns its agents,
+// the dial option that reaches them, and the process, stopped (through
+// its stdin, else killed by its PID) when b ends.
+func simAgents(b *testing.B, n int) ([]AgentSpec, grpc.DialOption, *os.Process) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", simHostEnv, n))
 	cmd.Stderr = os.Stderr
@@ -210,19 +253,30 @@ func simAgents(b *testing.B, n int) ([]AgentSpec, *os.Process) {
 			<-done
 		}
 	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		b.Fatalf("simulated agents: %v", err)
+	}
+	host := strings.TrimSpace(line)
+	nodes := make(map[string]string, n)
 	var specs []AgentSpec
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() && sc.Text() != "ready" {
-		node, addr, ok := strings.Cut(sc.Text(), " ")
+	for i := range n {
+		nodes[simAddr(i)] = simNode(i)
+		specs = append(specs, AgentSpec{Node: simNode(i), Address: simAddr(i)})
+	}
+	dial := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		node, ok := nodes[addr]
 		if !ok {
-			b.Fatalf("simulated agents said %q", sc.Text())
+			return nil, fmt.Errorf("no simulated agent at %s", addr)
 		}
-		specs = append(specs, AgentSpec{Node: node, Address: addr})
-	}
-	if len(specs) != n {
-		b.Fatalf("simulated agents: %d of %d up (%v)", len(specs), n, sc.Err())
-	}
-	return specs, cmd.Process
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", host)
+		if err == nil {
+			_, err = io.WriteString(c, node+"\n")
+		}
+		return c, err
+	})
+	return specs, dial, cmd.Process
 }
 
 // procCPU and procMaxRSSMB read a process's CPU time and peak RSS (nil:
@@ -274,10 +328,7 @@ func inProcessAgents(b *testing.B, n int) ([]AgentSpec, grpc.DialOption) {
 	lis := make(map[string]*bufconn.Listener, n)
 	var specs []AgentSpec
 	for i := range n {
-		node := fmt.Sprintf("n%05d", i)
-		// 198.18.0.0/15 holds 131,072 addresses: never dialled, mapped to
-		// the in-memory listeners below.
-		addr := fmt.Sprintf("198.18.%d.%d:9443", i/250, 1+i%250)
+		node, addr := simNode(i), simAddr(i)
 		l := bufconn.Listen(64 << 10)
 		s := grpc.NewServer()
 		agentv1.RegisterAgentServiceServer(s, fakeagent.New(node, fromPort))
@@ -301,10 +352,12 @@ func runScaleSim(b *testing.B, n int, host, sampling string) simScaleResult {
 		dial   = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	)
 	if host == "process" {
-		if err := raiseNoFile(uint64(2*n + 1024)); err != nil {
+		if err := raiseNoFile(uint64(n + 1024)); err != nil {
 			b.Fatal(err)
 		}
-		specs, agents = simAgents(b, n)
+		var d grpc.DialOption
+		specs, d, agents = simAgents(b, n)
+		dial = append(dial, d)
 	} else {
 		var d grpc.DialOption
 		specs, d = inProcessAgents(b, n)
