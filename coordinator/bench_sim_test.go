@@ -10,10 +10,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -49,7 +53,7 @@ type simScaleResult struct {
 	MarginMs     float64 `json:"commit_margin_ms"`            // the instant minus the latest Commit arrival (Report.commit_margin_nanos): > 0 when the fan-out was done in time
 	LastApplyMs  float64 `json:"last_apply_after_instant_ms"` // the latest agent's apply minus the instant: the simulated agents' wake-ups on shared cores
 	TotalMs      float64 `json:"total_ms"`
-	ClockRTTMs   float64 `json:"worst_clock_rtt_ms"` // the largest of the agents' best clock round trips (ListAgents before the run)
+	ClockRTTMs   float64 `json:"worst_clock_rtt_ms"` // the largest of the agents' best clock round trips (a ListAgents on warm connections before the run)
 
 	// CPU (user+system during the operation) and peak RSS of the
 	// benchmark's process: the coordinator's alone when Host is "process",
@@ -57,6 +61,9 @@ type simScaleResult struct {
 	CPUSeconds float64 `json:"process_cpu_s"`
 	MaxRSSMB   float64 `json:"process_max_rss_mb"`
 	HeapMB     float64 `json:"heap_mb"`
+	// Calls the coordinator made per agent during the operation, by
+	// method (a unary client interceptor counts them).
+	CallsPerAgent map[string]float64 `json:"calls_per_agent"`
 	// The simulated agents' process (Host "process").
 	AgentsCPUSeconds float64 `json:"agents_cpu_s,omitempty"`
 	AgentsMaxRSSMB   float64 `json:"agents_max_rss_mb,omitempty"`
@@ -104,9 +111,9 @@ func BenchmarkCoordinatorScaleSim(b *testing.B) {
 				for b.Loop() {
 					row := runScaleSim(b, n, way[0], way[1])
 					rows = append(rows, row)
-					b.Logf("N=%d agents %s, %s sampling, %s: preflight %.0f prepare %.0f commit %.0f (lead %.0f ms, the last Commit arrived %.1f ms before the instant, the last apply %.1f ms after it) verify %.0f confirm %.0f finalize %.0f ms; pf+prep+commit+verify %.0f ms; spread %.3f ms; worst clock RTT %.2f ms; process CPU %.1f s, max RSS %.0f MB, heap %.0f MB; agents' process CPU %.1f s, RSS %.0f MB",
+					b.Logf("N=%d agents %s, %s sampling, %s: preflight %.0f prepare %.0f commit %.0f (lead %.0f ms, the last Commit arrived %.1f ms before the instant, the last apply %.1f ms after it) verify %.0f confirm %.0f finalize %.0f ms; pf+prep+commit+verify %.0f ms; spread %.3f ms; worst clock RTT %.2f ms; process CPU %.1f s, max RSS %.0f MB, heap %.0f MB; agents' process CPU %.1f s, RSS %.0f MB; calls per agent %v",
 						n, way[0], way[1], row.State, row.PreflightMs, row.PrepareMs, row.CommitMs, row.LeadMs, row.MarginMs, row.LastApplyMs, row.VerifyMs, row.ConfirmMs, row.FinalizeMs, row.PFPrepComVer, row.SpreadMs, row.ClockRTTMs,
-						row.CPUSeconds, row.MaxRSSMB, row.HeapMB, row.AgentsCPUSeconds, row.AgentsMaxRSSMB)
+						row.CPUSeconds, row.MaxRSSMB, row.HeapMB, row.AgentsCPUSeconds, row.AgentsMaxRSSMB, row.CallsPerAgent)
 				}
 			})
 		}
@@ -349,7 +356,13 @@ func runScaleSim(b *testing.B, n int, host, sampling string) simScaleResult {
 	var (
 		specs  []AgentSpec
 		agents *os.Process
-		dial   = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		calls  sync.Map // method → *atomic.Int64
+		dial   = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				v, _ := calls.LoadOrStore(path.Base(method), new(atomic.Int64))
+				v.(*atomic.Int64).Add(1)
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})}
 	)
 	if host == "process" {
 		if err := raiseNoFile(uint64(n + 1024)); err != nil {
@@ -400,7 +413,11 @@ func runScaleSim(b *testing.B, n int, host, sampling string) simScaleResult {
 	client := coordinatorv1.NewCoordinatorServiceClient(cc)
 	ctx := context.Background()
 	// Connections up and every agent ready: the first ListAgents dials
-	// them all (a coordinator that has run before has them open).
+	// them all (a coordinator that has run before has them open). The
+	// second's clock samples, on warm connections, give the worst RTT.
+	if _, err := client.ListAgents(ctx, &coordinatorv1.ListAgentsRequest{}); err != nil {
+		b.Fatal(err)
+	}
 	la, err := client.ListAgents(ctx, &coordinatorv1.ListAgentsRequest{})
 	if err != nil {
 		b.Fatal(err)
@@ -412,8 +429,9 @@ func runScaleSim(b *testing.B, n int, host, sampling string) simScaleResult {
 		}
 		worstRTT = max(worstRTT, a.RttNanos)
 	}
-	runtime.GC()
+	debug.FreeOSMemory() // what an earlier size left behind is not this one's
 	resetPeakRSS()
+	calls.Clear()
 	cpu0, acpu0 := cpuTime(), procCPU(agents)
 	st, err := client.Cutover(ctx, &coordinatorv1.CutoverRequest{Port: 4889, OperationId: fmt.Sprintf("sim-%d", n), TimeoutMillis: time.Minute.Milliseconds()})
 	if err != nil {
@@ -438,6 +456,11 @@ func runScaleSim(b *testing.B, n int, host, sampling string) simScaleResult {
 	if agents != nil {
 		row.AgentsMaxRSSMB = procMaxRSSMB(agents)
 	}
+	row.CallsPerAgent = map[string]float64{}
+	calls.Range(func(k, v any) bool {
+		row.CallsPerAgent[k.(string)] = float64(v.(*atomic.Int64).Load()) / float64(n)
+		return true
+	})
 	for _, p := range rep.Phases {
 		v := float64(p.Nanos) / 1e6
 		switch p.Phase {

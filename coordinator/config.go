@@ -104,7 +104,7 @@ func Default() Config {
 		LatePolicy:       LateRollback,
 		ClockSamples:     8,
 		ClockGoodRTT:     time.Millisecond,
-		ClockParallel:    32,
+		ClockParallel:    8,
 		RollbackAttempts: 3,
 		RollbackBackoff:  250 * time.Millisecond,
 		ProbeSettle:      300 * time.Millisecond,

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
@@ -67,6 +68,7 @@ type Coordinator struct {
 	// clockSlots bounds how many agents are clock-sampled at once
 	// (Config.ClockParallel, measureClock).
 	clockSlots chan struct{}
+	clockFloor atomic.Int64 // the shortest clock round trip seen to any agent, ns (goodRTT)
 
 	ctx    context.Context // operations run under it, not under an RPC's
 	cancel context.CancelFunc
