@@ -59,6 +59,13 @@ func TestProbeMeshDarkPairRollsBack(t *testing.T) {
 		n2 port=4789 op=op1 phase=REVERTED
 		n3 port=4789 op=op1 phase=REVERTED
 		n4 port=4789 op=op1 phase=REVERTED`)
+	// Verify polled n2 until its budget ran out; the senders whose pairs
+	// had all passed were read once by it, not at every poll (at 10,000
+	// nodes rereading them made the reads time out).
+	n1, n2 := l.fakes["n1"].ProbeReads(), l.fakes["n2"].ProbeReads()
+	if n2 < n1+5 {
+		t.Errorf("probe reads: n2 (dark pair) %d, n1 (passed) %d: want n2 read at every poll and n1 not", n2, n1)
+	}
 }
 
 // A pair that never answered, probed well before the change, is flagged

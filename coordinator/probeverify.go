@@ -140,43 +140,55 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 	if len(pairs) == 0 {
 		return nil
 	}
-	var senders []string
-	for _, p := range pairs {
-		if !slices.Contains(senders, p.From) {
-			senders = append(senders, p.From)
-		}
-	}
 	budget := c.cfg.VerifyBudget
 	if budget <= 0 {
 		budget = Default().VerifyBudget
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		budget = min(budget, time.Until(dl)-50*time.Millisecond)
-	}
-	end := time.Now().Add(budget)
-	var res meshResult
-	for {
-		stats, intervals, timeouts, errs := c.readMesh(ctx, senders)
-		res = meshResult{why: map[probePair]string{}}
+	// Each round reads only the senders of pairs not yet passed or
+	// known dark before the change: at 10,000 nodes one read of every
+	// sender takes seconds on a small coordinator, and rereading the
+	// passed ones each round made the reads of the rest time out
+	// (issue 13). The budget counts from the end of the first round, the
+	// one that reads every sender: it bounds the wait for probes, not
+	// the reads' own time.
+	verdict := map[probePair]pairVerdict{}
+	why := map[probePair]string{}
+	unresolved := func() []string {
+		var out []string
 		for _, p := range pairs {
+			if v, seen := verdict[p]; (!seen || v == pairDark || v == pairMissing) && !slices.Contains(out, p.From) {
+				out = append(out, p.From)
+			}
+		}
+		return out
+	}
+	var end time.Time
+	for senders := unresolved(); len(senders) > 0; senders = unresolved() {
+		stats, intervals, timeouts, errs := c.readMesh(ctx, senders)
+		if end.IsZero() {
+			end = time.Now().Add(budget)
+			if dl, ok := ctx.Deadline(); ok {
+				end = minTime(end, dl.Add(-50*time.Millisecond))
+			}
+		}
+		for _, p := range pairs {
+			if !slices.Contains(senders, p.From) {
+				continue
+			}
 			if e, bad := errs[p.From]; bad {
-				res.missing = append(res.missing, p)
-				res.why[p] = "not read: " + e
+				verdict[p], why[p] = pairMissing, "not read: "+e
 				continue
 			}
 			st := stats[p.From][p.To]
-			switch judgePair(st, flips[p.From], flips[p.To], timeouts[p.From]) {
+			verdict[p] = judgePair(st, flips[p.From], flips[p.To], timeouts[p.From])
+			switch verdict[p] {
 			case pairDark:
-				res.dark = append(res.dark, p)
-				res.why[p] = darkWhy(st, flips[p.From], flips[p.To])
+				why[p] = darkWhy(st, flips[p.From], flips[p.To])
 			case pairMissing:
-				res.missing = append(res.missing, p)
-				res.why[p] = "not probed by " + p.From
-			case pairBaseline:
-				res.baseline = append(res.baseline, p)
+				why[p] = "not probed by " + p.From
 			}
 		}
-		if !res.failed() {
+		if len(unresolved()) == 0 {
 			break
 		}
 		poll := 50 * time.Millisecond
@@ -189,9 +201,10 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 		select {
 		case <-time.After(poll):
 		case <-ctx.Done():
-			return errors.Join(res.err(), ctx.Err())
+			return errors.Join(meshOutcome(pairs, verdict, why).err(), ctx.Err())
 		}
 	}
+	res := meshOutcome(pairs, verdict, why)
 	if len(res.baseline) > 0 {
 		var ps []string
 		for _, p := range res.baseline {
@@ -206,6 +219,30 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 	}
 	op.emit("verify", "", fmt.Sprintf("probe mesh: %d sampled pair(s) answered probes sent after the flip", len(pairs)-len(res.baseline)), false, nil)
 	return nil
+}
+
+// meshOutcome sorts the pairs by their last verdict, in the sample's
+// order.
+func meshOutcome(pairs []probePair, verdict map[probePair]pairVerdict, why map[probePair]string) meshResult {
+	res := meshResult{why: why}
+	for _, p := range pairs {
+		switch verdict[p] {
+		case pairDark:
+			res.dark = append(res.dark, p)
+		case pairMissing:
+			res.missing = append(res.missing, p)
+		case pairBaseline:
+			res.baseline = append(res.baseline, p)
+		}
+	}
+	return res
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // darkWhy says how long ago, relative to the flip, the pair last worked.
