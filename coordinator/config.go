@@ -33,7 +33,7 @@ type Config struct {
 	Deadman          time.Duration // agent's dead-man timer after commit
 	CommitLeadMin    time.Duration // floor of the commit lead time
 	CommitLeadRTTx   int           // lead covers this many times the worst agent RTT
-	CommitLeadPerAgt time.Duration // plus this much per targeted agent (fan-out cost)
+	CommitLeadPerAgt time.Duration // plus this much per targeted agent (0: the prepare round already measures the fan-out)
 	// LateBudget is how late after the commit instant an agent may still
 	// apply; LateAllowance is how long after instant+budget its answer may
 	// take (apply, read-back, the reply). A node with no commit answer by
@@ -98,7 +98,7 @@ func Default() Config {
 		Deadman:          30 * time.Second,
 		CommitLeadMin:    30 * time.Millisecond,
 		CommitLeadRTTx:   4,
-		CommitLeadPerAgt: 100 * time.Microsecond,
+		CommitLeadPerAgt: 0,
 		LateBudget:       200 * time.Millisecond,
 		LateAllowance:    100 * time.Millisecond,
 		LatePolicy:       LateRollback,

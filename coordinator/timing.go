@@ -44,13 +44,15 @@ func (c *Coordinator) deadmanFor(step time.Duration) time.Duration {
 // connection writes). The prepare round just before is the best measure
 // of that cost (the same agents, the same fan-out of one call each, plus
 // the agents' durable write), so the lead covers it whole, plus a
-// configurable per-agent allowance. The report's commit margin
-// (commit_margin_nanos: the instant minus the last Commit's arrival)
-// shows what the lead left; at 1,000 and 10,000 simulated agents the
-// fan-out took about as long as the prepare round (docs/benchmarks.md).
-// Twice preflight's first round (Info to every target) was also covered
-// until issue 13's measurement showed it doubled the lead for nothing:
-// that round is the same fan-out as prepare's.
+// configurable per-agent allowance (0 by default). The report's commit
+// margin (commit_margin_nanos: the instant minus the last Commit's
+// arrival) shows what the lead left: at 1,000 and 10,000 simulated
+// agents the commit fan-out took 0.4–0.6 of the prepare round
+// (docs/benchmarks.md). Twice preflight's first round (Info to every
+// target) and 100 µs per agent were also covered until issue 13's
+// measurement showed they only lengthened the lead: that round is the
+// same fan-out as prepare's, and the allowance was a second second at
+// 10,000 agents.
 func (c *Coordinator) commitLead(op *operation) time.Duration {
 	var maxRTT time.Duration
 	for _, s := range op.offsets {
