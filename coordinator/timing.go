@@ -51,8 +51,8 @@ func (c *Coordinator) deadmanFor(step time.Duration) time.Duration {
 // (docs/benchmarks.md). Twice preflight's first round (Info to every
 // target) and 100 µs per agent were also covered until issue 13's
 // measurement showed they only lengthened the lead: that round is the
-// same fan-out as prepare's, and the allowance was a second second at
-// 10,000 agents.
+// same fan-out as prepare's, and the allowance added a second at 10,000
+// agents.
 func (c *Coordinator) commitLead(op *operation) time.Duration {
 	var maxRTT time.Duration
 	for _, s := range op.offsets {
