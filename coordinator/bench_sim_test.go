@@ -181,7 +181,7 @@ func simAgentHost(count string) int {
 		h := &handoff{addr: l.Addr(), conns: make(chan net.Conn, 16)}
 		agents[node] = h
 		s := grpc.NewServer()
-		agentv1.RegisterAgentServiceServer(s, fakeagent.New(node, fromPort))
+		agentv1.RegisterAgentServiceServer(s, simAgent(node))
 		go func() { _ = s.Serve(h) }()
 	}
 	go func() {
@@ -224,6 +224,14 @@ func (h *handoff) Accept() (net.Conn, error) {
 }
 func (h *handoff) Close() error   { return nil }
 func (h *handoff) Addr() net.Addr { return h.addr }
+
+// simAgent is one simulated agent; its path check lasts as long as a real
+// agent's (the start lead and the window are part of every preflight).
+func simAgent(node string) *fakeagent.Agent {
+	a := fakeagent.New(node, fromPort)
+	a.SetPathTiming(true)
+	return a
+}
 
 // simNode and simAddr name the i-th simulated agent and give it an
 // address of its own: 198.18.0.0/15 holds 131,072, never dialled (the
@@ -338,7 +346,7 @@ func inProcessAgents(b *testing.B, n int) ([]AgentSpec, grpc.DialOption) {
 		node, addr := simNode(i), simAddr(i)
 		l := bufconn.Listen(64 << 10)
 		s := grpc.NewServer()
-		agentv1.RegisterAgentServiceServer(s, fakeagent.New(node, fromPort))
+		agentv1.RegisterAgentServiceServer(s, simAgent(node))
 		go func() { _ = s.Serve(l) }()
 		b.Cleanup(s.Stop)
 		lis[addr] = l

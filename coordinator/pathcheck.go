@@ -26,12 +26,27 @@ import (
 // openshift-sdn's and flannel's default on a 1500-byte underlay.
 const defaultOverlayMTU = 1450
 
-// The path check's start lead: at least pathLeadMin, plus per targeted
-// agent (fan-out cost), or three times the worst agent round trip.
+// The path check's start lead: pathLeadMin plus the longer of the round
+// of calls just before it to the same agents (the fan-out's measured
+// cost: the PathCheck calls go out the same way) and three times the worst
+// agent round trip; at most maxPathLead, under the agents' refusal of a
+// start more than 5 s ahead (agent maxPathDelay). It was 3 ms per node:
+// 3.1 s at 1,000 nodes, and past 1,633 nodes over the agents' bound, so
+// every agent refused the check (issue 13).
 const (
-	pathLeadMin     = 100 * time.Millisecond
-	pathLeadPerNode = 3 * time.Millisecond
+	pathLeadMin = 100 * time.Millisecond
+	maxPathLead = 4500 * time.Millisecond
 )
+
+// pathLead is the path check's start lead after a round of calls that
+// took round, with the agents' clock samples.
+func pathLead(round time.Duration, clocks map[string]clockSample) time.Duration {
+	lead := pathLeadMin + round
+	for _, cs := range clocks {
+		lead = max(lead, pathLeadMin+3*cs.rtt)
+	}
+	return min(lead, maxPathLead)
+}
 
 // smallFrame is the size of the frames that tell "blocked" and "VNI
 // dropped" from an MTU problem: far below any underlay's MTU.
@@ -83,12 +98,13 @@ func referenceVNI(vnis []uint32) uint32 {
 }
 
 // pathCheck runs the check on port between nodes, whose Info answers
-// are in infos (nil: not reached, with the error in errs). It changes
-// nothing: each agent's socket is closed when its PathCheck returns.
-func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nodes []string, infos map[string]*agentv1.InfoResponse, errs map[string]error, clocks map[string]clockSample) *coordinatorv1.PathCheckResult {
+// are in infos (nil: not reached, with the error in errs), gathered by a
+// round of calls that took round. It changes nothing: each agent's socket
+// is closed when its PathCheck returns.
+func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nodes []string, infos map[string]*agentv1.InfoResponse, errs map[string]error, clocks map[string]clockSample, round time.Duration) *coordinatorv1.PathCheckResult {
 	start := time.Now()
 	res := &coordinatorv1.PathCheckResult{Port: port}
-	m := &pathMatrix{port: port, failed: map[string]string{}, sides: map[string]pathSide{}}
+	m := &pathMatrix{port: port, failed: map[string]string{}, sides: map[string]pathSide{}, lead: pathLead(round, clocks)}
 	addr := map[string]string{}
 	var checked []string
 	var mtu uint32
@@ -231,7 +247,7 @@ func (c *Coordinator) preflightPath(ctx context.Context, r request, pf *prefligh
 		}
 		infos[n], clocks[n] = nc.info, nc.clock
 	}
-	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs, clocks)
+	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs, clocks, pf.round)
 	pf.resp.PathCheck = res
 	if len(res.Problems) == 0 {
 		return
@@ -258,11 +274,17 @@ func (c *Coordinator) PathCheck(ctx context.Context, req *coordinatorv1.CutoverR
 	}
 	infos, errs, clocks := map[string]*agentv1.InfoResponse{}, map[string]error{}, map[string]clockSample{}
 	var mu sync.Mutex
+	var round time.Duration // until the last Info answer: the fan-out's cost
+	start := time.Now()
 	fanOut(r.nodes, func(n string) {
 		cctx, cancel := context.WithTimeout(ctx, r.step)
 		defer cancel()
 		cl := c.agent(n).client
 		info, err := cl.Info(cctx, &agentv1.InfoRequest{})
+		took := time.Since(start)
+		mu.Lock()
+		round = max(round, took)
+		mu.Unlock()
 		var cs clockSample
 		if err == nil {
 			cs, err = c.measureClock(cctx, cl)
@@ -275,7 +297,7 @@ func (c *Coordinator) PathCheck(ctx context.Context, req *coordinatorv1.CutoverR
 		}
 		infos[n], clocks[n] = info, cs
 	})
-	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs, clocks)
+	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs, clocks, round)
 	for _, n := range r.nodes {
 		if info := infos[n]; info != nil && info.CurrentPort == r.to {
 			res.Problems = append(res.Problems, fmt.Sprintf("%s: already on port %d: the overlay holds it, the check cannot bind it", n, r.to))
@@ -299,10 +321,7 @@ func (c *Coordinator) pathRound(ctx context.Context, checkID string, port uint32
 	// One start instant for every agent, in its own clock, far enough
 	// ahead for the fan-out to reach them all: otherwise a late agent's
 	// window would miss the others' and its pairs look blocked.
-	lead := pathLeadMin + time.Duration(len(nodes))*pathLeadPerNode
-	for _, cs := range clocks {
-		lead = max(lead, pathLeadMin+3*cs.rtt)
-	}
+	lead := m.lead
 	at := time.Now().Add(lead)
 	fanOut(nodes, func(n string) {
 		req := &agentv1.PathCheckRequest{CheckId: checkID, Port: port, Vnis: append(slices.Clone(m.vnis), m.reference), Sizes: m.sizes,

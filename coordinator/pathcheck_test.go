@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -275,5 +276,27 @@ func TestPathCheckSecondRound(t *testing.T) {
 	p, err = l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
 	if err != nil || !slices.ContainsFunc(p.Problems, func(s string) bool { return strings.Contains(s, "n2→n3") }) {
 		t.Fatalf("plan with n2→n3 blocked in both rounds: %v %q", err, p.GetProblems())
+	}
+}
+
+// TestPathLead: the path check's start lead follows the measured round of
+// calls before it (or three worst round trips), not the node count, and
+// stays under the agents' 5 s bound on how far ahead a start may be.
+func TestPathLead(t *testing.T) {
+	clocks := map[string]clockSample{"n1": {rtt: time.Millisecond}, "n2": {rtt: 40 * time.Millisecond}}
+	for _, tc := range []struct {
+		round time.Duration
+		want  time.Duration
+	}{
+		{20 * time.Millisecond, pathLeadMin + 120*time.Millisecond}, // 3 × the worst RTT
+		{800 * time.Millisecond, pathLeadMin + 800*time.Millisecond},
+		{30 * time.Second, maxPathLead},
+	} {
+		if got := pathLead(tc.round, clocks); got != tc.want {
+			t.Errorf("round %s: lead %s, want %s", tc.round, got, tc.want)
+		}
+	}
+	if maxPathLead >= 5*time.Second {
+		t.Errorf("maxPathLead %s: the agents refuse a start 5s ahead or more", maxPathLead)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cutover-dev/cutover/pkg/pathprobe"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
@@ -48,6 +49,7 @@ type pathMatrix struct {
 	// with the VNI they carried.
 	control    uint32
 	controlVNI uint32
+	lead       time.Duration // every round's start lead (pathLead)
 }
 
 // controlSeen reports whether to saw from's control frames on the

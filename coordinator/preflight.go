@@ -254,6 +254,7 @@ type nodeCheck struct {
 // preflight is the outcome of a preflight over a request.
 type preflight struct {
 	from     uint32
+	round    time.Duration // until the last Preflight answer: the fan-out's cost (the path check's lead)
 	checks   map[string]*nodeCheck
 	problems []string // empty: the cutover may go
 	resp     *coordinatorv1.PlanResponse
@@ -268,6 +269,7 @@ type preflight struct {
 func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 	p := &preflight{checks: map[string]*nodeCheck{}}
 	var mu sync.Mutex
+	start := time.Now()
 	r.tell(&coordinatorv1.OperationEvent{Phase: "preflight", Message: fmt.Sprintf("preflight: asking %d agent(s)", len(r.nodes)), StepNodes: r.nodes})
 	fanOut(r.nodes, func(n string) {
 		ac := c.agent(n)
@@ -280,6 +282,10 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		if nc.info = nc.pf.GetInfo(); nc.err == nil && nc.info == nil {
 			nc.info, nc.err = ac.client.Info(cctx, &agentv1.InfoRequest{})
 		}
+		took := time.Since(start)
+		mu.Lock()
+		p.round = max(p.round, took)
+		mu.Unlock()
 		if nc.err == nil {
 			nc.clock, nc.err = c.measureClock(cctx, ac.client)
 		}

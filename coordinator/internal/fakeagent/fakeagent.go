@@ -67,6 +67,7 @@ type Agent struct {
 	dark       map[string]bool
 	never      map[string]bool
 	underlay   *Underlay // the path check's (pathcheck.go)
+	pathTimed  bool      // PathCheck waits out its window (SetPathTiming)
 }
 
 // New returns a ready agent for node on port.

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"sync"
+	"time"
 
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	"google.golang.org/grpc/codes"
@@ -62,6 +63,15 @@ func (a *Agent) SetUnderlay(u *Underlay) {
 	a.underlay = u
 }
 
+// SetPathTiming makes PathCheck take as long as the real agent's: until
+// the request's start instant plus its window. Off, it answers at once
+// (the unit tests' default: a window per cutover would slow them all).
+func (a *Agent) SetPathTiming(on bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pathTimed = on
+}
+
 // defaultUnderlayAddr is a node's underlay address as Info reports it.
 func defaultUnderlayAddr(node string) string {
 	h := fnv.New32a()
@@ -76,6 +86,22 @@ func defaultUnderlayAddr(node string) string {
 func (a *Agent) PathCheck(ctx context.Context, req *agentv1.PathCheckRequest) (*agentv1.PathCheckResponse, error) {
 	if err, _ := a.faultRO(ctx, "PathCheck"); err != nil {
 		return nil, err
+	}
+	a.mu.Lock()
+	timed := a.pathTimed
+	a.mu.Unlock()
+	if timed {
+		// As the real agent: the window opens at the start instant (its
+		// own clock) and the answer comes when it closes.
+		end := time.Unix(0, req.StartUnixNano).Add(time.Duration(req.WindowMillis) * time.Millisecond)
+		if req.StartUnixNano == 0 {
+			end = a.now().Add(time.Duration(req.WindowMillis) * time.Millisecond)
+		}
+		select {
+		case <-time.After(end.Sub(a.now())):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
