@@ -32,7 +32,7 @@ const defaultOverlayMTU = 1450
 // agent round trip; at most maxPathLead, under the agents' refusal of a
 // start more than 5 s ahead (agent maxPathDelay). It was 3 ms per node:
 // 3.1 s at 1,000 nodes, and past 1,633 nodes over the agents' bound, so
-// every agent refused the check (issue 13).
+// the agents the fan-out reached first refused the check (issue 13).
 const (
 	pathLeadMin = 100 * time.Millisecond
 	maxPathLead = 4500 * time.Millisecond
