@@ -47,7 +47,7 @@ func (c *Coordinator) deadmanFor(step time.Duration) time.Duration {
 // configurable per-agent allowance (0 by default). The report's commit
 // margin (commit_margin_nanos: the instant minus the last Commit's
 // arrival) shows what the lead left: at 1,000 and 10,000 simulated
-// agents the commit fan-out took 0.4–0.6 of the prepare round
+// agents the commit fan-out took 0.37–0.56 of the prepare round
 // (docs/benchmarks.md). Twice preflight's first round (Info to every
 // target) and 100 µs per agent were also covered until issue 13's
 // measurement showed they only lengthened the lead: that round is the
