@@ -65,8 +65,8 @@ type clockSample struct {
 // (issue 13). A sample is only as good as its round trip, and a round
 // trip taken while the coordinator sends a thousand other calls measures
 // the coordinator's own queue: at 1,000 simulated agents sampled all at
-// once the worst agent's best round trip was 73 ms, at 10,000 297 ms;
-// bounded, 0.9 and 1.0 ms (make bench-coordinator). The offsets' error
+// once the worst agent's best round trip was 84 ms, at 10,000 332 ms;
+// bounded, 1.0 ms at both (make bench-coordinator). The offsets' error
 // and the commit lead (a multiple of the worst RTT) grow with it.
 func (c *Coordinator) measureClock(ctx context.Context, cl agentv1.AgentServiceClient) (clockSample, error) {
 	select {
