@@ -209,7 +209,8 @@ func coordClock(agentNanos, offsetNanos int64) int64 {
 // commitSpread sets the report's spreads: of the wake-ups (commit spread),
 // of the writes leaving for the dataplanes, and of their effects. The last
 // is what the overlay saw; the wake-up spread alone hid the time a busy
-// ovsdb-server or kernel took after it.
+// ovsdb-server or kernel took after it. It also sets the commit margin:
+// the instant minus the last Commit's arrival.
 func (c *Coordinator) commitSpread(op *operation) {
 	op.mu.Lock()
 	defer op.mu.Unlock()

@@ -234,9 +234,10 @@ func outcomeState(o barrier.Outcome) coordinatorv1.OperationState {
 // coordinator reports, is kept.
 const maxJournaledRecord = 384 << 10
 
-// journaledReport is rep as journaled. The binary size is a lower bound of the JSON's (names, quotes, decimal
-// numbers): a report whose binary form is already past the bound is
-// slimmed without marshalling it whole first. At 1,000 nodes every save
+// journaledReport is rep as journaled. The binary size is a lower bound
+// of the JSON's (names, quotes, decimal numbers): a report whose binary
+// form is already past the bound is slimmed without marshalling it whole
+// first. At 1,000 nodes every save
 // marshalled the report twice, 25–50 ms of each step (issue 13).
 func journaledReport(rep *coordinatorv1.Report) ([]byte, error) {
 	if proto.Size(rep) <= maxJournaledRecord {

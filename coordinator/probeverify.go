@@ -153,17 +153,20 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 	// the reads' own time.
 	verdict := map[probePair]pairVerdict{}
 	why := map[probePair]string{}
+	// By set, not by scan: 30,000 pairs over 10,000 senders.
 	unresolved := func() []string {
 		var out []string
+		in := map[string]bool{}
 		for _, p := range pairs {
-			if v, seen := verdict[p]; (!seen || v == pairDark || v == pairMissing) && !slices.Contains(out, p.From) {
+			if v, seen := verdict[p]; (!seen || v == pairDark || v == pairMissing) && !in[p.From] {
+				in[p.From] = true
 				out = append(out, p.From)
 			}
 		}
 		return out
 	}
 	var end time.Time
-	for senders := unresolved(); len(senders) > 0; senders = unresolved() {
+	for senders := unresolved(); len(senders) > 0; {
 		stats, intervals, timeouts, errs := c.readMesh(ctx, senders)
 		if end.IsZero() {
 			end = time.Now().Add(budget)
@@ -171,8 +174,9 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 				end = minTime(end, dl.Add(-50*time.Millisecond))
 			}
 		}
+		read := setOf(senders)
 		for _, p := range pairs {
-			if !slices.Contains(senders, p.From) {
+			if !read[p.From] {
 				continue
 			}
 			if e, bad := errs[p.From]; bad {
@@ -188,7 +192,7 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 				why[p] = "not probed by " + p.From
 			}
 		}
-		if len(unresolved()) == 0 {
+		if senders = unresolved(); len(senders) == 0 {
 			break
 		}
 		poll := 50 * time.Millisecond
