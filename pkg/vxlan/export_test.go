@@ -5,3 +5,9 @@ func SkipTopUp(k *Kernel) { k.testNoTopUp = true }
 
 // LooseRPFilter is the bite switch of TestStagedRPFilterBites.
 func LooseRPFilter(k *Kernel) { k.testLooseRPFilter = true }
+
+// PauseEachStep calls f after each change the switch makes.
+func PauseEachStep(k *Kernel, f func(step string)) { k.testStep = f }
+
+// AddrsFirst is the bite switch of TestRetireEveryStepForwardsBites.
+func AddrsFirst(k *Kernel) { k.testAddrsFirst = true }

@@ -36,6 +36,20 @@ type Kernel struct {
 	// testLooseRPFilter has Listen leave loose reverse-path filtering on
 	// the receiver instead of turning it off (TestStagedRPFilterBites).
 	testLooseRPFilter bool
+	// testStep, when set, is called after each change the switch makes
+	// (TestStagedRetireEveryStepForwards pauses there, as a preempted
+	// agent would).
+	testStep func(step string)
+	// testAddrsFirst strips the old device's addresses before the routes
+	// move, the order before the fix (TestRetireEveryStepForwardsBites).
+	testAddrsFirst bool
+}
+
+// step marks a point between two changes of the switch.
+func (k *Kernel) step(what string) {
+	if k.testStep != nil {
+		k.testStep(what)
+	}
 }
 
 var _ Interface = (*Kernel)(nil)
@@ -554,6 +568,7 @@ func (k *Kernel) switchTo(snap Snapshot, old, nlink *netlink.Vxlan, w Window) (W
 		if err != nil {
 			return fail(fmt.Errorf("rename old device (index %d) to %s: %w", old.Index, oldName(name), err))
 		}
+		k.step("old device renamed away")
 	}
 	if snap.Device.Up {
 		err = k.setNameUp(idx, name)
@@ -572,23 +587,48 @@ func (k *Kernel) switchTo(snap Snapshot, old, nlink *netlink.Vxlan, w Window) (W
 		return fail(err)
 	}
 	w.Calls++
+	k.step("new device named")
 	w.Absent = k.now().Sub(tDel)
-	if old != nil && old.Flags&net.FlagUp != 0 {
+	// The routes move before the old device loses its addresses: a device
+	// losing its last IPv4 address has every route through it flushed
+	// (fib_disable_ip), so the other order leaves the overlay's routes
+	// missing until each is added again, and with flannel's layout (a /32
+	// on the device, onlink routes) no route to any peer subnet: measured
+	// with the agent paused 50 ms between steps, every datagram of that
+	// gap lost (TestRetireEveryStepForwards). A replace swaps each route's
+	// nexthop in one step, and the old device, still up, carries what its
+	// connected routes attract until its addresses go.
+	stripOld := func() error {
+		if old == nil || old.Flags&net.FlagUp == 0 {
+			return nil
+		}
 		for _, a := range snap.Addrs {
 			ad, err := netlink.ParseAddr(a.CIDR)
 			if err != nil {
-				return fail(fmt.Errorf("addr %q: %w", a.CIDR, err))
+				return fmt.Errorf("addr %q: %w", a.CIDR, err)
 			}
 			w.Calls++
 			if err := k.H.AddrDel(old, ad); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-				return fail(fmt.Errorf("remove %s from the old device: %w", a.CIDR, err))
+				return fmt.Errorf("remove %s from the old device: %w", a.CIDR, err)
 			}
+			k.step("old device lost " + a.CIDR)
+		}
+		return nil
+	}
+	if k.testAddrsFirst {
+		if err := stripOld(); err != nil {
+			return fail(err)
 		}
 	}
 	n, err := k.restoreRoutes(idx, snap.Routes)
 	w.Calls += n
 	if err != nil {
 		return fail(err)
+	}
+	if !k.testAddrsFirst {
+		if err := stripOld(); err != nil {
+			return fail(err)
+		}
 	}
 	w.Total = k.now().Sub(tDel)
 	w.Start, w.End = tDel, tDel.Add(w.Total)
@@ -714,6 +754,7 @@ func (k *Kernel) restoreRoutes(idx int, rs []Route) (int, error) {
 		if err := k.H.RouteReplace(&nr); err != nil {
 			return i + 1, fmt.Errorf("route %s via %s: %w", r.Dst, r.Gw, err)
 		}
+		k.step("route " + r.Dst + " moved")
 	}
 	return len(rs), nil
 }

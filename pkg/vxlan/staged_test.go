@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cutover-dev/cutover/harness/vxlantest"
 	"github.com/cutover-dev/cutover/pkg/netns"
 	"github.com/cutover-dev/cutover/pkg/vxlan"
 )
@@ -27,17 +28,23 @@ type stream struct {
 
 func startStream(t *testing.T, from, to *node, interval time.Duration) *stream {
 	t.Helper()
+	return streamTo(t, from, to, to.Overlay, interval)
+}
+
+// streamTo is startStream to one of to's addresses.
+func streamTo(t *testing.T, from, to *node, addr string, interval time.Duration) *stream {
+	t.Helper()
 	var echo, tx *net.UDPConn
 	if err := netns.Do(to.NS, func() error {
 		var err error
-		echo, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(to.Overlay), Port: 9100})
+		echo, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(addr), Port: 9100})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := netns.Do(from.NS, func() error {
 		var err error
-		tx, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(to.Overlay), Port: 9100})
+		tx, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(addr), Port: 9100})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -277,5 +284,123 @@ func TestStagedRPFilterBites(t *testing.T) {
 	time.Sleep(250 * time.Millisecond)
 	if lost := ab.lostIn(t0, t1); lost < 100 {
 		t.Fatalf("with loose rp_filter on the receiver a→b lost %d of ~200 after the switch: the guard test would pass without its guard", lost)
+	}
+}
+
+// flannelLayout gives both nodes flannel's layout: the device holds a /32
+// (no connected subnet), the peer's device address has a permanent
+// neighbour entry, and it and the subnet behind it are reached by onlink
+// routes through the device.
+func flannelLayout(t *testing.T, a, b *node) {
+	t.Helper()
+	for _, p := range [][2]*node{{a, b}, {b, a}} {
+		self, peer := p[0], p[1]
+		mac := strings.TrimSpace(vxlantest.Run(t, peer.NS, "cat /sys/class/net/"+dev+"/address"))
+		// Deleting the device's last address flushes its neighbours too.
+		vxlantest.Run(t, self.NS, "ip addr del "+self.Overlay+"/24 dev "+dev)
+		vxlantest.Run(t, self.NS, "ip addr add "+self.Overlay+"/32 dev "+dev)
+		vxlantest.Run(t, self.NS, "ip neigh replace "+peer.Overlay+" lladdr "+mac+" dev "+dev+" nud permanent")
+		vxlantest.Run(t, self.NS, "ip route replace "+peer.Overlay+"/32 via "+peer.Overlay+" dev "+dev+" onlink")
+		vxlantest.Run(t, self.NS, "ip route replace 198.18.101.0/24 via "+peer.Overlay+" dev "+dev+" onlink")
+	}
+}
+
+// retirePaused runs the staged phases on flannel's layout with traffic
+// every millisecond both ways to the subnet behind each node, then retires
+// a and b with the agent paused 50 ms after every change the switch makes
+// (as a preempted agent on a loaded node would be). It returns what was
+// lost in the retirement each way, and the steps.
+func retirePaused(t *testing.T, bite bool) (lost [2]int, steps []string) {
+	t.Helper()
+	a, b := newLab(t, 4789)
+	flannelLayout(t, a, b)
+	snaps := map[*node]vxlan.Snapshot{}
+	for _, n := range []*node{a, b} {
+		s, err := n.Kernel.Snapshot(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps[n] = s
+	}
+	ab, ba := streamTo(t, a, b, b.Loopback, time.Millisecond), streamTo(t, b, a, a.Loopback, time.Millisecond)
+	defer ab.close()
+	defer ba.close()
+	for _, n := range []*node{a, b} {
+		if err := n.Kernel.Listen(snaps[n], 4889); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []*node{a, b} {
+		if err := n.Kernel.SetFDBPorts(snaps[n], 4889); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	t0 := time.Now()
+	for _, n := range []*node{a, b} {
+		if bite {
+			vxlan.AddrsFirst(n.Kernel)
+		}
+		vxlan.PauseEachStep(n.Kernel, func(s string) {
+			steps = append(steps, n.NS+": "+s)
+			time.Sleep(50 * time.Millisecond)
+		})
+		live, err := n.Kernel.Snapshot(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range live.FDB {
+			if live.FDB[i].Port == 4889 {
+				live.FDB[i].Port = 0
+			}
+		}
+		if w, err := n.Kernel.Recreate(live, 4889); err != nil || !w.Adopted {
+			t.Fatalf("%s: retire: %+v %v; want the receiver adopted", n.NS, w, err)
+		}
+		if err := n.Kernel.Cleanup(dev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t1 := time.Now()
+	time.Sleep(250 * time.Millisecond) // the answers
+	for _, n := range []*node{a, b} {
+		s, err := n.Kernel.Snapshot(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := snaps[n]
+		want.Device.Port = 4889
+		if got := strings.TrimSpace(s.Text()); got != strings.TrimSpace(want.Text()) {
+			t.Errorf("%s after retire:\n%s\nwant:\n%s", n.NS, got, want.Text())
+		}
+	}
+	return [2]int{ab.lostIn(t0, t1), ba.lostIn(t0, t1)}, steps
+}
+
+// TestRetireEveryStepForwards: the staged retirement forwards in every
+// state it passes through, so an agent paused between any two of its
+// changes costs nothing. With flannel's layout the routes move to the
+// adopted receiver before the old device loses its address: losing its
+// last IPv4 address flushes every route through it.
+func TestRetireEveryStepForwards(t *testing.T) {
+	lost, steps := retirePaused(t, false)
+	t.Logf("steps, 50 ms apart: %s", strings.Join(steps, "; "))
+	if len(steps) < 8 {
+		t.Fatalf("%d steps paused at, want at least 4 per node: the pauses did not happen", len(steps))
+	}
+	if lost != [2]int{} {
+		t.Errorf("retirement with 50 ms between steps lost a→b %d, b→a %d datagrams at 1 ms; want 0", lost[0], lost[1])
+	}
+}
+
+// TestRetireEveryStepForwardsBites: with the old device stripped of its
+// address before the routes move (the order before the fix), the pauses
+// cost the subnet behind the node its route: what the test above must
+// catch.
+func TestRetireEveryStepForwardsBites(t *testing.T) {
+	lost, steps := retirePaused(t, true)
+	t.Logf("steps, 50 ms apart: %s; lost a→b %d, b→a %d", strings.Join(steps, "; "), lost[0], lost[1])
+	if lost[0]+lost[1] < 40 {
+		t.Fatalf("addresses first lost %v at 1 ms with 50 ms pauses; want a gap of tens: the guard test would pass without its guard", lost)
 	}
 }
