@@ -17,7 +17,7 @@
 // one address, two FDB entries, one neighbour, one route)
 //
 //   - delete-first (delete, add, address, FDB, neighbour, up, route: 9
-//     calls): median 31.7 ms, p90 39.8 ms. Deleting a link waits for RCU
+//     calls): median 27.8 ms, p90 35.7 ms. Deleting a link waits for RCU
 //     grace periods (10-50 ms) and the device is absent all that time.
 //   - prebuilt, old device taken down then renamed (an intermediate
 //     version): median 11.9 ms, p90 16 ms; taking a vxlan device down waits
@@ -27,10 +27,13 @@
 //     under a temporary name with addresses, FDB and neighbours while the old
 //     one carries traffic (0.35 ms, outside the window); then the old device
 //     is renamed away while still up, the new one is renamed and raised in
-//     ONE RTM_NEWLINK (do_setlink applies the name before the flags), the old
-//     one loses its addresses and the routes move by replace. Median 0.56 ms,
-//     p90 3.8 ms (the tail is rtnl contention with the previous run's
-//     deletion). The old device is deleted after the window (~20-30 ms, not
+//     ONE RTM_NEWLINK (do_setlink applies the name before the flags), the
+//     routes move by replace and then the old one loses its addresses (in
+//     that order: a device losing its last IPv4 address has every route
+//     through it flushed, and flannel's onlink routes would be missing
+//     until each was added back; TestRetireEveryStepForwards). Median 0.68 ms,
+//     p90 0.82 ms (2026-11-26; 0.56 and 3.8 ms in the run before that order,
+//     the tail then rtnl contention with the previous run's deletion). The old device is deleted after the window (~20-30 ms, not
 //     counted: it no longer carries traffic) — or, with Kernel.KeepOld, left
 //     renamed (OldName) for Cleanup: deletion holds the global RTNL lock,
 //     so the agent defers it to Finalize, after every node has flipped. In
