@@ -37,7 +37,7 @@ type Kernel struct {
 	// the receiver instead of turning it off (TestStagedRPFilterBites).
 	testLooseRPFilter bool
 	// testStep, when set, is called after each change the switch makes
-	// (TestStagedRetireEveryStepForwards pauses there, as a preempted
+	// (TestRetireEveryStepForwards pauses there, as a preempted
 	// agent would).
 	testStep func(step string)
 	// testAddrsFirst strips the old device's addresses before the routes
