@@ -131,8 +131,8 @@ bench-pathcheck: ## underlay path check time (coordctl pathcheck) at N=8, both b
 bench-agent: lab ## the agent at rest in an 8-node lab, probe mesh at its default rate and off: RSS and CPU, results/agent_footprint.json, docs/benchmarks.md
 	CI=true flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkAgentFootprint -benchtime 1x -timeout 15m ./harness/lab/
 
-bench-coordinator: ## the real coordinator over 1,000 and 10,000 simulated agents (COT_SCALE_SIM_SIZES): results/coordinator_scale_sim.json, docs/benchmarks.md
-	$(GO) test -run '^$$' -bench BenchmarkCoordinatorScaleSim -benchtime 1x -timeout 30m ./coordinator/
+bench-coordinator: ## the real coordinator over 1,000 and 10,000 simulated agents (COT_SCALE_SIM_SIZES), and what its idle agent connections hold: results/coordinator_scale_sim.json, results/agent_conn_memory.json, docs/benchmarks.md
+	$(GO) test -run '^$$' -bench 'BenchmarkCoordinatorScaleSim|BenchmarkAgentConnMemory' -benchtime 1x -timeout 30m ./coordinator/
 
 bench-ovs-flip: ## one node's OVS dst_port flip: native OVSDB, prepared (Apply only, issue 13) and ovs-vsctl: results/ovs_flip.json, docs/benchmarks.md
 	flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkFlip -benchtime 1x -timeout 10m ./pkg/ovs/

@@ -333,7 +333,13 @@ func (c *Coordinator) pathRound(ctx context.Context, checkID string, port uint32
 		for _, p := range peers[n] {
 			req.Peers = append(req.Peers, &agentv1.PathPeer{Name: p, Address: addr[p]})
 		}
-		cctx, cancel := context.WithTimeout(ctx, lead+window+2*time.Second)
+		// Every agent answers at the window's end, all at once: the
+		// answers come back as the calls went out, so they get as long as
+		// the fan-out was given (the lead) on top of 2 s. At 10,000
+		// simulated agents a bound of 2 s after the window left answers
+		// unread in one operation of six, and preflight refused the cutover
+		// for an underlay it had not judged (make bench-coordinator).
+		cctx, cancel := context.WithDeadline(ctx, at.Add(window+2*time.Second+lead))
 		defer cancel()
 		resp, err := c.agent(n).client.PathCheck(cctx, req)
 		mu.Lock()
