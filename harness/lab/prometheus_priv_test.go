@@ -597,6 +597,23 @@ func TestPrometheusScrapesLab(t *testing.T) {
 			t.Errorf("probes %s: sent %g after the cutover, %g before: the mesh stopped", pair, s.Value, before[pair])
 		}
 	}
+	// The rules judge each agent's last scrape, and one taken between the
+	// commit and the finalize still shows the committed phase (a CI run
+	// saw CutoverAgentOperationStuck pending for that): first wait for
+	// scrapes that show every agent out of the operation's middle phases.
+	// An agent whose gauge stays there fails here.
+	if err := eventually(ctx, 10*time.Second, func() error {
+		s, err := p.query(ctx, `cutover_agent_operation_phase{phase=~"preparing|prepared|committed"} == 1`)
+		if err != nil {
+			return err
+		}
+		if len(s) != 0 {
+			return fmt.Errorf("agents in a middle phase of the operation by their last scrape after it ended: %v", s)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
 	rs, err = p.rulesEvaluatedAfter(ctx, time.Now(), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)

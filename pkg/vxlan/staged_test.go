@@ -179,34 +179,11 @@ func TestStagedKernelPhases(t *testing.T) {
 	})
 	phase("retire", 2, func() {
 		for _, n := range []*node{a, b} {
-			live, err := n.Kernel.Snapshot(dev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range live.FDB {
-				if live.FDB[i].Port == 4889 {
-					live.FDB[i].Port = 0 // the new device's own port
-				}
-			}
-			w, err := n.Kernel.Recreate(live, 4889)
-			if err != nil || !w.Adopted {
-				t.Fatalf("%s: retire: %+v %v; want the receiver adopted", n.NS, w, err)
-			}
-			if err := n.Kernel.Cleanup(dev); err != nil {
-				t.Fatal(err)
-			}
+			retire(t, n)
 		}
 	})
 	for _, n := range []*node{a, b} {
-		after, err := n.Kernel.Snapshot(dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := before[n]
-		want.Device.Port = 4889
-		if got := strings.TrimSpace(after.Text()); got != strings.TrimSpace(want.Text()) {
-			t.Errorf("%s after retire:\n%s\nwant:\n%s", n.NS, got, want.Text())
-		}
+		checkRetired(t, n, before[n])
 		if links := ipIn(t, n.NS, "-o", "link", "show", "type", "vxlan"); strings.Count(links, "\n") != 1 {
 			t.Errorf("%s: VXLAN links after retire:\n%s", n.NS, links)
 		}
@@ -240,6 +217,41 @@ func TestStagedKernelUnlisten(t *testing.T) {
 	}
 	if l := ipIn(t, a.NS, "-o", "link", "show"); stripCounters(l) != stripCounters(links) {
 		t.Errorf("links after Listen+Cleanup:\n%s\nwant\n%s", l, links)
+	}
+}
+
+// retire is the staged retirement of n's device to 4889 (the receiver
+// adopted while it receives), then the old device's removal.
+func retire(t *testing.T, n *node) {
+	t.Helper()
+	live, err := n.Kernel.Snapshot(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range live.FDB {
+		if live.FDB[i].Port == 4889 {
+			live.FDB[i].Port = 0 // the new device's own port
+		}
+	}
+	if w, err := n.Kernel.Recreate(live, 4889); err != nil || !w.Adopted {
+		t.Fatalf("%s: retire: %+v %v; want the receiver adopted", n.NS, w, err)
+	}
+	if err := n.Kernel.Cleanup(dev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkRetired: n's device is before's on port 4889.
+func checkRetired(t *testing.T, n *node, before vxlan.Snapshot) {
+	t.Helper()
+	after, err := n.Kernel.Snapshot(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := before
+	want.Device.Port = 4889
+	if got := strings.TrimSpace(after.Text()); got != strings.TrimSpace(want.Text()) {
+		t.Errorf("%s after retire:\n%s\nwant:\n%s", n.NS, got, want.Text())
 	}
 }
 
@@ -345,34 +357,12 @@ func retirePaused(t *testing.T, bite bool) (lost [2]int, steps []string) {
 			steps = append(steps, n.NS+": "+s)
 			time.Sleep(50 * time.Millisecond)
 		})
-		live, err := n.Kernel.Snapshot(dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range live.FDB {
-			if live.FDB[i].Port == 4889 {
-				live.FDB[i].Port = 0
-			}
-		}
-		if w, err := n.Kernel.Recreate(live, 4889); err != nil || !w.Adopted {
-			t.Fatalf("%s: retire: %+v %v; want the receiver adopted", n.NS, w, err)
-		}
-		if err := n.Kernel.Cleanup(dev); err != nil {
-			t.Fatal(err)
-		}
+		retire(t, n)
 	}
 	t1 := time.Now()
 	time.Sleep(250 * time.Millisecond) // the answers
 	for _, n := range []*node{a, b} {
-		s, err := n.Kernel.Snapshot(dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := snaps[n]
-		want.Device.Port = 4889
-		if got := strings.TrimSpace(s.Text()); got != strings.TrimSpace(want.Text()) {
-			t.Errorf("%s after retire:\n%s\nwant:\n%s", n.NS, got, want.Text())
-		}
+		checkRetired(t, n, snaps[n])
 	}
 	return [2]int{ab.lostIn(t0, t1), ba.lostIn(t0, t1)}, steps
 }
