@@ -51,7 +51,8 @@ lab: build ## build the shipped binaries and cutover-lab (the local lab's CLI, d
 # so their timing-sensitive figures are not taken on a machine saturated by
 # the other packages' tests. Within them, one test at a time (-parallel 1):
 # an 8-node lab alone loads 2 cores to 8-9; two at once reached 10-12 and
-# measured each other (worst pair 3-25 lost over four runs, 7-12 alone).
+# measured each other (the e2e's worst pair per operation 3-25 in two runs
+# of the package, 5-12 in one run one test at a time).
 LAB_PKGS := ./harness/lab/...
 
 test: lint lab kube-tools ## the full suite: lint, unit tier, privileged tier when root (CI is root), Kubernetes tier, lab end to end
