@@ -66,6 +66,12 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 	defer backstop.Stop()
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
+	sent := time.Now()
+	if s.Step == barrier.Prepare {
+		op.mu.Lock()
+		op.prepAnswers = op.prepAnswers[:0]
+		op.mu.Unlock()
+	}
 	fanOut(s.Nodes, func(n string) {
 		if wave != nil {
 			wave <- struct{}{}
@@ -76,6 +82,9 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		switch s.Step {
 		case barrier.Prepare:
 			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.from, ToPort: op.to, ProbePeers: op.probePeers[n], Strategy: op.report.GetStrategy()})
+			op.mu.Lock()
+			op.prepAnswers = append(op.prepAnswers, time.Since(sent))
+			op.mu.Unlock()
 			ph := r.GetStatus().GetPhase()
 			op.noteSelfUndo(n, r.GetStatus())
 			ok := ph == agentv1.Phase_PHASE_PREPARED

@@ -23,6 +23,9 @@ type operation struct {
 	deadman  time.Duration
 	offsets  map[string]clockSample
 	prepDur  time.Duration // how long the prepare round took
+	// prepAnswers is when each answer of the last Prepare round came,
+	// from the round's start (commitLead).
+	prepAnswers []time.Duration
 	// batchBase (staged) is how many report batches earlier runs of a
 	// held operation ran: the core numbers this run's from 1.
 	batchBase int

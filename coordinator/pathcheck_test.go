@@ -300,3 +300,29 @@ func TestPathLead(t *testing.T) {
 		t.Errorf("maxPathLead %s: the agents refuse a start 5s ahead or more", maxPathLead)
 	}
 }
+
+// TestCommitLead: the commit lead covers the prepare round's fan-out
+// (twice its median answer, at most the round), not the slowest agent's
+// own Prepare: one node frozen through it must not push the instant out
+// by as long.
+func TestCommitLead(t *testing.T) {
+	c := &Coordinator{cfg: Default()}
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		round   time.Duration
+		answers []time.Duration
+		want    time.Duration
+	}{
+		{"one node frozen through prepare", 10700 * ms, []time.Duration{5 * ms, 6 * ms, 10700 * ms}, 30*ms + 12*ms},
+		{"answers bunched late", 2300 * ms, []time.Duration{1500 * ms, 1800 * ms, 1900 * ms, 2300 * ms}, 30*ms + 2300*ms},
+		{"resumed past prepare: no answers", 800 * ms, nil, 30*ms + 800*ms},
+		{"round trips longer than the round", 2 * ms, []time.Duration{ms, 2 * ms}, 30*ms + 4*2*ms},
+	} {
+		op := &operation{prepDur: tc.round, prepAnswers: tc.answers,
+			offsets: map[string]clockSample{"n1": {rtt: ms}, "n2": {rtt: 2 * ms}}, nodes: []string{"n1", "n2"}}
+		if got := c.commitLead(op); got != tc.want {
+			t.Errorf("%s: lead %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}

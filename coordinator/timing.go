@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"slices"
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
@@ -42,17 +43,20 @@ func (c *Coordinator) deadmanFor(step time.Duration) time.Duration {
 // Commit call to arrive before it. The worst single round trip is not
 // enough with many agents: sending N calls costs time of its own (CPU,
 // connection writes). The prepare round just before is the best measure
-// of that cost (the same agents, the same fan-out of one call each, plus
-// the agents' durable write), so the lead covers it whole, plus a
-// configurable per-agent allowance (0 by default). The report's commit
+// of that cost (the same agents, the same fan-out of one call each), plus
+// a configurable per-agent allowance (0 by default). The report's commit
 // margin (commit_margin_nanos: the instant minus the last Commit's
-// arrival) shows what the lead left: at 1,000 and 10,000 simulated
-// agents the commit fan-out took 0.37–0.56 of the prepare round
-// (docs/benchmarks.md). Twice preflight's first round (Info to every
-// target) and 100 µs per agent were also covered until issue 13's
-// measurement showed they only lengthened the lead: that round is the
-// same fan-out as prepare's, and the allowance added a second at 10,000
-// agents.
+// arrival) shows what the lead left (docs/benchmarks.md).
+//
+// The round's fan-out is at most twice its median answer: the calls go out
+// one after another, so the answers spread over the time the fan-out took
+// and half of them are in by half of it, while the last answer also waits
+// for the slowest agent's own work. A node frozen through its Prepare made
+// the whole round, and so the lead, 10.7 s in a CI run
+// (TestSecondOperationRefused), where the median answer came in
+// milliseconds. Where the answers bunch up late instead (10,000 simulated
+// agents: twice the median was 1.6× the round) the round stands. Without
+// answers (a coordinator resumed past prepare) the round stands too.
 func (c *Coordinator) commitLead(op *operation) time.Duration {
 	var maxRTT time.Duration
 	for _, s := range op.offsets {
@@ -60,6 +64,11 @@ func (c *Coordinator) commitLead(op *operation) time.Duration {
 	}
 	op.mu.Lock()
 	prep := op.prepDur
+	if n := len(op.prepAnswers); n > 0 {
+		a := slices.Clone(op.prepAnswers)
+		slices.Sort(a)
+		prep = min(prep, 2*a[n/2])
+	}
 	op.mu.Unlock()
 	return c.cfg.CommitLeadMin + max(time.Duration(c.cfg.CommitLeadRTTx)*maxRTT, prep) + time.Duration(len(op.nodes))*c.cfg.CommitLeadPerAgt
 }
