@@ -31,9 +31,10 @@
 //     routes move by replace and then the old one loses its addresses (in
 //     that order: a device losing its last IPv4 address has every route
 //     through it flushed, and flannel's onlink routes would be missing
-//     until each was added back; TestRetireEveryStepForwards). Median 0.68 ms,
-//     p90 0.82 ms (2026-11-26; 0.56 and 3.8 ms in the run before that order,
-//     the tail then rtnl contention with the previous run's deletion). The old device is deleted after the window (~20-30 ms, not
+//     until each was added back; TestRetireEveryStepForwards). Median
+//     0.68 ms, p90 0.82 ms (2026-11-26; 0.56 and 3.8 ms in the run before
+//     that order, the tail then rtnl contention with the previous run's
+//     deletion). The old device is deleted after the window (~20-30 ms, not
 //     counted: it no longer carries traffic) — or, with Kernel.KeepOld, left
 //     renamed (OldName) for Cleanup: deletion holds the global RTNL lock,
 //     so the agent defers it to Finalize, after every node has flipped. In

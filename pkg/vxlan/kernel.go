@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/cutover-dev/cutover/pkg/netlinksafe"
@@ -45,10 +46,12 @@ type Kernel struct {
 	testAddrsFirst bool
 }
 
-// step marks a point between two changes of the switch.
-func (k *Kernel) step(what string) {
+// step marks a point between two changes of the switch, named what and
+// its object. The name is built only for a test: the switch is the commit
+// path's window.
+func (k *Kernel) step(what, object string) {
 	if k.testStep != nil {
-		k.testStep(what)
+		k.testStep(strings.TrimSpace(what + " " + object))
 	}
 }
 
@@ -568,7 +571,7 @@ func (k *Kernel) switchTo(snap Snapshot, old, nlink *netlink.Vxlan, w Window) (W
 		if err != nil {
 			return fail(fmt.Errorf("rename old device (index %d) to %s: %w", old.Index, oldName(name), err))
 		}
-		k.step("old device renamed away")
+		k.step("old device renamed away", "")
 	}
 	if snap.Device.Up {
 		err = k.setNameUp(idx, name)
@@ -587,7 +590,7 @@ func (k *Kernel) switchTo(snap Snapshot, old, nlink *netlink.Vxlan, w Window) (W
 		return fail(err)
 	}
 	w.Calls++
-	k.step("new device named")
+	k.step("new device named", "")
 	w.Absent = k.now().Sub(tDel)
 	// The routes move before the old device loses its addresses: a device
 	// losing its last IPv4 address has every route through it flushed
@@ -611,7 +614,7 @@ func (k *Kernel) switchTo(snap Snapshot, old, nlink *netlink.Vxlan, w Window) (W
 			if err := k.H.AddrDel(old, ad); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 				return fmt.Errorf("remove %s from the old device: %w", a.CIDR, err)
 			}
-			k.step("old device lost " + a.CIDR)
+			k.step("old device lost", a.CIDR)
 		}
 		return nil
 	}
@@ -754,7 +757,7 @@ func (k *Kernel) restoreRoutes(idx int, rs []Route) (int, error) {
 		if err := k.H.RouteReplace(&nr); err != nil {
 			return i + 1, fmt.Errorf("route %s via %s: %w", r.Dst, r.Gw, err)
 		}
-		k.step("route " + r.Dst + " moved")
+		k.step("route moved:", r.Dst)
 	}
 	return len(rs), nil
 }

@@ -127,14 +127,7 @@ func (s *stream) close() { close(s.stop); s.wg.Wait() }
 // a Recreate leaves it, with no receiver left.
 func TestStagedKernelPhases(t *testing.T) {
 	a, b := newLab(t, 4789)
-	before := map[*node]vxlan.Snapshot{}
-	for _, n := range []*node{a, b} {
-		s, err := n.Kernel.Snapshot(dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before[n] = s
-	}
+	before := snapshots(t, a, b)
 	ab, ba := startStream(t, a, b, time.Millisecond), startStream(t, b, a, time.Millisecond)
 	defer ab.close()
 	defer ba.close()
@@ -218,6 +211,20 @@ func TestStagedKernelUnlisten(t *testing.T) {
 	if l := ipIn(t, a.NS, "-o", "link", "show"); stripCounters(l) != stripCounters(links) {
 		t.Errorf("links after Listen+Cleanup:\n%s\nwant\n%s", l, links)
 	}
+}
+
+// snapshots reads each node's device.
+func snapshots(t *testing.T, nodes ...*node) map[*node]vxlan.Snapshot {
+	t.Helper()
+	out := map[*node]vxlan.Snapshot{}
+	for _, n := range nodes {
+		s, err := n.Kernel.Snapshot(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[n] = s
+	}
+	return out
 }
 
 // retire is the staged retirement of n's device to 4889 (the receiver
@@ -326,14 +333,7 @@ func retirePaused(t *testing.T, bite bool) (lost [2]int, steps []string) {
 	t.Helper()
 	a, b := newLab(t, 4789)
 	flannelLayout(t, a, b)
-	snaps := map[*node]vxlan.Snapshot{}
-	for _, n := range []*node{a, b} {
-		s, err := n.Kernel.Snapshot(dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snaps[n] = s
-	}
+	snaps := snapshots(t, a, b)
 	ab, ba := streamTo(t, a, b, b.Loopback, time.Millisecond), streamTo(t, b, a, a.Loopback, time.Millisecond)
 	defer ab.close()
 	defer ba.close()
