@@ -67,6 +67,23 @@ func TestProbeStatsOverTwoAgents(t *testing.T) {
 	if after.GetPeers()[0].GetSent() >= p[0].GetSent() {
 		t.Fatalf("reset did not restart the counters: before %v after %v", p[0], after.GetPeers()[0])
 	}
+	// Info brings the same figures when asked (the coordinator's verify
+	// reads a node back and its mesh in one call), and resets nothing.
+	info, err := a.client.Info(ctx, &agentv1.InfoRequest{ProbeStats: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := info.GetProbeStats().GetPeers()
+	if len(ip) != 1 || ip[0].GetPeer() != "node-2" || ip[0].GetSent() < after.GetPeers()[0].GetSent() ||
+		info.GetProbeStats().GetIntervalMicros() != 2000 || info.GetProbeStats().GetNode() != "node-1" {
+		t.Fatalf("Info's probe figures: %v (ProbeStats just before: %v)", info.GetProbeStats(), after)
+	}
+	if again, _ := a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{}); again.GetPeers()[0].GetSent() < ip[0].GetSent() {
+		t.Fatalf("Info reset the counters: %v after %v", again.GetPeers()[0], ip[0])
+	}
+	if plain, _ := a.client.Info(ctx, &agentv1.InfoRequest{}); plain.GetProbeStats() != nil {
+		t.Fatalf("Info not asked for probe figures brought them: %v", plain.GetProbeStats())
+	}
 	if code, body := a.get(t, "/metrics"); code != 200 || !strings.Contains(body, `cutover_agent_probe_sent_total{peer="node-2"}`) {
 		t.Fatalf("/metrics lacks the probe counters: %d", code)
 	}

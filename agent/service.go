@@ -92,7 +92,7 @@ func (s *Service) NotReady(ctx context.Context) []string {
 }
 
 // Info implements agentv1.AgentServiceServer.
-func (s *Service) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
+func (s *Service) Info(ctx context.Context, req *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
 	resp := &agentv1.InfoResponse{
 		Node:    s.cfg.NodeName,
 		Version: version.Version,
@@ -123,6 +123,9 @@ func (s *Service) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.In
 	resp.Ready = len(notReady) == 0
 	resp.NotReady = notReady
 	resp.ProbeAddress, resp.ProbeOffReason = s.probeStatus()
+	if req.GetProbeStats() {
+		resp.ProbeStats = s.probeStats(false)
+	}
 	return resp, nil
 }
 
@@ -367,23 +370,30 @@ func (s *Service) SetProbes(p *overlayProbe) { s.probes = p }
 // ProbeStats implements agentv1.AgentServiceServer: the probe mesh's per-peer
 // figures (no peers when probing is off).
 func (s *Service) ProbeStats(_ context.Context, req *agentv1.ProbeStatsRequest) (*agentv1.ProbeStatsResponse, error) {
-	resp := &agentv1.ProbeStatsResponse{Node: s.cfg.NodeName, NowUnixNano: s.clock.Now().UnixNano()}
-	resp.Address, resp.OffReason = s.probeStatus()
-	if s.probes == nil {
-		return resp, nil
-	}
-	mesh := s.probes.mesh
-	resp.IntervalMicros = mesh.Interval().Microseconds()
-	resp.TimeoutMicros = mesh.Timeout().Microseconds()
-	stats, stall := mesh.Snapshot(req.GetReset_())
-	resp.MaxStallMicros = stall.Microseconds()
-	if req.GetPark() && s.probes.coordPeers.Load() {
+	resp := s.probeStats(req.GetReset_())
+	if req.GetPark() && s.probes != nil && s.probes.coordPeers.Load() {
 		// The coordinator holds the operation (a staged subset): no
 		// probing at its rate until a Prepare gives the sample back.
 		if err := s.probes.backToStatic(); err != nil {
 			return nil, status.Errorf(codes.Internal, "park: %v", err)
 		}
 	}
+	return resp, nil
+}
+
+// probeStats is the probe mesh's figures (ProbeStats, and Info when asked),
+// reset after reading when reset is set.
+func (s *Service) probeStats(reset bool) *agentv1.ProbeStatsResponse {
+	resp := &agentv1.ProbeStatsResponse{Node: s.cfg.NodeName, NowUnixNano: s.clock.Now().UnixNano()}
+	resp.Address, resp.OffReason = s.probeStatus()
+	if s.probes == nil {
+		return resp
+	}
+	mesh := s.probes.mesh
+	resp.IntervalMicros = mesh.Interval().Microseconds()
+	resp.TimeoutMicros = mesh.Timeout().Microseconds()
+	stats, stall := mesh.Snapshot(reset)
+	resp.MaxStallMicros = stall.Microseconds()
 	for _, st := range stats {
 		resp.Peers = append(resp.Peers, &agentv1.PeerProbeStats{
 			Peer: st.Peer, Address: st.Address, Sent: st.Sent, Received: st.Received,
@@ -394,7 +404,7 @@ func (s *Service) ProbeStats(_ context.Context, req *agentv1.ProbeStatsRequest) 
 			LongestGapFromUnixNano:   unixNano(st.LongestGapFrom),
 		})
 	}
-	return resp, nil
+	return resp
 }
 
 // toStatus maps a record to the API. PREPARING has no API phase: it is

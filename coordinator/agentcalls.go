@@ -137,7 +137,20 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			}
 			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s, read back port %d (want %d): %s", ph, r.GetReadbackPort(), op.to, r.GetStatus().GetError()))
 		case barrier.Verify:
-			info, err := cl.Info(ctx, &agentv1.InfoRequest{})
+			// The probe figures come with the read-back: the mesh
+			// verifier that follows reads no sender twice (issue 13).
+			op.mu.Lock()
+			mesh := !c.cfg.NoProbeVerify && (len(op.probePairs) > 0 || !op.probePlanned)
+			op.mu.Unlock()
+			info, err := cl.Info(ctx, &agentv1.InfoRequest{ProbeStats: mesh})
+			if ps := info.GetProbeStats(); ps != nil {
+				op.mu.Lock()
+				if op.verifyStats == nil {
+					op.verifyStats = map[string]*agentv1.ProbeStatsResponse{}
+				}
+				op.verifyStats[n] = ps
+				op.mu.Unlock()
+			}
 			o := info.GetOperation()
 			// Staged: the device keeps its own port until the retirement;
 			// what switched is where the node sends, which the agent read

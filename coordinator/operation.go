@@ -61,6 +61,10 @@ type operation struct {
 	probePeers   map[string][]*agentv1.ProbePeer
 	probePairs   []probePair
 	probePlanned bool
+	// verifyStats are the probe figures the Verify step's read-back
+	// brought (Info with probe_stats), by node: the mesh verifier's first
+	// round, which takes them, reads only the senders not in it.
+	verifyStats map[string]*agentv1.ProbeStatsResponse
 }
 
 func newOperation(id, kind string, from, to uint32, nodes []string, step, deadman time.Duration, seq int64) *operation {

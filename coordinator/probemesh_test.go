@@ -167,3 +167,34 @@ func TestProbeMeshStaysInOverlay(t *testing.T) {
 		}
 	}
 }
+
+// Verify reads each node back and its probe figures in one call (Info
+// with probe_stats): the mesh verifier's first round asks ProbeStats only
+// of the agents whose Info did not bring them (an agent older than the
+// field, n3 here), and the verdict is the same. A dark pair found in
+// those figures is read again at every poll, by ProbeStats.
+func TestVerifyMeshWithReadBack(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.fakes["n3"].SetOldInfo(true)
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil || rep.State != succeeded {
+		t.Fatalf("%v %v\n%s", rep, err, strings.Join(msgs, "\n"))
+	}
+	n1, n3 := l.fakes["n1"].ProbeStatsCalls(), l.fakes["n3"].ProbeStatsCalls()
+	if n3 != n1+1 {
+		t.Errorf("ProbeStats calls: n1 %d, n3 (old Info) %d: want one more on n3, whose figures verify had to ask for", n1, n3)
+	}
+	if r1, r3 := l.fakes["n1"].ProbeReads(), l.fakes["n3"].ProbeReads(); r1 != r3 {
+		t.Errorf("figures read: n1 %d, n3 %d: want the same (by Info or by ProbeStats)", r1, r3)
+	}
+
+	l2 := newLab(t, 3, nil)
+	l2.fakes["n2"].SetProbeDark("n3")
+	rep, _, err = l2.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op2"})
+	if err != nil || rep.State != rolledBack || !strings.Contains(rep.Error, "n2→n3") {
+		t.Fatalf("dark pair: %v %v: want ROLLED_BACK naming n2→n3", rep.GetState(), err)
+	}
+	if c2, c1 := l2.fakes["n2"].ProbeStatsCalls(), l2.fakes["n1"].ProbeStatsCalls(); c2 < c1+3 {
+		t.Errorf("ProbeStats calls: n2 (dark pair) %d, n1 %d: want n2 read again at every poll", c2, c1)
+	}
+}

@@ -126,6 +126,10 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 		flips[n] = f
 	}
 	planned := op.probePlanned
+	// The Verify step's figures serve the first round once: a later
+	// batch's verify reads its own.
+	first := op.verifyStats
+	op.verifyStats = nil
 	op.mu.Unlock()
 	if !planned {
 		// A resumed run: the sample of the run that prepared is not
@@ -167,7 +171,14 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 	}
 	var end time.Time
 	for senders := unresolved(); len(senders) > 0; {
-		stats, intervals, timeouts, errs := c.readMesh(ctx, senders)
+		var stats map[string]map[string]*agentv1.PeerProbeStats
+		var intervals, timeouts map[string]time.Duration
+		var errs map[string]string
+		if end.IsZero() && len(first) > 0 {
+			stats, intervals, timeouts, errs = c.readMeshAfter(ctx, senders, first)
+		} else {
+			stats, intervals, timeouts, errs = c.readMesh(ctx, senders)
+		}
 		if end.IsZero() {
 			end = time.Now().Add(budget)
 			if dl, ok := ctx.Deadline(); ok {
@@ -262,19 +273,15 @@ func darkWhy(st *agentv1.PeerProbeStats, a, b nodeFlip) string {
 // peer, with each sender's probe interval and timeout; errs names the
 // senders that could not be read.
 func (c *Coordinator) readMesh(ctx context.Context, senders []string) (stats map[string]map[string]*agentv1.PeerProbeStats, intervals, timeouts map[string]time.Duration, errs map[string]string) {
+	return c.readMeshAfter(ctx, senders, nil)
+}
+
+// readMeshAfter is readMesh where the figures in have been read already
+// (the Verify step's): only the other senders are asked.
+func (c *Coordinator) readMeshAfter(ctx context.Context, senders []string, in map[string]*agentv1.ProbeStatsResponse) (stats map[string]map[string]*agentv1.PeerProbeStats, intervals, timeouts map[string]time.Duration, errs map[string]string) {
 	stats = map[string]map[string]*agentv1.PeerProbeStats{}
 	intervals, timeouts, errs = map[string]time.Duration{}, map[string]time.Duration{}, map[string]string{}
-	var mu sync.Mutex
-	fanOut(senders, func(n string) {
-		cctx, cancel := context.WithTimeout(ctx, probeStatsBound)
-		defer cancel()
-		r, err := c.agent(n).client.ProbeStats(cctx, &agentv1.ProbeStatsRequest{})
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			errs[n] = status.Convert(err).Message()
-			return
-		}
+	add := func(n string, r *agentv1.ProbeStatsResponse) {
 		if r.GetAddress() == "" && r.GetOffReason() != "" {
 			errs[n] = "probing is off on " + n + ": " + r.GetOffReason()
 			return
@@ -286,6 +293,27 @@ func (c *Coordinator) readMesh(ctx context.Context, senders []string) (stats map
 		stats[n] = byPeer
 		intervals[n] = time.Duration(r.GetIntervalMicros()) * time.Microsecond
 		timeouts[n] = time.Duration(r.GetTimeoutMicros()) * time.Microsecond
+	}
+	var ask []string
+	for _, n := range senders {
+		if r, ok := in[n]; ok {
+			add(n, r)
+		} else {
+			ask = append(ask, n)
+		}
+	}
+	var mu sync.Mutex
+	fanOut(ask, func(n string) {
+		cctx, cancel := context.WithTimeout(ctx, probeStatsBound)
+		defer cancel()
+		r, err := c.agent(n).client.ProbeStats(cctx, &agentv1.ProbeStatsRequest{})
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs[n] = status.Convert(err).Message()
+			return
+		}
+		add(n, r)
 	})
 	return stats, intervals, timeouts, errs
 }

@@ -111,6 +111,117 @@ func TestLoopbackPair(t *testing.T) {
 	}
 }
 
+// TestEndsWhenComplete: a pair whose every frame passed both ways
+// returns at once, not at the window's end (10 s here), with what the
+// window would have given.
+func TestEndsWhenComplete(t *testing.T) {
+	a, b := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	const window = 10 * time.Second
+	base := Config{Port: freePort(t), CheckID: "early", VNIs: []uint32{0, 1}, Sizes: []int{200, 1400}, Window: window, Interval: 50 * time.Millisecond}
+	ca, cb := base, base
+	ca.Local, ca.Peers = a, []Peer{{"b", b}}
+	cb.Local, cb.Peers = b, []Peer{{"a", a}}
+	rs, took, errs := runAll(ca, cb)
+	for i, name := range []string{"a", "b"} {
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", name, errs[i])
+		}
+		// Half the window: far more than a loaded machine's round trips
+		// on loopback, far less than the window.
+		if took[i] > window/2 {
+			t.Errorf("%s took %v: every frame passed, it should not hold the %v window", name, took[i], window)
+		}
+		if len(rs[i]) != 4 {
+			t.Fatalf("%s: %d results, want 4", name, len(rs[i]))
+		}
+		for _, r := range rs[i] {
+			if !r.Answered || !r.Received || r.Sent == 0 {
+				t.Errorf("%s: %+v: want answered and received", name, r)
+			}
+		}
+	}
+}
+
+// TestListenerEndsSenderHolds: a node that only listens for a peer (a
+// sampled check's ListenFor) ends once it heard every frame; the peer,
+// which never hears requests from it, holds its window: a direction it
+// has no request from is not judged before the window ends.
+func TestListenerEndsSenderHolds(t *testing.T) {
+	a, c := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.3")
+	const window = 600 * time.Millisecond
+	base := Config{Port: freePort(t), CheckID: "listen", VNIs: []uint32{1}, Sizes: []int{200, 1400}, Window: window, Interval: 50 * time.Millisecond}
+	ca, cc := base, base
+	ca.Local, ca.Peers = a, []Peer{{"c", c}}
+	cc.Local, cc.ListenFor = c, []Peer{{"a", a}}
+	rs, took, errs := runAll(ca, cc)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	if took[0] < window {
+		t.Errorf("a returned after %v, inside its %v window, with no request from c heard", took[0], window)
+	}
+	if took[1] >= window {
+		t.Errorf("c took %v: it heard every frame it listens for, it should end early", took[1])
+	}
+	for _, r := range rs[0] {
+		if !r.Answered || r.Received {
+			t.Errorf("a: %+v: want answered by c, nothing received from it", r)
+		}
+	}
+	for _, r := range rs[1] {
+		if !r.Received || r.Answered || r.Sent != 0 {
+			t.Errorf("c: %+v: want a's requests received, nothing sent", r)
+		}
+	}
+}
+
+// runAll runs the configs' sides of one check at once.
+func runAll(cfgs ...Config) (rs [][]Result, took []time.Duration, errs []error) {
+	rs, took, errs = make([][]Result, len(cfgs)), make([]time.Duration, len(cfgs)), make([]error, len(cfgs))
+	var wg sync.WaitGroup
+	for i, cfg := range cfgs {
+		wg.Go(func() {
+			start := time.Now()
+			rs[i], errs[i] = Run(context.Background(), cfg)
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	return rs, took, errs
+}
+
+// TestSilentPeerHoldsWindow: one silent peer among live ones holds the
+// port for the whole window (its frames may still come), while the live
+// peer, whose every frame passed, ends early. A check that ended on the
+// frames it had would judge the silent direction on half its window.
+func TestSilentPeerHoldsWindow(t *testing.T) {
+	a, b, silent := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")
+	const window = 600 * time.Millisecond
+	base := Config{Port: freePort(t), CheckID: "hold", VNIs: []uint32{1}, Sizes: []int{200}, Window: window, Interval: 50 * time.Millisecond}
+	ca, cb := base, base
+	ca.Local, ca.Peers = a, []Peer{{"b", b}, {"s", silent}}
+	cb.Local, cb.Peers = b, []Peer{{"a", a}}
+	rs, took, errs := runAll(ca, cb)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	ra, rb, tookA, tookB := rs[0], rs[1], took[0], took[1]
+	if tookA < window {
+		t.Errorf("a returned after %v, inside its %v window, with peer s never heard", tookA, window)
+	}
+	if tookB >= window {
+		t.Errorf("b took %v: its only peer passed every frame, it should end early", tookB)
+	}
+	for _, r := range ra {
+		if live := r.Peer == "b"; r.Answered != live || r.Received != live {
+			t.Errorf("a: %+v: want b answered and received, s neither", r)
+		}
+	}
+	if len(rb) != 1 || !rb[0].Answered || !rb[0].Received {
+		t.Errorf("b: %+v", rb)
+	}
+}
+
 // TestSilentPeer: a peer that never answers is neither answered nor
 // received; the frames were sent.
 func TestSilentPeer(t *testing.T) {

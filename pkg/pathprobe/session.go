@@ -135,6 +135,19 @@ type key struct {
 // cfg.Window and returns what it saw, one Result per (peer of Peers or
 // ListenFor, VNI, size), sorted. The socket is closed when Run returns.
 // A port that cannot be bound is a *BindError.
+//
+// Run ends before the window once every frame is accounted for: each of
+// its requests answered, each peer's request received and, when the
+// capture runs, each peer's control frame seen. These flags only ever go
+// from false to true, so what it returns then is what the whole window
+// would have returned, but for the Sent counts (fewer resends). Until
+// then, and whenever a frame is missing (a blocked direction, an MTU, a
+// silent peer, a peer that does not send to this node), it holds the port
+// for the whole window: a healthy underlay is judged about one round trip
+// after the common start, a broken one as before. A peer whose last answer
+// from this node is lost resends into a closed port and holds its own
+// window: slower, never a different verdict (a direction passes on either
+// side's evidence, and this node's says it passed).
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -154,6 +167,10 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 
 	nonce := Nonce(cfg.CheckID)
 	byAddr := map[netip.Addr]string{}
+	sends := map[string]bool{} // the peers this node sends requests to
+	for _, p := range cfg.Peers {
+		sends[p.Name] = true
+	}
 	res := map[key]*Result{}
 	for _, p := range append(slices.Clone(cfg.Peers), cfg.ListenFor...) {
 		byAddr[p.Addr] = p.Name
@@ -164,6 +181,20 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}
 	var mu sync.Mutex
+	// missing counts the flags still false that the early end waits
+	// for; complete is closed when it reaches 0.
+	missing := len(res)
+	for k := range res {
+		if sends[k.peer] {
+			missing++
+		}
+	}
+	complete := make(chan struct{})
+	account := func() {
+		if missing--; missing == 0 {
+			close(complete)
+		}
+	}
 	deadline := time.Now().Add(cfg.Delay + cfg.Window)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -185,6 +216,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			control[p.Name] = &Result{Peer: p.Name, VNI: cfg.ControlVNI, Size: small, Control: true, ControlErr: cerr}
 		}
 		if capt != nil {
+			// The peers' control frames are waited for too, when they
+			// can be seen: the result then says what the window would.
+			missing += len(control)
 			captured = make(chan struct{})
 			go func() {
 				defer close(captured)
@@ -195,13 +229,21 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 						return
 					}
 					mu.Lock()
-					control[name].Received = true
+					if !control[name].Received {
+						control[name].Received = true
+						account()
+					}
 					mu.Unlock()
 				})
 			}()
 		}
 	}
 	defer func() { close(stopCapture); <-captured }()
+	mu.Lock()
+	if missing == 0 {
+		close(complete) // no peer at all
+	}
+	mu.Unlock()
 
 	done := make(chan struct{})
 	go func() {
@@ -229,11 +271,15 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			}
 			mu.Lock()
 			r := res[key{name, f.VNI, f.Size}]
-			if r != nil {
-				if f.Kind == Request {
-					r.Received = true
-				} else {
-					r.Answered = true
+			switch {
+			case r == nil:
+			case f.Kind == Request && !r.Received:
+				r.Received = true
+				account()
+			case f.Kind == Answer && !r.Answered:
+				r.Answered = true
+				if sends[name] {
+					account()
 				}
 			}
 			mu.Unlock()
@@ -242,6 +288,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 				if b, err := f.Marshal(); err == nil {
 					_, _ = conn.WriteToUDPAddrPort(b, from)
 				}
+			}
+			if isClosed(complete) {
+				return // the last frame this node waited for (answered above)
 			}
 		}
 	}()
@@ -252,6 +301,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		select {
 		case <-time.After(cfg.Delay):
 		case <-ctx.Done():
+		case <-complete: // only ListenFor peers, all heard
 		}
 	}
 	var seq uint32
@@ -312,10 +362,14 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
+		case <-complete:
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || isClosed(complete) {
 			break
 		}
+	}
+	if isClosed(complete) {
+		_ = conn.SetReadDeadline(time.Now()) // a reader that saw no frame at all
 	}
 	<-done
 	out := make([]Result, 0, len(res)+len(control))
@@ -342,6 +396,15 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return a.Size - b.Size
 	})
 	return out, nil
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 func cmpStr(a, b string) int {

@@ -56,6 +56,8 @@ type Agent struct {
 	peers      []*agentv1.PeerProbeStats
 	stall      time.Duration // the mesh's max_stall_micros
 	probeReads int
+	oldInfo    bool // Info ignores probe_stats (SetOldInfo)
+	probeCalls int
 	// The probe mesh (probe.go): the address Info reports (empty: off,
 	// for probeOff), the peers the last Prepare handed over and since when
 	// (agent clock), and the peers that go dark at the commit or never
@@ -208,7 +210,7 @@ func (a *Agent) checkOp(id string) error {
 }
 
 // Info implements AgentService.
-func (a *Agent) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
+func (a *Agent) Info(ctx context.Context, req *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
 	if err, _ := a.faultRO(ctx, "Info"); err != nil {
 		return nil, err
 	}
@@ -217,11 +219,19 @@ func (a *Agent) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.Info
 	if a.fightArmed && a.op != nil {
 		a.port, a.fightArmed = a.op.FromPort, false
 	}
-	return &agentv1.InfoResponse{Node: a.node, Version: "fake", Backend: "fake", Device: "vxlan0", CurrentPort: a.port,
+	resp := &agentv1.InfoResponse{Node: a.node, Version: "fake", Backend: "fake", Device: "vxlan0", CurrentPort: a.port,
 		Ready: a.ready, NotReady: a.notReady, Operation: a.statusLocked(), Labels: a.labels,
 		ProbeAddress: a.probeAddr, ProbeOffReason: a.probeOffLocked(),
-		UnderlayAddress: defaultUnderlayAddr(a.node), OverlayVnis: []uint32{0}, OverlayMtu: 1450}, nil
+		UnderlayAddress: defaultUnderlayAddr(a.node), OverlayVnis: []uint32{0}, OverlayMtu: 1450}
+	if req.GetProbeStats() && !a.oldInfo {
+		resp.ProbeStats = a.probeStatsLocked(false)
+	}
+	return resp, nil
 }
+
+// SetOldInfo makes Info ignore probe_stats, as an agent older than that
+// field does.
+func (a *Agent) SetOldInfo(on bool) { a.mu.Lock(); a.oldInfo = on; a.mu.Unlock() }
 
 // faultRO is fault without recording the call (read-only methods).
 func (a *Agent) faultRO(ctx context.Context, method string) (error, error) {

@@ -56,6 +56,29 @@ func (u *Underlay) dropsControl(from, to string) bool {
 	return u.DropControl != nil && u.DropControl(from, to)
 }
 
+// pathExchange is how long after the start a simulated check whose every
+// frame passed answers: a round trip and the agents' start skew (the real
+// agents' on the lab: docs/pathcheck.md).
+const pathExchange = 2 * time.Millisecond
+
+// passesAll reports whether every frame of req passes both ways between
+// node and each peer, control frames included: the real agent's early end.
+func (u *Underlay) passesAll(node string, req *agentv1.PathCheckRequest) bool {
+	for _, p := range req.Peers {
+		for _, v := range req.Vnis {
+			for _, z := range req.Sizes {
+				if u.drops(node, p.Name, v, z) || u.drops(p.Name, node, v, z) {
+					return false
+				}
+			}
+		}
+		if req.ControlPort != 0 && u.dropsControl(p.Name, node) {
+			return false
+		}
+	}
+	return len(req.ListenFor) == 0 // the coordinator sends none: modelled as the whole window
+}
+
 // SetUnderlay makes the agent's path checks cross u.
 func (a *Agent) SetUnderlay(u *Underlay) {
 	a.mu.Lock()
@@ -88,14 +111,20 @@ func (a *Agent) PathCheck(ctx context.Context, req *agentv1.PathCheckRequest) (*
 		return nil, err
 	}
 	a.mu.Lock()
-	timed := a.pathTimed
+	timed, u := a.pathTimed, a.underlay
 	a.mu.Unlock()
 	if timed {
-		// As the real agent: the window opens at the start instant (its
-		// own clock) and the answer comes when it closes.
-		end := time.Unix(0, req.StartUnixNano).Add(time.Duration(req.WindowMillis) * time.Millisecond)
+		// As the real agent (pkg/pathprobe): the window opens at the
+		// start instant (its own clock); the answer comes when it closes,
+		// or about a round trip after the start when every frame passed
+		// both ways.
+		start := time.Unix(0, req.StartUnixNano)
 		if req.StartUnixNano == 0 {
-			end = a.now().Add(time.Duration(req.WindowMillis) * time.Millisecond)
+			start = a.now()
+		}
+		end := start.Add(time.Duration(req.WindowMillis) * time.Millisecond)
+		if u.passesAll(a.node, req) {
+			end = start.Add(pathExchange)
 		}
 		select {
 		case <-time.After(end.Sub(a.now())):

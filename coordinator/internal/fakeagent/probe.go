@@ -104,7 +104,18 @@ func (a *Agent) setProbePeersLocked(peers []*agentv1.ProbePeer) {
 func (a *Agent) ProbeStats(_ context.Context, r *agentv1.ProbeStatsRequest) (*agentv1.ProbeStatsResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if r.Reset_ {
+	a.probeCalls++
+	return a.probeStatsLocked(r.Reset_), nil
+}
+
+// ProbeStatsCalls counts ProbeStats calls, resets included; figures read
+// by Info (probe_stats) are not among them.
+func (a *Agent) ProbeStatsCalls() int { a.mu.Lock(); defer a.mu.Unlock(); return a.probeCalls }
+
+// probeStatsLocked is ProbeStats's answer (Info's too, when asked); a
+// read counts in ProbeReads either way.
+func (a *Agent) probeStatsLocked(reset bool) *agentv1.ProbeStatsResponse {
+	if reset {
 		a.probeRst++
 	} else {
 		a.probeReads++
@@ -113,7 +124,7 @@ func (a *Agent) ProbeStats(_ context.Context, r *agentv1.ProbeStatsRequest) (*ag
 		NowUnixNano: a.now().UnixNano(), TimeoutMicros: fakeProbeTimeout.Microseconds(), OffReason: a.probeOffLocked(),
 		MaxStallMicros: a.stall.Microseconds()}
 	if a.probeAddr == "" {
-		return resp, nil
+		return resp
 	}
 	var peers []*agentv1.PeerProbeStats
 	for _, p := range a.peers {
@@ -146,5 +157,5 @@ func (a *Agent) ProbeStats(_ context.Context, r *agentv1.ProbeStatsRequest) (*ag
 		p.LastAnsweredSentUnixNano, p.LastAnswerUnixNano = sent, sent+int64(time.Millisecond)
 	}
 	resp.Peers = peers
-	return resp, nil
+	return resp
 }

@@ -96,7 +96,11 @@ func (Phase) EnumDescriptor() ([]byte, []int) {
 }
 
 type InfoRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// probe_stats: answer with the probe figures too (no reset), as
+	// ProbeStats would at the same moment. The coordinator's verify reads
+	// every node back and its probe mesh in one call per node, not two.
+	ProbeStats    bool `protobuf:"varint,1,opt,name=probe_stats,json=probeStats,proto3" json:"probe_stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -131,6 +135,13 @@ func (*InfoRequest) Descriptor() ([]byte, []int) {
 	return file_agent_v1_agent_proto_rawDescGZIP(), []int{0}
 }
 
+func (x *InfoRequest) GetProbeStats() bool {
+	if x != nil {
+		return x.ProbeStats
+	}
+	return false
+}
+
 type InfoResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Node        string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -159,8 +170,11 @@ type InfoResponse struct {
 	OverlayVnis        []uint32 `protobuf:"varint,71,rep,packed,name=overlay_vnis,json=overlayVnis,proto3" json:"overlay_vnis,omitempty"`
 	OverlayMtu         uint32   `protobuf:"varint,72,opt,name=overlay_mtu,json=overlayMtu,proto3" json:"overlay_mtu,omitempty"`
 	PathCheckOffReason string   `protobuf:"bytes,73,opt,name=path_check_off_reason,json=pathCheckOffReason,proto3" json:"path_check_off_reason,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The probe figures, when the request asked (probe_stats); unset by an
+	// agent older than that field.
+	ProbeStats    *ProbeStatsResponse `protobuf:"bytes,74,opt,name=probe_stats,json=probeStats,proto3" json:"probe_stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -296,6 +310,13 @@ func (x *InfoResponse) GetPathCheckOffReason() string {
 		return x.PathCheckOffReason
 	}
 	return ""
+}
+
+func (x *InfoResponse) GetProbeStats() *ProbeStatsResponse {
+	if x != nil {
+		return x.ProbeStats
+	}
+	return nil
 }
 
 type ClockRequest struct {
@@ -1863,8 +1884,10 @@ var File_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x14agent/v1/agent.proto\x12\x10cutover.agent.v1\"\r\n" +
-	"\vInfoRequest\"\xf5\x04\n" +
+	"\x14agent/v1/agent.proto\x12\x10cutover.agent.v1\".\n" +
+	"\vInfoRequest\x12\x1f\n" +
+	"\vprobe_stats\x18\x01 \x01(\bR\n" +
+	"probeStats\"\xbc\x05\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x18\n" +
@@ -1882,7 +1905,9 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\foverlay_vnis\x18G \x03(\rR\voverlayVnis\x12\x1f\n" +
 	"\voverlay_mtu\x18H \x01(\rR\n" +
 	"overlayMtu\x121\n" +
-	"\x15path_check_off_reason\x18I \x01(\tR\x12pathCheckOffReason\x1a9\n" +
+	"\x15path_check_off_reason\x18I \x01(\tR\x12pathCheckOffReason\x12E\n" +
+	"\vprobe_stats\x18J \x01(\v2$.cutover.agent.v1.ProbeStatsResponseR\n" +
+	"probeStats\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0e\n" +
@@ -2081,42 +2106,43 @@ var file_agent_v1_agent_proto_goTypes = []any{
 var file_agent_v1_agent_proto_depIdxs = []int32{
 	16, // 0: cutover.agent.v1.InfoResponse.operation:type_name -> cutover.agent.v1.OperationStatus
 	24, // 1: cutover.agent.v1.InfoResponse.labels:type_name -> cutover.agent.v1.InfoResponse.LabelsEntry
-	2,  // 2: cutover.agent.v1.PreflightResponse.info:type_name -> cutover.agent.v1.InfoResponse
-	8,  // 3: cutover.agent.v1.PrepareRequest.probe_peers:type_name -> cutover.agent.v1.ProbePeer
-	16, // 4: cutover.agent.v1.PrepareResponse.status:type_name -> cutover.agent.v1.OperationStatus
-	16, // 5: cutover.agent.v1.CommitResponse.status:type_name -> cutover.agent.v1.OperationStatus
-	0,  // 6: cutover.agent.v1.OperationStatus.phase:type_name -> cutover.agent.v1.Phase
-	19, // 7: cutover.agent.v1.ProbeStatsResponse.peers:type_name -> cutover.agent.v1.PeerProbeStats
-	21, // 8: cutover.agent.v1.PathCheckRequest.peers:type_name -> cutover.agent.v1.PathPeer
-	21, // 9: cutover.agent.v1.PathCheckRequest.listen_for:type_name -> cutover.agent.v1.PathPeer
-	23, // 10: cutover.agent.v1.PathCheckResponse.results:type_name -> cutover.agent.v1.PathProbeResult
-	1,  // 11: cutover.agent.v1.AgentService.Info:input_type -> cutover.agent.v1.InfoRequest
-	3,  // 12: cutover.agent.v1.AgentService.Clock:input_type -> cutover.agent.v1.ClockRequest
-	5,  // 13: cutover.agent.v1.AgentService.Preflight:input_type -> cutover.agent.v1.PreflightRequest
-	7,  // 14: cutover.agent.v1.AgentService.Prepare:input_type -> cutover.agent.v1.PrepareRequest
-	10, // 15: cutover.agent.v1.AgentService.Commit:input_type -> cutover.agent.v1.CommitRequest
-	12, // 16: cutover.agent.v1.AgentService.Confirm:input_type -> cutover.agent.v1.ConfirmRequest
-	13, // 17: cutover.agent.v1.AgentService.Rollback:input_type -> cutover.agent.v1.RollbackRequest
-	14, // 18: cutover.agent.v1.AgentService.Finalize:input_type -> cutover.agent.v1.FinalizeRequest
-	15, // 19: cutover.agent.v1.AgentService.Status:input_type -> cutover.agent.v1.StatusRequest
-	17, // 20: cutover.agent.v1.AgentService.ProbeStats:input_type -> cutover.agent.v1.ProbeStatsRequest
-	20, // 21: cutover.agent.v1.AgentService.PathCheck:input_type -> cutover.agent.v1.PathCheckRequest
-	2,  // 22: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
-	4,  // 23: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
-	6,  // 24: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
-	9,  // 25: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
-	11, // 26: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
-	16, // 27: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
-	16, // 28: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
-	16, // 29: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
-	16, // 30: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
-	18, // 31: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
-	22, // 32: cutover.agent.v1.AgentService.PathCheck:output_type -> cutover.agent.v1.PathCheckResponse
-	22, // [22:33] is the sub-list for method output_type
-	11, // [11:22] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	18, // 2: cutover.agent.v1.InfoResponse.probe_stats:type_name -> cutover.agent.v1.ProbeStatsResponse
+	2,  // 3: cutover.agent.v1.PreflightResponse.info:type_name -> cutover.agent.v1.InfoResponse
+	8,  // 4: cutover.agent.v1.PrepareRequest.probe_peers:type_name -> cutover.agent.v1.ProbePeer
+	16, // 5: cutover.agent.v1.PrepareResponse.status:type_name -> cutover.agent.v1.OperationStatus
+	16, // 6: cutover.agent.v1.CommitResponse.status:type_name -> cutover.agent.v1.OperationStatus
+	0,  // 7: cutover.agent.v1.OperationStatus.phase:type_name -> cutover.agent.v1.Phase
+	19, // 8: cutover.agent.v1.ProbeStatsResponse.peers:type_name -> cutover.agent.v1.PeerProbeStats
+	21, // 9: cutover.agent.v1.PathCheckRequest.peers:type_name -> cutover.agent.v1.PathPeer
+	21, // 10: cutover.agent.v1.PathCheckRequest.listen_for:type_name -> cutover.agent.v1.PathPeer
+	23, // 11: cutover.agent.v1.PathCheckResponse.results:type_name -> cutover.agent.v1.PathProbeResult
+	1,  // 12: cutover.agent.v1.AgentService.Info:input_type -> cutover.agent.v1.InfoRequest
+	3,  // 13: cutover.agent.v1.AgentService.Clock:input_type -> cutover.agent.v1.ClockRequest
+	5,  // 14: cutover.agent.v1.AgentService.Preflight:input_type -> cutover.agent.v1.PreflightRequest
+	7,  // 15: cutover.agent.v1.AgentService.Prepare:input_type -> cutover.agent.v1.PrepareRequest
+	10, // 16: cutover.agent.v1.AgentService.Commit:input_type -> cutover.agent.v1.CommitRequest
+	12, // 17: cutover.agent.v1.AgentService.Confirm:input_type -> cutover.agent.v1.ConfirmRequest
+	13, // 18: cutover.agent.v1.AgentService.Rollback:input_type -> cutover.agent.v1.RollbackRequest
+	14, // 19: cutover.agent.v1.AgentService.Finalize:input_type -> cutover.agent.v1.FinalizeRequest
+	15, // 20: cutover.agent.v1.AgentService.Status:input_type -> cutover.agent.v1.StatusRequest
+	17, // 21: cutover.agent.v1.AgentService.ProbeStats:input_type -> cutover.agent.v1.ProbeStatsRequest
+	20, // 22: cutover.agent.v1.AgentService.PathCheck:input_type -> cutover.agent.v1.PathCheckRequest
+	2,  // 23: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
+	4,  // 24: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
+	6,  // 25: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
+	9,  // 26: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
+	11, // 27: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
+	16, // 28: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
+	16, // 29: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
+	16, // 30: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
+	16, // 31: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
+	18, // 32: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
+	22, // 33: cutover.agent.v1.AgentService.PathCheck:output_type -> cutover.agent.v1.PathCheckResponse
+	23, // [23:34] is the sub-list for method output_type
+	12, // [12:23] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_agent_v1_agent_proto_init() }
