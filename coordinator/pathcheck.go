@@ -165,7 +165,9 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 	m.controlVNI = m.vnis[0]
 	res.ControlPort = m.control
 
-	m.sides = c.pathRound(ctx, id+"/path", port, m, checked, addr, clocks, m.peers, m.failed)
+	var exchange time.Duration
+	m.sides, exchange = c.pathRound(ctx, id+"/path", port, m, checked, addr, clocks, m.peers, m.failed)
+	res.LeadMicros, res.ExchangeMicros = m.lead.Microseconds(), exchange.Microseconds()
 	res.Pairs, res.Problems = m.judge()
 	// More rounds for the directions that failed, alone: on a loaded
 	// machine a clean pair can lose all of a round's frames (docs/
@@ -181,7 +183,7 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 		}
 		before := failedDirections(res.Pairs)
 		// A node whose call fails now keeps its earlier rounds' answers.
-		more := c.pathRound(ctx, fmt.Sprintf("%s/path%d", id, round), port, m, slices.Sorted(maps.Keys(again)), addr, clocks, again, map[string]string{})
+		more, _ := c.pathRound(ctx, fmt.Sprintf("%s/path%d", id, round), port, m, slices.Sorted(maps.Keys(again)), addr, clocks, again, map[string]string{})
 		for n, side := range more {
 			if m.sides[n] == nil {
 				m.sides[n] = pathSide{}
@@ -312,10 +314,12 @@ const pathRetries = 3
 
 // pathRound runs one round of the path check: every node in nodes binds
 // the port at one instant and exchanges frames with its peers. It returns
-// what each answered; a node whose call failed is put in failed with why.
+// what each answered, and how long after the start instant the last
+// answer came; a node whose call failed is put in failed with why.
 func (c *Coordinator) pathRound(ctx context.Context, checkID string, port uint32, m *pathMatrix, nodes []string, addr map[string]string,
-	clocks map[string]clockSample, peers map[string][]string, failed map[string]string) map[string]pathSide {
+	clocks map[string]clockSample, peers map[string][]string, failed map[string]string) (map[string]pathSide, time.Duration) {
 	sides := map[string]pathSide{}
+	var last time.Duration
 	var mu sync.Mutex
 	window := c.cfg.PathWindow
 	// One start instant for every agent, in its own clock, far enough
@@ -348,9 +352,10 @@ func (c *Coordinator) pathRound(ctx context.Context, checkID string, port uint32
 			failed[n] = status.Convert(err).Message()
 			return
 		}
+		last = max(last, time.Since(at))
 		sides[n] = sideOf(resp)
 	})
-	return sides
+	return sides, last
 }
 
 // retryPeers is the second round's plan: for every direction that did not

@@ -27,6 +27,8 @@ type pathFigure struct {
 	Frames       int                  `json:"frames_per_pair_round"` // VNIs × sizes
 	WindowMS     float64              `json:"window_ms"`             // the coordinator's --path-check-window
 	Check        benchresult.MsStats  `json:"check_ms"`              // coordinator side: Info already done, PathCheck fan-out and judging
+	Lead         benchresult.MsStats  `json:"lead_ms"`               // the start lead (part of check)
+	Exchange     benchresult.MsStats  `json:"exchange_ms"`           // start instant to the last agent's answer: ends early when every frame passed
 	Coordctl     benchresult.MsStats  `json:"coordctl_ms"`           // coordctl pathcheck, process start to exit
 	Runs         int                  `json:"runs"`
 	Problems     int                  `json:"problems"`
@@ -97,7 +99,7 @@ func benchPath(b *testing.B, bin, backend string, n int, window time.Duration) p
 		return out, took
 	}
 	f := pathFigure{Backend: backend, Nodes: n, WindowMS: float64(window.Milliseconds())}
-	var checks, walls []time.Duration
+	var checks, walls, leads, exchanges []time.Duration
 	for range 5 {
 		out, wall := coordctl("pathcheck", "--port", "4889", "-o", "json")
 		res := &coordinatorv1.PathCheckResult{}
@@ -107,16 +109,24 @@ func benchPath(b *testing.B, bin, backend string, n int, window time.Duration) p
 		f.Sampling, f.PairsChecked, f.Frames = res.Sampling, res.PairsChecked, (len(res.Vnis)+1)*len(res.Sizes)
 		f.Problems += len(res.Problems)
 		checks = append(checks, time.Duration(res.TookMicros)*time.Microsecond)
+		leads = append(leads, time.Duration(res.LeadMicros)*time.Microsecond)
+		exchanges = append(exchanges, time.Duration(res.ExchangeMicros)*time.Microsecond)
 		walls = append(walls, wall)
 	}
 	f.Runs, f.Check, f.Coordctl = len(checks), benchresult.Ms(checks), benchresult.Ms(walls)
+	f.Lead, f.Exchange = benchresult.Ms(leads), benchresult.Ms(exchanges)
+	// The median: a run where an answer was lost twice may hold one
+	// agent's window; a check that never ends early holds every run's.
+	if f.Exchange.MedianMs >= f.WindowMS {
+		b.Errorf("%s N=%d: the clean underlay's exchange took %.0f ms (median), the whole %.0f ms window: the agents did not end when every frame had passed", backend, n, f.Exchange.MedianMs, f.WindowMS)
+	}
 	_, plan := coordctl("plan", "--port", "4889")
 	p := benchresult.Ms([]time.Duration{plan})
 	f.Plan = &p
 	if f.Problems > 0 {
 		b.Errorf("%s N=%d: the clean lab underlay had %d path problem(s)", backend, n, f.Problems)
 	}
-	b.Logf("%s N=%d (%s): %d directions, check %.0f ms median (max %.0f), coordctl pathcheck %.0f ms median, plan %.0f ms",
-		backend, n, f.Sampling, f.PairsChecked, f.Check.MedianMs, f.Check.MaxMs, f.Coordctl.MedianMs, plan.Seconds()*1000)
+	b.Logf("%s N=%d (%s): %d directions, check %.0f ms median (max %.0f; start lead %.0f, exchange %.0f median, max %.0f), coordctl pathcheck %.0f ms median, plan %.0f ms",
+		backend, n, f.Sampling, f.PairsChecked, f.Check.MedianMs, f.Check.MaxMs, f.Lead.MedianMs, f.Exchange.MedianMs, f.Exchange.MaxMs, f.Coordctl.MedianMs, plan.Seconds()*1000)
 	return f
 }

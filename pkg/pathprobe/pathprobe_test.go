@@ -175,6 +175,79 @@ func TestListenerEndsSenderHolds(t *testing.T) {
 	}
 }
 
+// TestLingerAnswersResend: a check that has every frame stays bound long
+// enough to answer a peer's resend of a request whose answer was lost (a
+// hand-driven peer drops the first answer): that peer is not left holding
+// its window for want of an answer.
+func TestLingerAnswersResend(t *testing.T) {
+	a, b := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	const interval = 50 * time.Millisecond
+	cfg := Config{Local: a, Port: freePort(t), CheckID: "linger", VNIs: []uint32{1}, Sizes: []int{200}, Window: 5 * time.Second,
+		Interval: interval, Peers: []Peer{{"b", b}}}
+	peer, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(b, cfg.Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	var rs []Result
+	var took time.Duration
+	done := make(chan error, 1)
+	go func() {
+		start := time.Now()
+		var err error
+		rs, err = Run(context.Background(), cfg)
+		took = time.Since(start)
+		done <- err
+	}()
+	nonce := Nonce(cfg.CheckID)
+	to := netip.AddrPortFrom(a, cfg.Port)
+	send := func(f Frame) {
+		t.Helper()
+		buf, err := f.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.WriteToUDPAddrPort(buf, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func(kind Kind) Frame {
+		t.Helper()
+		buf := make([]byte, MaxSize)
+		_ = peer.SetReadDeadline(time.Now().Add(2 * time.Second))
+		for {
+			n, _, err := peer.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				t.Fatalf("waiting for a %d frame: %v", kind, err)
+			}
+			if f, err := Unmarshal(buf[:n]); err == nil && f.Nonce == nonce && f.Kind == kind {
+				return f
+			}
+		}
+	}
+	// a's request, answered: a has its answer.
+	req := next(Request)
+	req.Kind = Answer
+	send(req)
+	// b's request: a has every frame now and answers it; that answer is
+	// "lost" (read and ignored), and b resends one interval later.
+	mine := Frame{Kind: Request, Nonce: nonce, VNI: 1, Size: 200, Seq: 1}
+	send(mine)
+	next(Answer)
+	time.Sleep(interval)
+	mine.Seq = 2
+	send(mine)
+	if ans := next(Answer); ans.Seq != 2 {
+		t.Fatalf("answer to seq %d, want the resend's (2)", ans.Seq)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if took >= cfg.Window || len(rs) != 1 || !rs[0].Answered || !rs[0].Received {
+		t.Fatalf("a: took %v (window %v), %+v: want it ended early, answered and received", took, cfg.Window, rs)
+	}
+}
+
 // runAll runs the configs' sides of one check at once.
 func runAll(cfgs ...Config) (rs [][]Result, took []time.Duration, errs []error) {
 	rs, took, errs = make([][]Result, len(cfgs)), make([]time.Duration, len(cfgs)), make([]error, len(cfgs))

@@ -630,9 +630,15 @@ type PathCheckResult struct {
 	BlockedPairs uint32      `protobuf:"varint,13,opt,name=blocked_pairs,json=blockedPairs,proto3" json:"blocked_pairs,omitempty"`
 	// The current port, checked as a control: a direction that passes
 	// nothing on either port is "inconclusive", not "blocked". 0: none.
-	ControlPort   uint32 `protobuf:"varint,14,opt,name=control_port,json=controlPort,proto3" json:"control_port,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ControlPort uint32 `protobuf:"varint,14,opt,name=control_port,json=controlPort,proto3" json:"control_port,omitempty"`
+	// The first round's start lead (how far ahead of the fan-out's start
+	// every agent was told to begin), and how long after that instant its
+	// last answer came: the agents' exchange, which ends a round trip after
+	// the start on a healthy underlay and at the window's end otherwise.
+	LeadMicros     int64 `protobuf:"varint,15,opt,name=lead_micros,json=leadMicros,proto3" json:"lead_micros,omitempty"`
+	ExchangeMicros int64 `protobuf:"varint,16,opt,name=exchange_micros,json=exchangeMicros,proto3" json:"exchange_micros,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PathCheckResult) Reset() {
@@ -759,6 +765,20 @@ func (x *PathCheckResult) GetBlockedPairs() uint32 {
 func (x *PathCheckResult) GetControlPort() uint32 {
 	if x != nil {
 		return x.ControlPort
+	}
+	return 0
+}
+
+func (x *PathCheckResult) GetLeadMicros() int64 {
+	if x != nil {
+		return x.LeadMicros
+	}
+	return 0
+}
+
+func (x *PathCheckResult) GetExchangeMicros() int64 {
+	if x != nil {
+		return x.ExchangeMicros
 	}
 	return 0
 }
@@ -1901,7 +1921,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x05nodes\x18\x03 \x03(\v2 .cutover.coordinator.v1.NodePlanR\x05nodes\x12\x1a\n" +
 	"\bproblems\x18\x04 \x03(\tR\bproblems\x12F\n" +
 	"\n" +
-	"path_check\x18F \x01(\v2'.cutover.coordinator.v1.PathCheckResultR\tpathCheck\"\xbf\x03\n" +
+	"path_check\x18F \x01(\v2'.cutover.coordinator.v1.PathCheckResultR\tpathCheck\"\x89\x04\n" +
 	"\x0fPathCheckResult\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x12\n" +
 	"\x04vnis\x18\x02 \x03(\rR\x04vnis\x12#\n" +
@@ -1919,7 +1939,10 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\vtook_micros\x18\f \x01(\x03R\n" +
 	"tookMicros\x12#\n" +
 	"\rblocked_pairs\x18\r \x01(\rR\fblockedPairs\x12!\n" +
-	"\fcontrol_port\x18\x0e \x01(\rR\vcontrolPort\"\xa6\x01\n" +
+	"\fcontrol_port\x18\x0e \x01(\rR\vcontrolPort\x12\x1f\n" +
+	"\vlead_micros\x18\x0f \x01(\x03R\n" +
+	"leadMicros\x12'\n" +
+	"\x0fexchange_micros\x18\x10 \x01(\x03R\x0eexchangeMicros\"\xa6\x01\n" +
 	"\bPathPair\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x18\n" +
