@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: images release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged bench-lab-staged-n32
+.PHONY: images release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged bench-lab-staged-n32 bench-ovs-port-stall bench-coordinator-ab
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -115,6 +115,10 @@ bench-lab-staged: lab ## the staged strategy beside the others at N=8, probes ev
 	set -o pipefail; cd harness/lab && COT_LAB_BENCH_NAME=lab_staged_n8 COT_LAB_BENCH_SIZES=8 flock /tmp/cutover-priv.lock \
 		$(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 30m . | tee ../../results/bench-lab-staged.txt
 
+bench-ovs-port-stall: lab ## what one node's OVS port or flow change alone costs its pairs at N=8 and 32 (issue 15): results/ovs_port_stall.json, docs/staged.md
+	@mkdir -p results
+	set -o pipefail; cd harness/lab && flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkOVSPortStall -benchtime 1x -timeout 40m . | tee ../../results/bench-ovs-port-stall.txt
+
 bench-lab-staged-n32: lab ## the staged strategy one node at a time (--max-parallel 1) beside the others at N=32, probes every 10 ms, both backends: results/lab_staged_n32_10ms.json, docs/benchmarks.md
 	@mkdir -p results
 	set -o pipefail; cd harness/lab && COT_LAB_BENCH_NAME=lab_staged_n32_10ms COT_LAB_BENCH_SIZES=32 COT_LAB_BENCH_INTERVAL=10ms COT_LAB_BENCH_LATE_BUDGET=3s COT_LAB_BENCH_MAX_PARALLEL=1 flock /tmp/cutover-priv.lock \
@@ -134,6 +138,10 @@ bench-agent: lab ## the agent at rest in an 8-node lab, probe mesh at its defaul
 
 bench-coordinator: ## the real coordinator over 1,000 and 10,000 simulated agents (COT_SCALE_SIM_SIZES), and what its idle agent connections hold: results/coordinator_scale_sim.json, results/agent_conn_memory.json, docs/benchmarks.md
 	$(GO) test -run '^$$' -bench 'BenchmarkCoordinatorScaleSim|BenchmarkAgentConnMemory' -benchtime 1x -timeout 30m ./coordinator/
+
+AB_BASE ?= HEAD
+bench-coordinator-ab: ## the coordinator benchmark for AB_BASE (a commit) and this tree, interleaved on the same machine: results/coordinator_ab.json, docs/benchmarks.md
+	hack/bench-coordinator-ab.sh $(AB_BASE)
 
 bench-ovs-flip: ## one node's OVS dst_port flip: native OVSDB, prepared (Apply only, issue 13) and ovs-vsctl: results/ovs_flip.json, docs/benchmarks.md
 	flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkFlip -benchtime 1x -timeout 10m ./pkg/ovs/
