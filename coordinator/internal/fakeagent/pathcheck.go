@@ -58,8 +58,8 @@ func (u *Underlay) dropsControl(from, to string) bool {
 
 // pathExchange is how long after the start a simulated check has every
 // frame: a round trip and the agents' start skew on a real network (the
-// 8-node lab's agents, 2 cores shared by all, take 40-50 ms: docs/
-// benchmarks.md, "Underlay path check").
+// 8-node lab's agents, 2 cores shared by all, took 41-50 ms before their
+// linger: docs/benchmarks.md, "Underlay path check").
 const pathExchange = 2 * time.Millisecond
 
 // passesAll reports whether every frame of req passes both ways between
