@@ -24,8 +24,12 @@ func TestControlCapture(t *testing.T) {
 	defer held.Close()
 	ctl := uint16(held.LocalAddr().(*net.UDPAddr).Port)
 	a, b, c := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")
+	// A common start 100 ms after binding, as the coordinator's start
+	// instant gives: both captures are open before any frame leaves (b
+	// ends early, its every frame passed, and sends no more control
+	// frames after that).
 	base := Config{Port: freePort(t), CheckID: "ctl", VNIs: []uint32{1}, Sizes: []int{256}, Window: 300 * time.Millisecond,
-		Interval: 50 * time.Millisecond, ControlPort: ctl, ControlVNI: 1}
+		Interval: 50 * time.Millisecond, ControlPort: ctl, ControlVNI: 1, Delay: 100 * time.Millisecond}
 	ca, cb := base, base
 	ca.Local, ca.Peers = a, []Peer{{"b", b}, {"c", c}}
 	cb.Local, cb.Peers = b, []Peer{{"a", a}}

@@ -142,18 +142,20 @@ type key struct {
 // A port that cannot be bound is a *BindError.
 //
 // Run ends before the window once every frame is accounted for: each of
-// its requests answered, each peer's request received and, when the
-// capture runs, each peer's control frame seen. These flags only ever go
-// from false to true, so what it returns then is what the whole window
-// would have returned, but for the Sent counts (fewer resends). Until
-// then, and whenever a frame is missing (a blocked direction, an MTU, a
-// silent peer, a peer that does not send to this node), it holds the port
-// for the whole window: a healthy underlay is judged about one round trip
-// and 1.5 resend intervals (linger) after the common start, a broken one as
-// before. A peer whose answer from this node is lost twice resends into a
-// closed port and holds its own window: slower, never a different verdict
-// (a direction passes on either side's evidence, and this node's says it
-// passed).
+// its requests answered and each peer's request received. These flags
+// only ever go from false to true, so what it returns then is what the
+// whole window would have returned, but for the Sent counts (fewer
+// resends) and the control frames: those are not waited for (a peer that
+// ended sends no more, and one lost would hold the window), and they judge
+// only a direction where nothing passed, whose two sides then both hold
+// their windows and keep sending them. Until then, and whenever a frame is
+// missing (a blocked direction, an MTU, a silent peer, a peer that does not
+// send to this node), it holds the port for the whole window: a healthy
+// underlay is judged about one round trip and 1.5 resend intervals
+// (linger) after the common start, a broken one as before. A peer whose
+// answer from this node is lost twice resends into a closed port and holds
+// its own window: slower, never a different verdict (a direction passes on
+// either side's evidence, and this node's says it passed).
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -222,9 +224,6 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			control[p.Name] = &Result{Peer: p.Name, VNI: cfg.ControlVNI, Size: small, Control: true, ControlErr: cerr}
 		}
 		if capt != nil {
-			// The peers' control frames are waited for too, when they
-			// can be seen: the result then says what the window would.
-			missing += len(control)
 			captured = make(chan struct{})
 			go func() {
 				defer close(captured)
@@ -235,10 +234,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 						return
 					}
 					mu.Lock()
-					if !control[name].Received {
-						control[name].Received = true
-						account()
-					}
+					control[name].Received = true
 					mu.Unlock()
 				})
 			}()
