@@ -4,7 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -176,6 +178,20 @@ func TestProbeMeshStaysInOverlay(t *testing.T) {
 func TestVerifyMeshWithReadBack(t *testing.T) {
 	l := newLab(t, 3, nil)
 	l.fakes["n3"].SetOldInfo(true)
+	// Every pair answered a probe sent well after any flip: the first
+	// round passes them all, however soon after the flip it reads (the
+	// simulated mesh's own figures trail the clock by a probe interval, and
+	// a read within it would take a second round, timing-dependent).
+	later := time.Now().Add(time.Hour).UnixNano()
+	for _, n := range []string{"n1", "n2", "n3"} {
+		var peers []*agentv1.PeerProbeStats
+		for _, m := range []string{"n1", "n2", "n3"} {
+			if m != n {
+				peers = append(peers, &agentv1.PeerProbeStats{Peer: m, Sent: 10, Received: 10, LastAnsweredSentUnixNano: later, LastAnswerUnixNano: later})
+			}
+		}
+		l.fakes[n].SetPeers(peers)
+	}
 	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
 	if err != nil || rep.State != succeeded {
 		t.Fatalf("%v %v\n%s", rep, err, strings.Join(msgs, "\n"))
