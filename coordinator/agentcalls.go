@@ -67,9 +67,17 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
 	sent := time.Now()
-	if s.Step == barrier.Prepare {
+	var mesh bool
+	switch s.Step {
+	case barrier.Prepare:
 		op.mu.Lock()
 		op.prepAnswers = op.prepAnswers[:0]
+		op.mu.Unlock()
+	case barrier.Verify:
+		// The read-back brings the probe figures when the mesh verifier
+		// that follows will judge them: it then reads no sender twice.
+		op.mu.Lock()
+		mesh = !c.cfg.NoProbeVerify && (len(op.probePairs) > 0 || !op.probePlanned)
 		op.mu.Unlock()
 	}
 	fanOut(s.Nodes, func(n string) {
@@ -137,11 +145,6 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			}
 			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s, read back port %d (want %d): %s", ph, r.GetReadbackPort(), op.to, r.GetStatus().GetError()))
 		case barrier.Verify:
-			// The probe figures come with the read-back: the mesh
-			// verifier that follows reads no sender twice (issue 13).
-			op.mu.Lock()
-			mesh := !c.cfg.NoProbeVerify && (len(op.probePairs) > 0 || !op.probePlanned)
-			op.mu.Unlock()
 			info, err := cl.Info(ctx, &agentv1.InfoRequest{ProbeStats: mesh})
 			if ps := info.GetProbeStats(); ps != nil {
 				op.mu.Lock()

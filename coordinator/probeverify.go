@@ -171,14 +171,8 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 	}
 	var end time.Time
 	for senders := unresolved(); len(senders) > 0; {
-		var stats map[string]map[string]*agentv1.PeerProbeStats
-		var intervals, timeouts map[string]time.Duration
-		var errs map[string]string
-		if end.IsZero() && len(first) > 0 {
-			stats, intervals, timeouts, errs = c.readMeshAfter(ctx, senders, first)
-		} else {
-			stats, intervals, timeouts, errs = c.readMesh(ctx, senders)
-		}
+		stats, intervals, timeouts, errs := c.readMeshAfter(ctx, senders, first)
+		first = nil
 		if end.IsZero() {
 			end = time.Now().Add(budget)
 			if dl, ok := ctx.Deadline(); ok {

@@ -198,6 +198,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}
 	complete := make(chan struct{})
+	if missing == 0 {
+		close(complete) // no peer at all
+	}
 	account := func() {
 		if missing--; missing == 0 {
 			close(complete)
@@ -241,11 +244,6 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}
 	defer func() { close(stopCapture); <-captured }()
-	mu.Lock()
-	if missing == 0 {
-		close(complete) // no peer at all
-	}
-	mu.Unlock()
 
 	done := make(chan struct{})
 	go func() {
