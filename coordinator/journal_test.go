@@ -1,12 +1,17 @@
 package coordinator
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestPrunable(t *testing.T) {
@@ -71,5 +76,96 @@ func TestJournalPrune(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "operations", "op-201.json")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRecordEncode: the journal's encoding (the report spliced in as
+// protojson wrote it) reads back as the record, and a record without a
+// report has no "report" key.
+func TestRecordEncode(t *testing.T) {
+	for _, rep := range []string{"", `{"operationId":"op-1","nodes":[{"node":"n1","error":"a \"quoted\" }"}]}`} {
+		r := Record{ID: "op-1", Kind: "cutover", FromPort: 4789, ToPort: 4889, Nodes: []string{"n1", "n2"}, Step: "commit", CommitSent: true,
+			Outcome: "pending", Seq: 7, Hooks: []HookMark{{Hook: "h", Point: "before-commit", State: HookStarted}}, Report: json.RawMessage(rep)}
+		b, err := r.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Record
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("report %q: %v\n%s", rep, err, b)
+		}
+		if rep == "" {
+			r.Report = nil
+			if bytes.Contains(b, []byte(`"report"`)) {
+				t.Errorf("no report, yet %s", b)
+			}
+		}
+		if !reflect.DeepEqual(got, r) {
+			t.Errorf("read back %+v, want %+v\n%s", got, r, b)
+		}
+	}
+}
+
+// recordingJournal keeps every record written.
+type recordingJournal struct {
+	mu    sync.Mutex
+	saves []Record
+}
+
+func (j *recordingJournal) Save(r Record) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.saves = append(j.saves, r)
+	return nil
+}
+func (j *recordingJournal) Load() ([]Record, error) { return nil, nil }
+func (j *recordingJournal) last() Record {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.saves[len(j.saves)-1]
+}
+
+// TestSaveWritesStepBeforeReport: a step's record (commit_sent: what a
+// restarted coordinator decides from) is written before save returns,
+// whatever the report's encoding is doing; the record a run ends with
+// carries the newest report.
+func TestSaveWritesStepBeforeReport(t *testing.T) {
+	j := &recordingJournal{}
+	c, err := New(Config{StateDir: t.TempDir(), Insecure: true}, Inventory{}, WithJournal(j))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	op := newOperation("op-1", "cutover", 4789, 4889, []string{"n1"}, time.Second, time.Second, 1)
+	op.encodeMu.Lock() // an encoding in progress
+	op.mu.Lock()
+	op.rec.Step, op.rec.CommitSent = "commit", true
+	op.report.Error = "marker"
+	op.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- c.save(op) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		op.encodeMu.Unlock()
+		t.Fatal("save waited for the report's encoding before writing the step")
+	}
+	if r := j.last(); r.Step != "commit" || !r.CommitSent {
+		t.Fatalf("written at save: step %q commit_sent %v, want commit, true", r.Step, r.CommitSent)
+	}
+	op.encodeMu.Unlock()
+	op.mu.Lock()
+	op.rec.Step, op.rec.Outcome = "done", "succeeded"
+	op.report.Error = "final marker"
+	op.mu.Unlock()
+	if err := c.saveFinal(op); err != nil {
+		t.Fatal(err)
+	}
+	r := j.last()
+	if r.Step != "done" || !bytes.Contains(r.Report, []byte("final marker")) {
+		t.Fatalf("final record: step %q, report %s; want done and the newest report", r.Step, r.Report)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +30,13 @@ type operation struct {
 	// batchBase (staged) is how many report batches earlier runs of a
 	// held operation ran: the core numbers this run's from 1.
 	batchBase int
+
+	// The journal writer (save): writeMu orders record writes, encodeMu
+	// the report's encodings, saveMu guards encodeQueued (an encoding is
+	// asked for and has not started); encoders are the background ones.
+	writeMu, encodeMu, saveMu sync.Mutex
+	encodeQueued              bool
+	encoders                  sync.WaitGroup
 
 	mu      sync.Mutex
 	rec     Record
@@ -130,28 +138,87 @@ func (op *operation) setResult(node string, f func(*coordinatorv1.NodeResult)) {
 	}
 }
 
-// save journals the operation; failures are logged and reported as events
-// (the operation itself goes on: stopping half way would be worse).
+// save journals the operation's control fields now (step, commit_sent,
+// hooks: what a restarted coordinator decides from) and its report soon:
+// the record is written at once with the report last encoded, and the
+// report is encoded again in the background, the newest state taken when
+// the encoder is free (requests while it is busy coalesce). The report is
+// the change record, not the protocol's state; encoding it took 35-75 ms
+// at 1,000 nodes and 0.3-0.7 s at 10,000 per save, with op.mu held, at
+// every step boundary (issue 13). After a crash the journaled report is
+// at most one background encoding old. Failures are logged and reported
+// as events (the operation itself goes on: stopping half way would be
+// worse); the error returned is the synchronous write's.
 func (c *Coordinator) save(op *operation) error {
+	err := c.writeRecord(op)
+	op.saveMu.Lock()
+	if !op.encodeQueued {
+		op.encodeQueued = true
+		op.encoders.Add(1)
+		c.wg.Add(1) // Close waits for it: the state dir's lock outlives no write
+		go func() {
+			defer c.wg.Done()
+			defer op.encoders.Done()
+			_ = c.encodeAndWrite(op)
+		}()
+	}
+	op.saveMu.Unlock()
+	return err
+}
+
+// saveFinal journals the record and its report together, synchronously,
+// after any background encoding: the record an ended run leaves.
+func (c *Coordinator) saveFinal(op *operation) error {
+	op.encoders.Wait()
+	return c.encodeAndWrite(op)
+}
+
+// encodeAndWrite encodes the report as it is now, outside op.mu, then
+// writes the record. Encodings are serialised (encodeMu), so the report
+// bytes a record carries only ever get newer.
+func (c *Coordinator) encodeAndWrite(op *operation) error {
+	op.encodeMu.Lock()
+	defer op.encodeMu.Unlock()
+	op.saveMu.Lock()
+	op.encodeQueued = false // a save from here on needs an encoding after this one
+	op.saveMu.Unlock()
 	op.mu.Lock()
 	rep := op.snapshotLocked()
-	b, err := journaledReport(rep)
-	if err == nil {
-		op.rec.Report = b
-	}
-	rec := op.rec
 	op.mu.Unlock()
-	if err == nil {
-		err = c.journal.Save(rec)
-	}
+	b, err := journaledReport(rep)
 	if err != nil {
-		c.log.Error("journal", "operation", rec.ID, "err", err)
-		op.emit("journal", "", "journal write failed: "+err.Error(), true, nil)
+		c.journalFailed(op, err)
+		return err
+	}
+	op.mu.Lock()
+	op.rec.Report = b
+	op.mu.Unlock()
+	return c.writeRecord(op)
+}
+
+// writeRecord writes op's record as it is at the write (the freshest
+// control fields and report bytes: writes are serialised, so a later
+// write never carries older state).
+func (c *Coordinator) writeRecord(op *operation) error {
+	op.writeMu.Lock()
+	defer op.writeMu.Unlock()
+	op.mu.Lock()
+	rec := op.rec
+	rec.Hooks = slices.Clone(rec.Hooks) // setHookMark changes marks in place
+	op.mu.Unlock()
+	err := c.journal.Save(rec)
+	if err != nil {
+		c.journalFailed(op, err)
 	}
 	if rec.Terminal() {
 		c.pruneOps()
 	}
 	return err
+}
+
+func (c *Coordinator) journalFailed(op *operation, err error) {
+	c.log.Error("journal", "operation", op.rec.ID, "err", err)
+	op.emit("journal", "", "journal write failed: "+err.Error(), true, nil)
 }
 
 // maxPrunedIDs bounds the memory of pruned ids (for Status's message).

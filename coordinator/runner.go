@@ -230,7 +230,7 @@ func (c *Coordinator) endRun(op *operation) (acts []barrier.Action, more bool) {
 		op.noteReadBack(n, info)
 	})
 	cancel()
-	_ = c.save(op)
+	_ = c.saveFinal(op)
 	rep := op.snapshot()
 	c.mu.Lock()
 	select {
