@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -99,7 +100,7 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 				return
 			}
 		}
-	}, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
+	}, func(a, b [2]string) int { return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1])) })
 	full := m.sizes[len(m.sizes)-1]
 	small := m.sizes[0]
 	var blocked, vniDrops, mtu, inconclusive []string
