@@ -87,6 +87,26 @@ func TestProbeStatsOverTwoAgents(t *testing.T) {
 	if code, body := a.get(t, "/metrics"); code != 200 || !strings.Contains(body, `cutover_agent_probe_sent_total{peer="node-2"}`) {
 		t.Fatalf("/metrics lacks the probe counters: %d", code)
 	}
+	// A Prepare asked to (the coordinator's first) zeroes the counters
+	// once prepared and says so; one not asked leaves them.
+	time.Sleep(50 * time.Millisecond)
+	before, _ := a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{})
+	pr, err := a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-1", FromPort: 4789, ToPort: 4889, ResetProbeStats: true})
+	if err != nil || !pr.GetProbeStatsReset() || pr.GetStatus().GetPhase() != agentv1.Phase_PHASE_PREPARED {
+		t.Fatalf("Prepare with reset_probe_stats: %v, %v", pr, err)
+	}
+	zeroed, _ := a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{})
+	if zeroed.GetPeers()[0].GetSent() >= before.GetPeers()[0].GetSent() {
+		t.Fatalf("Prepare's reset did not restart the counters: before %v after %v", before.GetPeers()[0], zeroed.GetPeers()[0])
+	}
+	time.Sleep(50 * time.Millisecond)
+	replay, err := a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-1", FromPort: 4789, ToPort: 4889})
+	if err != nil || replay.GetProbeStatsReset() {
+		t.Fatalf("Prepare without reset_probe_stats: %v, %v", replay, err)
+	}
+	if kept, _ := a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{}); kept.GetPeers()[0].GetSent() <= zeroed.GetPeers()[0].GetSent() {
+		t.Fatalf("a Prepare not asked to reset the counters did: %v after %v", kept.GetPeers()[0], zeroed.GetPeers()[0])
+	}
 }
 
 func TestProbeFlagsValidated(t *testing.T) {

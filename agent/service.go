@@ -243,7 +243,12 @@ func (s *Service) Prepare(ctx context.Context, req *agentv1.PrepareRequest) (*ag
 	if err := s.setProbePeers(req.GetOperationId(), peers); err != nil {
 		return nil, err
 	}
-	return &agentv1.PrepareResponse{Status: toStatus(rec, rec.CurrentPort)}, nil
+	resp := &agentv1.PrepareResponse{Status: toStatus(rec, rec.CurrentPort)}
+	if req.GetResetProbeStats() {
+		s.probeStats(true)
+		resp.ProbeStatsReset = true
+	}
+	return resp, nil
 }
 
 // Commit implements agentv1.AgentServiceServer.

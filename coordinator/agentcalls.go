@@ -31,7 +31,9 @@ func phaseIn(p agentv1.Phase, ps ...agentv1.Phase) bool { return slices.Contains
 
 // dispatch sends one step to its agents in parallel and posts one event
 // per agent (plus a Deadline backstop).
-func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.Event)) {
+// A first Prepare carries the probe counters' reset when reset is not nil
+// (prepReset).
+func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.Event), reset *prepReset) {
 	id := op.rec.ID
 	timeout := s.Timeout
 	var commitAt time.Time
@@ -89,7 +91,11 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		var ev barrier.Event
 		switch s.Step {
 		case barrier.Prepare:
-			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.from, ToPort: op.to, ProbePeers: op.probePeers[n], Strategy: op.report.GetStrategy()})
+			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.from, ToPort: op.to, ProbePeers: op.probePeers[n], Strategy: op.report.GetStrategy(),
+				ResetProbeStats: reset != nil})
+			if reset != nil {
+				reset.answered(n, r, err)
+			}
 			op.mu.Lock()
 			op.prepAnswers = append(op.prepAnswers, time.Since(sent))
 			op.mu.Unlock()

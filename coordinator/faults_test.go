@@ -157,6 +157,9 @@ func TestProbeResetBoundedAndReported(t *testing.T) {
 		fakes[n] = fakeagent.New(n, fromPort)
 		svcs[n] = fakes[n]
 	}
+	// An agent older than Prepare's reset_probe_stats: it is reset by a
+	// ProbeStats call of its own, which hangs.
+	fakes["n3"].SetOldPrepare(true)
 	svcs["n3"] = slowProbes{fakes["n3"]}
 	l := newLab(t, 3, svcs)
 	l.fakes = fakes
@@ -299,5 +302,31 @@ func TestAPIServerCountsTLSRejections(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if after := count(pki.ReasonHandshake) + count(pki.ReasonNotTLS); after != before {
 		t.Errorf("an empty connection was counted (%g → %g)", before, after)
+	}
+}
+
+// TestProbeResetRidesInPrepare: the first Prepare carries the probe
+// counters' reset; an agent that did it gets no ProbeStats call before
+// commit, and one older than the field (it ignores it) gets exactly one,
+// with reset. Every agent's counters are zeroed once.
+func TestProbeResetRidesInPrepare(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.fakes["n3"].SetOldPrepare(true)
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != succeeded {
+		t.Fatalf("state %s (%s)\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	for n, want := range map[string]int{"n1": 1, "n2": 1, "n3": 1} {
+		if got := l.fakes[n].ProbeResets(); got != want {
+			t.Errorf("%s: counters zeroed %d times, want %d", n, got, want)
+		}
+	}
+	// Reads after commit (verify, the final read) are the same for all
+	// three; the old agent's reset is one call more.
+	if a, b := l.fakes["n1"].ProbeStatsCalls(), l.fakes["n3"].ProbeStatsCalls(); b != a+1 {
+		t.Errorf("ProbeStats calls: n1 %d, old-Prepare n3 %d; want n3 = n1 + 1 (its reset alone)", a, b)
 	}
 }

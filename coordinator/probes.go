@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 
@@ -34,13 +35,81 @@ func (c *Coordinator) probeStats(op *operation, reset bool) {
 }
 
 func (c *Coordinator) probeStatsOnce(op *operation, reset, settleThenAgain bool) {
+	c.probeStatsOf(op, op.nodes, reset, settleThenAgain)
+}
+
+// prepReset is the probe counters' reset riding in the first Prepare
+// (reset_probe_stats): done closes when that Prepare's fan-out ended, and
+// old holds the nodes prepared without saying their counters were zeroed
+// (agents older than the field). ResetProbes then calls ProbeStats with
+// reset on those alone: at 10,000 agents the separate reset was 10,000
+// calls more inside the prepare round (issue 13). A node whose Prepare
+// failed is not reset: the operation aborts, and its counters are never
+// read (they are read only once Commit was sent).
+type prepReset struct {
+	done chan struct{}
+	mu   sync.Mutex
+	old  []string
+}
+
+func (r *prepReset) answered(node string, resp *agentv1.PrepareResponse, err error) {
+	if err != nil || resp.GetProbeStatsReset() {
+		return
+	}
+	r.mu.Lock()
+	r.old = append(r.old, node)
+	r.mu.Unlock()
+}
+
+// resetRides is the reset riding in acts' Prepare, when acts hold both a
+// first Prepare and ResetProbes (barrier: "ResetProbes goes out alongside
+// the first Prepare"); else nil.
+func resetRides(acts []barrier.Action) *prepReset {
+	var prep, reset bool
+	for _, a := range acts {
+		switch a := a.(type) {
+		case barrier.Send:
+			prep = prep || (a.Step == barrier.Prepare && a.After == 0)
+		case barrier.ResetProbes:
+			reset = true
+		}
+	}
+	if !prep || !reset {
+		return nil
+	}
+	return &prepReset{done: make(chan struct{})}
+}
+
+// resetProbes zeroes the agents' probe counters: once the Prepare that
+// carried the reset is answered, those of the agents that did not do it
+// (rides); without rides, every agent's.
+func (c *Coordinator) resetProbes(op *operation, rides *prepReset) {
+	if rides == nil {
+		c.probeStats(op, true)
+		return
+	}
+	select {
+	case <-rides.done:
+	case <-c.ctx.Done():
+		return
+	}
+	rides.mu.Lock()
+	old := rides.old
+	rides.mu.Unlock()
+	if len(old) > 0 {
+		c.probeStatsOf(op, old, true, false)
+	}
+}
+
+// probeStatsOf resets or reads the counters of nodes (probeStatsOnce).
+func (c *Coordinator) probeStatsOf(op *operation, nodes []string, reset, settleThenAgain bool) {
 	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.step))
 	defer cancel()
 	var mu sync.Mutex
 	var pairs []*coordinatorv1.PairDisruption
 	var missed []string
 	stalls := map[string]int64{}
-	fanOut(op.nodes, func(n string) {
+	fanOut(nodes, func(n string) {
 		r, err := c.agent(n).client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Reset_: reset})
 		if err != nil {
 			mu.Lock()

@@ -65,13 +65,21 @@ func (c *Coordinator) drive(op *operation, acts []barrier.Action, done chan stru
 // hooks run in the background (in calls) and post their event when done;
 // Journal and Declare are done before the next action.
 func (c *Coordinator) perform(op *operation, acts []barrier.Action, post func(barrier.Event), calls *sync.WaitGroup) {
+	rides := resetRides(acts)
 	for _, a := range acts {
 		switch a := a.(type) {
 		case barrier.Journal:
 			c.enterStep(op, a)
 		case barrier.Send:
 			c.announce(op, a)
+			var reset *prepReset
+			if a.Step == barrier.Prepare {
+				reset = rides
+			}
 			calls.Go(func() {
+				if reset != nil {
+					defer close(reset.done)
+				}
 				if a.After > 0 {
 					// A retry's back-off, asked by the core (it has no
 					// clock).
@@ -83,10 +91,10 @@ func (c *Coordinator) perform(op *operation, acts []barrier.Action, post func(ba
 						return // drive stops the run
 					}
 				}
-				c.dispatch(op, a, post)
+				c.dispatch(op, a, post, reset)
 			})
 		case barrier.ResetProbes:
-			calls.Go(func() { c.probeStats(op, true); post(barrier.ProbesReset{}) })
+			calls.Go(func() { c.resetProbes(op, rides); post(barrier.ProbesReset{}) })
 		case barrier.ReadProbes:
 			calls.Go(func() { c.probeStats(op, false); post(barrier.ProbesRead{}) })
 		case barrier.CallHook:

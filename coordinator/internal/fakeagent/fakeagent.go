@@ -57,6 +57,7 @@ type Agent struct {
 	stall      time.Duration // the mesh's max_stall_micros
 	probeReads int
 	oldInfo    bool // Info ignores probe_stats (SetOldInfo)
+	oldPrep    bool // Prepare ignores reset_probe_stats (SetOldPrepare)
 	probeCalls int
 	// The probe mesh (probe.go): the address Info reports (empty: off,
 	// for probeOff), the peers the last Prepare handed over and since when
@@ -229,6 +230,10 @@ func (a *Agent) Info(ctx context.Context, req *agentv1.InfoRequest) (*agentv1.In
 	return resp, nil
 }
 
+// SetOldPrepare makes Prepare ignore reset_probe_stats, as an agent older
+// than that field does.
+func (a *Agent) SetOldPrepare(on bool) { a.mu.Lock(); a.oldPrep = on; a.mu.Unlock() }
+
 // SetOldInfo makes Info ignore probe_stats, as an agent older than that
 // field does.
 func (a *Agent) SetOldInfo(on bool) { a.mu.Lock(); a.oldInfo = on; a.mu.Unlock() }
@@ -296,14 +301,18 @@ func (a *Agent) Prepare(ctx context.Context, r *agentv1.PrepareRequest) (*agentv
 		a.op = &agentv1.OperationStatus{OperationId: r.OperationId, Phase: agentv1.Phase_PHASE_PREPARED, FromPort: r.FromPort, ToPort: r.ToPort}
 		a.setProbePeersLocked(r.ProbePeers)
 	}
-	st := a.statusLocked()
+	resp := &agentv1.PrepareResponse{Status: a.statusLocked()}
+	if r.ResetProbeStats && !a.oldPrep {
+		a.probeStatsLocked(true)
+		resp.ProbeStatsReset = true
+	}
 	a.mu.Unlock()
 	if after != nil {
 		if err := after(); err != nil {
 			return nil, err
 		}
 	}
-	return &agentv1.PrepareResponse{Status: st}, nil
+	return resp, nil
 }
 
 // Commit implements AgentService.

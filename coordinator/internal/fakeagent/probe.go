@@ -112,6 +112,10 @@ func (a *Agent) ProbeStats(_ context.Context, r *agentv1.ProbeStatsRequest) (*ag
 // by Info (probe_stats) are not among them.
 func (a *Agent) ProbeStatsCalls() int { a.mu.Lock(); defer a.mu.Unlock(); return a.probeCalls }
 
+// ProbeResets counts the probe counters' resets: by ProbeStats, or by a
+// Prepare that carried reset_probe_stats.
+func (a *Agent) ProbeResets() int { a.mu.Lock(); defer a.mu.Unlock(); return a.probeRst }
+
 // probeStatsLocked is ProbeStats's answer (Info's too, when asked); a
 // read counts in ProbeReads either way.
 func (a *Agent) probeStatsLocked(reset bool) *agentv1.ProbeStatsResponse {

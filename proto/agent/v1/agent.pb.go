@@ -562,6 +562,14 @@ type PrepareRequest struct {
 	// counters (a replayed Prepare changes nothing); others start from zero.
 	// Empty: the peer set is left as it is.
 	ProbePeers []*ProbePeer `protobuf:"bytes,4,rep,name=probe_peers,json=probePeers,proto3" json:"probe_peers,omitempty"`
+	// reset_probe_stats: once prepared and its peers set, zero the probe
+	// mesh's counters (what ProbeStats with reset does), so that the
+	// operation's disruption figures start here. It saves the coordinator a
+	// second call per agent at the first Prepare (issue 13: 10,000 more
+	// calls inside the prepare round). An agent that did it says so
+	// (PrepareResponse.probe_stats_reset); one older than the field is sent
+	// ProbeStats with reset instead.
+	ResetProbeStats bool `protobuf:"varint,5,opt,name=reset_probe_stats,json=resetProbeStats,proto3" json:"reset_probe_stats,omitempty"`
 	// "staged": prepare means listen on both ports (the firewall opened for
 	// the new port, a second receiver added); Commit then switches this
 	// node's sending to the new port at once (at_unix_nano is ignored),
@@ -633,6 +641,13 @@ func (x *PrepareRequest) GetProbePeers() []*ProbePeer {
 	return nil
 }
 
+func (x *PrepareRequest) GetResetProbeStats() bool {
+	if x != nil {
+		return x.ResetProbeStats
+	}
+	return false
+}
+
 func (x *PrepareRequest) GetStrategy() string {
 	if x != nil {
 		return x.Strategy
@@ -693,10 +708,12 @@ func (x *ProbePeer) GetAddress() string {
 }
 
 type PrepareResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        *OperationStatus       `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *OperationStatus       `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// The probe counters were zeroed (PrepareRequest.reset_probe_stats).
+	ProbeStatsReset bool `protobuf:"varint,2,opt,name=probe_stats_reset,json=probeStatsReset,proto3" json:"probe_stats_reset,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PrepareResponse) Reset() {
@@ -734,6 +751,13 @@ func (x *PrepareResponse) GetStatus() *OperationStatus {
 		return x.Status
 	}
 	return nil
+}
+
+func (x *PrepareResponse) GetProbeStatsReset() bool {
+	if x != nil {
+		return x.ProbeStatsReset
+	}
+	return false
 }
 
 type CommitRequest struct {
@@ -1925,19 +1949,21 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x10target_port_user\x18\x03 \x01(\tR\x0etargetPortUser\x12\x1a\n" +
 	"\bproblems\x18\x04 \x03(\tR\bproblems\x12\x18\n" +
 	"\aactions\x18\x05 \x03(\tR\aactions\x122\n" +
-	"\x04info\x18\x06 \x01(\v2\x1e.cutover.agent.v1.InfoResponseR\x04info\"\xc3\x01\n" +
+	"\x04info\x18\x06 \x01(\v2\x1e.cutover.agent.v1.InfoResponseR\x04info\"\xef\x01\n" +
 	"\x0ePrepareRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1b\n" +
 	"\tfrom_port\x18\x02 \x01(\rR\bfromPort\x12\x17\n" +
 	"\ato_port\x18\x03 \x01(\rR\x06toPort\x12<\n" +
 	"\vprobe_peers\x18\x04 \x03(\v2\x1b.cutover.agent.v1.ProbePeerR\n" +
-	"probePeers\x12\x1a\n" +
+	"probePeers\x12*\n" +
+	"\x11reset_probe_stats\x18\x05 \x01(\bR\x0fresetProbeStats\x12\x1a\n" +
 	"\bstrategy\x18d \x01(\tR\bstrategy\"9\n" +
 	"\tProbePeer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"L\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"x\n" +
 	"\x0fPrepareResponse\x129\n" +
-	"\x06status\x18\x01 \x01(\v2!.cutover.agent.v1.OperationStatusR\x06status\"\xa9\x01\n" +
+	"\x06status\x18\x01 \x01(\v2!.cutover.agent.v1.OperationStatusR\x06status\x12*\n" +
+	"\x11probe_stats_reset\x18\x02 \x01(\bR\x0fprobeStatsReset\"\xa9\x01\n" +
 	"\rCommitRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
