@@ -314,9 +314,10 @@ func TestCommitLead(t *testing.T) {
 		answers []time.Duration
 		want    time.Duration
 	}{
-		{"one node frozen through prepare", 10700 * ms, []time.Duration{5 * ms, 6 * ms, 10700 * ms}, 30*ms + 12*ms},
-		{"answers bunched late", 2300 * ms, []time.Duration{1500 * ms, 1800 * ms, 1900 * ms, 2300 * ms}, 30*ms + 2300*ms},
-		{"resumed past prepare: no answers", 800 * ms, nil, 30*ms + 800*ms},
+		// The fan-out's estimate, and a quarter more.
+		{"one node frozen through prepare", 10700 * ms, []time.Duration{5 * ms, 6 * ms, 10700 * ms}, 30*ms + 15*ms},
+		{"answers bunched late", 2300 * ms, []time.Duration{1500 * ms, 1800 * ms, 1900 * ms, 2300 * ms}, 30*ms + 2875*ms},
+		{"resumed past prepare: no answers", 800 * ms, nil, 30*ms + 1000*ms},
 		{"round trips longer than the round", 2 * ms, []time.Duration{ms, 2 * ms}, 30*ms + 4*2*ms},
 	} {
 		op := &operation{prepDur: tc.round, prepAnswers: tc.answers,
