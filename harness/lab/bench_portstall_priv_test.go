@@ -32,6 +32,51 @@ type portStallRow struct {
 	// VswitchdLog is what the node's ovs-vswitchd logged meanwhile
 	// (info and above), at most 8 lines.
 	VswitchdLog []string `json:"vswitchd_log,omitempty"`
+	// Coverage is what the node's ovs-vswitchd counted meanwhile
+	// (coverage/show totals, the change over the row), the 12 largest:
+	// which of its code paths the change ran (revalidation, upcalls,
+	// flow deletions), beside the idle row's.
+	Coverage map[string]int64 `json:"coverage,omitempty"`
+}
+
+// coverage reads ovs-vswitchd's coverage totals ("name  …  total: N").
+func coverage(ctx context.Context, ovs interface {
+	Appctl(context.Context, ...string) (string, error)
+}) map[string]int64 {
+	out, err := ovs.Appctl(ctx, "coverage/show")
+	if err != nil {
+		return nil
+	}
+	m := map[string]int64{}
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[len(f)-2] == "total:" {
+			if v, err := strconv.ParseInt(f[len(f)-1], 10, 64); err == nil {
+				m[f[0]] = v
+			}
+		}
+	}
+	return m
+}
+
+// coverageDelta is after minus before, the n largest changes.
+func coverageDelta(before, after map[string]int64, n int) map[string]int64 {
+	type kv struct {
+		k string
+		v int64
+	}
+	var d []kv
+	for k, v := range after {
+		if v -= before[k]; v > 0 {
+			d = append(d, kv{k, v})
+		}
+	}
+	slices.SortFunc(d, func(a, b kv) int { return int(b.v - a.v) })
+	out := map[string]int64{}
+	for _, e := range d[:min(n, len(d))] {
+		out[e.k] = e.v
+	}
+	return out
 }
 
 // BenchmarkOVSPortStall measures, on the OVS lab (userspace datapath, probes
@@ -162,17 +207,19 @@ func portStall(b *testing.B, bin string, n int) []portStallRow {
 			if st, err := os.Stat(logFile); err == nil {
 				logFrom = st.Size()
 			}
+			cov := coverage(ctx, ovs)
 			t0 := time.Now()
 			if err := op.do(); err != nil {
 				b.Fatalf("%s %s: %v", node.Name, op.name, err)
 			}
 			took := time.Since(t0)
 			time.Sleep(hold - took)
+			covAfter := coverage(ctx, ovs)
 			pairs, err := l.ProbeStats(ctx, false)
 			if err != nil {
 				b.Fatal(err)
 			}
-			r := portStallRow{Nodes: n, Node: node.Name, Op: op.name, TookMS: float64(took) / 1e6}
+			r := portStallRow{Nodes: n, Node: node.Name, Op: op.name, TookMS: float64(took) / 1e6, Coverage: coverageDelta(cov, covAfter, 12)}
 			if data, err := os.ReadFile(logFile); err == nil && int64(len(data)) > logFrom {
 				for line := range strings.Lines(string(data[logFrom:])) {
 					if len(r.VswitchdLog) < 8 {
