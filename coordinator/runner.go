@@ -18,6 +18,8 @@ import (
 // its golden scenarios). Only drive touches op.core while op.running.
 func (c *Coordinator) drive(op *operation, acts []barrier.Action, done chan struct{}) {
 	defer close(done)
+	// Nor does a background encoding of the report (save).
+	defer op.encoders.Wait()
 	evCh := make(chan barrier.Event, 64)
 	stop := make(chan struct{})
 	// The run's calls end with it (they stop with c.ctx), so that none
@@ -66,6 +68,7 @@ func (c *Coordinator) drive(op *operation, acts []barrier.Action, done chan stru
 // Journal and Declare are done before the next action.
 func (c *Coordinator) perform(op *operation, acts []barrier.Action, post func(barrier.Event), calls *sync.WaitGroup) {
 	rides := resetRides(acts)
+	carried := rides
 	for _, a := range acts {
 		switch a := a.(type) {
 		case barrier.Journal:
@@ -73,8 +76,8 @@ func (c *Coordinator) perform(op *operation, acts []barrier.Action, post func(ba
 		case barrier.Send:
 			c.announce(op, a)
 			var reset *prepReset
-			if a.Step == barrier.Prepare {
-				reset = rides
+			if a.Step == barrier.Prepare && a.After == 0 {
+				reset, rides = rides, nil // one Send carries it, and closes it
 			}
 			calls.Go(func() {
 				if reset != nil {
@@ -94,7 +97,7 @@ func (c *Coordinator) perform(op *operation, acts []barrier.Action, post func(ba
 				c.dispatch(op, a, post, reset)
 			})
 		case barrier.ResetProbes:
-			calls.Go(func() { c.resetProbes(op, rides); post(barrier.ProbesReset{}) })
+			calls.Go(func() { c.resetProbes(op, carried); post(barrier.ProbesReset{}) })
 		case barrier.ReadProbes:
 			calls.Go(func() { c.probeStats(op, false); post(barrier.ProbesRead{}) })
 		case barrier.CallHook:
