@@ -31,11 +31,7 @@ const probeStatsBound = time.Second
 // that finds probing on waits --probe-settle and reads again: the figures
 // then cover the operation to its end. Without probing nothing waits.
 func (c *Coordinator) probeStats(op *operation, reset bool) {
-	c.probeStatsOnce(op, reset, !reset && c.cfg.ProbeSettle > 0)
-}
-
-func (c *Coordinator) probeStatsOnce(op *operation, reset, settleThenAgain bool) {
-	c.probeStatsOf(op, op.nodes, reset, settleThenAgain)
+	c.probeStatsOf(op, op.nodes, reset, !reset && c.cfg.ProbeSettle > 0)
 }
 
 // prepReset is the probe counters' reset riding in the first Prepare
@@ -69,7 +65,7 @@ func resetRides(acts []barrier.Action) *prepReset {
 	for _, a := range acts {
 		switch a := a.(type) {
 		case barrier.Send:
-			prep = prep || (a.Step == barrier.Prepare && a.After == 0)
+			prep = prep || carriesReset(a)
 		case barrier.ResetProbes:
 			reset = true
 		}
@@ -79,6 +75,10 @@ func resetRides(acts []barrier.Action) *prepReset {
 	}
 	return &prepReset{done: make(chan struct{})}
 }
+
+// carriesReset reports whether s is the Prepare a reset rides in: the
+// first one, sent at once (a retry's back-off would hold the reset).
+func carriesReset(s barrier.Send) bool { return s.Step == barrier.Prepare && s.After == 0 }
 
 // resetProbes zeroes the agents' probe counters: once the Prepare that
 // carried the reset is answered, those of the agents that did not do it
@@ -101,7 +101,8 @@ func (c *Coordinator) resetProbes(op *operation, rides *prepReset) {
 	}
 }
 
-// probeStatsOf resets or reads the counters of nodes (probeStatsOnce).
+// probeStatsOf resets or reads the counters of nodes (probeStats), reading
+// again once after --probe-settle when settleThenAgain.
 func (c *Coordinator) probeStatsOf(op *operation, nodes []string, reset, settleThenAgain bool) {
 	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.step))
 	defer cancel()
@@ -143,7 +144,7 @@ func (c *Coordinator) probeStatsOf(op *operation, nodes []string, reset, settleT
 	if settleThenAgain && len(pairs) > 0 {
 		select {
 		case <-time.After(c.cfg.ProbeSettle):
-			c.probeStatsOnce(op, false, false)
+			c.probeStatsOf(op, nodes, false, false)
 			return
 		case <-c.ctx.Done():
 		}

@@ -76,7 +76,7 @@ func (c *Coordinator) perform(op *operation, acts []barrier.Action, post func(ba
 		case barrier.Send:
 			c.announce(op, a)
 			var reset *prepReset
-			if a.Step == barrier.Prepare && a.After == 0 {
+			if carriesReset(a) {
 				reset, rides = rides, nil // one Send carries it, and closes it
 			}
 			calls.Go(func() {
