@@ -43,13 +43,9 @@ import (
 // listen counts as received: the staged strategy sends nothing on a port
 // until every node listened, hundreds of ms earlier), and its end is seen
 // late too (a frame inside that delay after a receiver went is missed, not
-// falsely blamed).
-//
-// On OVS the retirement sends, for the few ms its transaction takes, a
-// redundant copy of each frame on the old port (its twin goes on the new
-// one: that is how it loses nothing); a copy reaching a node that already
-// retired is counted as RedundantOld, not as a violation. On kernel VXLAN
-// there is no such copy and any old-port frame to a retired node counts.
+// falsely blamed). Any old-port frame to a node that retired the old port
+// counts, on both backends (an earlier OVS layout sent a redundant copy on
+// the old port during its retirement, which this observer let pass).
 type RxObserver struct {
 	backend  string
 	from, to int
@@ -458,9 +454,8 @@ func (o *RxObserver) around(f rxFrame) string {
 
 // RxSummary is what an RxObserver saw.
 type RxSummary struct {
-	Frames       map[int]int // by port
-	RedundantOld int         // OVS retirement's old-port copies to a retired node
-	Violations   []string
+	Frames     map[int]int // by port
+	Violations []string
 }
 
 // Check judges the invariant on what was observed. It also fails when no
@@ -470,14 +465,6 @@ func (o *RxObserver) Check() (RxSummary, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	s := RxSummary{Frames: map[int]int{}}
-	var firstOldGone time.Time
-	for _, chs := range o.rx {
-		for i, c := range chs {
-			if i > 0 && chs[i-1].ports[o.from] && !c.ports[o.from] && (firstOldGone.IsZero() || c.at.Before(firstOldGone)) {
-				firstOldGone = c.at
-			}
-		}
-	}
 	bad := map[string]int{}
 	first := map[string]rxFrame{}
 	for _, f := range o.frames {
@@ -486,10 +473,6 @@ func (o *RxObserver) Check() (RxSummary, error) {
 		}
 		s.Frames[f.port]++
 		if o.receiving(f.node, f.port, f.at) {
-			continue
-		}
-		if o.backend == BackendOVS && f.port == o.from && !firstOldGone.IsZero() && !f.at.Before(firstOldGone.Add(-RxGrace)) {
-			s.RedundantOld++
 			continue
 		}
 		k := fmt.Sprintf("%s→%s on %d", f.from, f.node, f.port)

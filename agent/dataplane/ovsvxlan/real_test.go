@@ -24,6 +24,7 @@ import (
 type realRig struct {
 	b     *Backend
 	inst  *ovsproc.Instance
+	ns    string
 	in    func(fn func() error) // runs fn on a thread inside the namespace
 	port  func() string
 	rules func() string
@@ -53,7 +54,7 @@ func newRealRig(ctx context.Context, t *testing.T) realRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := realRig{inst: inst}
+	r := realRig{inst: inst, ns: ns}
 	// Everything that execs iptables runs on a thread inside the namespace.
 	r.in = func(fn func() error) {
 		t.Helper()

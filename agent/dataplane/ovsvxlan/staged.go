@@ -11,39 +11,49 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/pkg/openflow"
+	"github.com/cutover-dev/cutover/pkg/ovs"
 )
 
 // The staged strategy on an OVS bridge (docs/staged.md; measured on the
-// lab's userspace datapath, OVS 3.1, probes every 1 ms, 8 nodes):
+// lab's userspace datapath, OVS 3.1):
 //
 //   - Listen: the new port opened in the firewall; a receive port added
 //     (RxName: a VXLAN interface with vxlan0's options but dst_port, and
-//     bound to the node's underlay IP, options:local_ip); every flow
-//     matching in_port=vxlan0 copied with in_port=<receive port>, tagged
-//     CookieIn. Lost: 0.
-//   - SwitchSend: every flow that outputs to vxlan0 copied one priority
-//     higher, same match, output to the receive port instead, tagged
-//     CookieOut (the owner's flows are never touched). Lost: 0.
-//     UnswitchSend deletes the CookieOut copies.
-//   - Retire, each step lossless on its own: vxlan0 moves to the new port
-//     while the receive port is still there (bound to the node IP, the
-//     receive port is a more specific tunnel than vxlan0, so OVS
-//     registers both and the receive port keeps what arrives); the
-//     CookieOut copies go (sending falls back to vxlan0, now on the new
-//     port); the receive port goes (receiving falls back to vxlan0); the
-//     CookieIn copies go. Lost: 0 in 24 retirements, one node at a time.
-//     Before the receive port was bound, vxlan0 on its port was a
-//     duplicate OVS does not register (nothing received until OVS
-//     revisits it: seconds, notes/ovs-second-tunnel.md), so the move and
-//     the port's removal had to be one transaction, with the copies
-//     sending on both ports first: that lost 4-9 ms on 4 of 16
-//     retirements.
+//     bound to the node's underlay IP, options:local_ip); one redirect
+//     flow, table 0 at the top priority, in_port=<receive port>: load
+//     vxlan0's ofport into in_port and resubmit to table 0, so what
+//     arrives on the receive port is handled as what arrives on vxlan0 by
+//     the owner's own flows (the ones it adds later too), tagged CookieIn.
+//   - SwitchSend: one OVSDB transaction swaps the two ports' dst_port:
+//     vxlan0, which the owner's flows output to, sends and receives on the
+//     new port, the receive port receives the old one. Both ports are
+//     registered throughout (bound to the node IP, the receive port is a
+//     more specific tunnel than vxlan0, so they never collide), and no
+//     flow changes. UnswitchSend swaps them back.
+//   - Retire: the receive port goes (every node sends the new port by
+//     then), then the redirect flow. vxlan0 is on the new port already.
+//
+// A node's staged change is two OpenFlow table changes (the redirect added
+// and deleted); with copies of vxlan0's flows it was four or more (input
+// copies, send copies one priority higher, each removed per table). That
+// matters on a userspace datapath, where a flow table change stalls the
+// node's forwarding for up to half a second at N = 32 on the lab while a
+// port change does not (docs/staged.md, "What costs on OVS at N = 32").
+// Before the receive port was bound, vxlan0 on its port was a duplicate
+// OVS does not register (nothing received until OVS revisits it: seconds,
+// notes/ovs-second-tunnel.md).
 
 // Cookies of the flows the staged strategy adds (no owner's flow uses them).
+// CookieOut tagged the send copies of an earlier layout: an agent of this
+// version still removes them when it undoes or retires.
 const (
 	CookieIn  uint64 = 0x0c07c07c07000001
 	CookieOut uint64 = 0x0c07c07c07000002
 )
+
+// redirectPriority is the redirect flow's: above every owner's flow in
+// table 0, so nothing else sees a packet of the receive port as such.
+const redirectPriority = 65535
 
 // RxName is the receive port's interface name for iface.
 func RxName(iface string) string { return iface + "-cot" }
@@ -96,19 +106,9 @@ func (b *Backend) StagedProblems(ctx context.Context, to uint16) []string {
 	if err != nil {
 		return append(out, fmt.Sprintf("flows of %s: %v", b.cfg.Bridge, err))
 	}
-	port := strconv.FormatInt(iface.OFPort, 10)
-	taken := map[string]bool{}
 	for _, f := range flows {
-		if f.Cookie != CookieOut {
-			taken[slotKey(f.Table, f.Priority, f)] = true
-		}
-	}
-	for _, f := range flows {
-		if f.Cookie == CookieIn || f.Cookie == CookieOut || !outputsTo(f.Actions, port) {
-			continue
-		}
-		if taken[slotKey(f.Table, f.Priority+1, f)] {
-			out = append(out, fmt.Sprintf("flow %s: the slot one priority above it is taken, where the staged strategy puts its copy", f))
+		if f.Table == 0 && f.Priority == redirectPriority && f.Cookie != CookieIn {
+			out = append(out, fmt.Sprintf("flow %s: table 0's top priority is taken, where the staged strategy puts its redirect of the receive port; use --strategy atomic", f))
 		}
 	}
 	return out
@@ -123,57 +123,16 @@ func (b *Backend) onBridge(ctx context.Context, name string) bool {
 	return err == nil && strings.TrimSpace(string(o)) == b.cfg.Bridge
 }
 
-// slotKey is a flow's table, priority and match.
-func slotKey(table uint8, prio uint16, f openflow.Flow) string {
-	return fmt.Sprintf("%d/%d/%s", table, prio, f.Normalize().MatchString())
-}
-
 // StagedActions implements dataplane.Stager.
 func (b *Backend) StagedActions(from, to uint16) []string {
 	open, closeOld := b.cfg.Firewall.Actions(from, to)
 	out := append([]string{}, open...)
 	rx := RxName(b.cfg.Interface)
 	out = append(out,
-		fmt.Sprintf("listen: add %s to %s (vxlan, %s's options, dst_port %d, local_ip %s) and copy every in_port=%s flow for it (cookie %#x)", rx, b.cfg.Bridge, b.cfg.Interface, to, b.cfg.RxLocalIP, b.cfg.Interface, CookieIn),
-		fmt.Sprintf("switch: copy every flow that outputs to %s one priority higher, output to %s (cookie %#x); back: delete the copies", b.cfg.Interface, rx, CookieOut),
-		fmt.Sprintf("retire: set %s dst_port %d -> %d (%s still receives), delete the send copies, delete %s, delete the input copies", b.cfg.Interface, from, to, rx, rx))
+		fmt.Sprintf("listen: add %s to %s (vxlan, %s's options, dst_port %d, local_ip %s) and one flow handling its input as %s's (table 0, priority %d, cookie %#x)", rx, b.cfg.Bridge, b.cfg.Interface, to, b.cfg.RxLocalIP, b.cfg.Interface, redirectPriority, CookieIn),
+		fmt.Sprintf("switch: swap the dst_port of %s and %s in one transaction (%s sends and receives %d, %s receives %d); back: swap them again", b.cfg.Interface, rx, b.cfg.Interface, to, rx, from),
+		fmt.Sprintf("retire: delete %s, then its flow (%s stays on %d)", rx, b.cfg.Interface, to))
 	return append(out, closeOld...)
-}
-
-// outputsTo reports whether actions output to port (a number).
-func outputsTo(actions, port string) bool {
-	return slices.Contains(splitActions(actions), "output:"+port)
-}
-
-// splitActions splits an action list at its top-level commas.
-func splitActions(a string) []string {
-	var out []string
-	depth, start := 0, 0
-	for i, c := range a {
-		switch c {
-		case '(', '[':
-			depth++
-		case ')', ']':
-			depth--
-		case ',':
-			if depth == 0 {
-				out = append(out, a[start:i])
-				start = i + 1
-			}
-		}
-	}
-	return append(out, a[start:])
-}
-
-// replaceOutput rewrites output:from as with (one or more actions).
-func replaceOutput(actions, from, with string) string {
-	parts := splitActions(actions)
-	for i, p := range parts {
-		if p == "output:"+from {
-			parts[i] = with
-		}
-	}
-	return strings.Join(parts, ",")
 }
 
 func (b *Backend) stagedReady() error {
@@ -183,31 +142,139 @@ func (b *Backend) stagedReady() error {
 	return nil
 }
 
-// rxPort reads the receive port's ofport (0 when it does not exist).
-func (b *Backend) rxPort(ctx context.Context) (int64, error) {
-	rx, err := b.cfg.OVS.GetInterface(ctx, RxName(b.cfg.Interface))
-	if err != nil {
-		return 0, nil //nolint:nilerr // missing: none
-	}
-	if rx.OFPort <= 0 {
-		return 0, fmt.Errorf("receive port %s has ofport %d (error %q)", rx.Name, rx.OFPort, rx.Error)
-	}
-	return rx.OFPort, nil
+// rxOld is the name of the receive port a switched node keeps on the old
+// port.
+func rxOld(iface string) string { return iface + "-cot-old" }
+
+// tunnels is where a staged node's tunnels are: vxlan0's port and ofport,
+// and each receive port's (port 0: it does not exist).
+type tunnels struct {
+	tunnel, rx, old uint16
+	ofport, rxOFP   int64
 }
 
-// needRx is rxPort where the receive port must exist.
-func (b *Backend) needRx(ctx context.Context, what string) (int64, error) {
-	p, err := b.rxPort(ctx)
+// readTunnels reads vxlan0 and both receive ports.
+func (b *Backend) readTunnels(ctx context.Context) (tunnels, error) {
+	iface, err := b.getInterface(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, err)
+		return tunnels{}, err
 	}
-	if p == 0 {
-		return 0, fmt.Errorf("%s: no receive port %s (listen first)", what, RxName(b.cfg.Interface))
+	t := tunnels{ofport: iface.OFPort}
+	if t.tunnel, err = iface.DstPort(); err != nil {
+		return t, err
 	}
-	return p, nil
+	for _, r := range []struct {
+		name string
+		port *uint16
+		ofp  *int64
+	}{{RxName(b.cfg.Interface), &t.rx, &t.rxOFP}, {rxOld(b.cfg.Interface), &t.old, nil}} {
+		i, err := b.cfg.OVS.GetInterface(ctx, r.name)
+		switch {
+		case ovs.IsNotFound(err):
+			continue
+		case err != nil:
+			return t, fmt.Errorf("receive port %s: %w", r.name, err)
+		}
+		if *r.port, err = i.DstPort(); err != nil {
+			return t, err
+		}
+		if i.OFPort <= 0 {
+			return t, fmt.Errorf("receive port %s has ofport %d (error %q)", i.Name, i.OFPort, i.Error)
+		}
+		if r.ofp != nil {
+			*r.ofp = i.OFPort
+		}
+	}
+	return t, nil
 }
 
-// Listen implements dataplane.Stager.
+// where names the tunnels' ports for an error.
+func (b *Backend) where(t tunnels) string {
+	on := func(p uint16) string {
+		if p == 0 {
+			return "absent"
+		}
+		return "on port " + strconv.Itoa(int(p))
+	}
+	return fmt.Sprintf("%s is on port %d, %s %s, %s %s", b.cfg.Interface, t.tunnel,
+		RxName(b.cfg.Interface), on(t.rx), rxOld(b.cfg.Interface), on(t.old))
+}
+
+// redirect is the flow that hands what arrives on OpenFlow port rxOFP to
+// the owner's flows as vxlan0's (ofport).
+func redirect(rxOFP, ofport int64) openflow.Flow {
+	return openflow.Flow{Table: 0, Priority: redirectPriority, Cookie: CookieIn,
+		Match:   []openflow.Field{{Key: "in_port", Value: strconv.FormatInt(rxOFP, 10)}},
+		Actions: fmt.Sprintf("load:%#x->NXM_OF_IN_PORT[],resubmit(,0)", ofport)}
+}
+
+// redirected is which OpenFlow ports our redirects cover, and whether
+// other flows of ours are there (an earlier layout's copies).
+func (b *Backend) redirected(ctx context.Context) (map[int64]bool, bool, error) {
+	flows, err := b.cfg.OF.DumpFlows(ctx, b.cfg.Bridge)
+	if err != nil {
+		return nil, false, err
+	}
+	ports, others := map[int64]bool{}, false
+	for _, f := range flows {
+		if f.Cookie != CookieIn && f.Cookie != CookieOut {
+			continue
+		}
+		if f.Cookie == CookieIn && f.Table == 0 && f.Priority == redirectPriority && len(f.Match) == 1 && f.Match[0].Key == "in_port" {
+			if n, err := strconv.ParseInt(f.Match[0].Value, 10, 64); err == nil {
+				ports[n] = true
+				continue
+			}
+		}
+		others = true
+	}
+	return ports, others, nil
+}
+
+// maxOFPort is the highest OpenFlow port number a port can request
+// (0xfeff; above are OpenFlow's reserved ports).
+const maxOFPort = 0xfeff
+
+// freeOFPorts picks two consecutive OpenFlow port numbers no interface
+// uses, from the top of the range down, for the receive ports: the
+// redirects of both go in at Listen, in one flow table change, though the
+// old port's receiver is added only at the switch.
+func (b *Backend) freeOFPorts(ctx context.Context) (int64, error) {
+	o, err := b.cfg.Vsctl(ctx, "--bare", "--columns=ofport,ofport_request", "list", "interface")
+	if err != nil {
+		return 0, fmt.Errorf("ofports: %w", err)
+	}
+	used := map[int64]bool{}
+	for _, f := range strings.Fields(string(o)) {
+		if n, err := strconv.ParseInt(f, 10, 64); err == nil {
+			used[n] = true
+		}
+	}
+	for n := int64(maxOFPort - 1); n > 1; n-- {
+		if !used[n] && !used[n+1] {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("no two free OpenFlow port numbers on the bridge")
+}
+
+// addRx is ovs-vsctl's arguments adding a receive port: vxlan0's options
+// but dst_port, bound to the node IP, at OpenFlow port ofport.
+func (b *Backend) addRx(sd snapshot, name string, port uint16, ofport int64) []string {
+	args := []string{"--may-exist", "add-port", b.cfg.Bridge, name, "--", "set", "interface", name, "type=vxlan",
+		fmt.Sprintf("ofport_request=%d", ofport)}
+	for _, k := range slices.Sorted(maps.Keys(sd.Options)) {
+		if k != "dst_port" && k != "local_ip" {
+			args = append(args, fmt.Sprintf("options:%s=%s", k, sd.Options[k]))
+		}
+	}
+	return append(args, fmt.Sprintf("options:dst_port=%d", port), "options:local_ip="+b.cfg.RxLocalIP.String())
+}
+
+// Listen implements dataplane.Stager. It also serves a node that restarts
+// listening, switched or not (after a reboot the flows are gone while the
+// ports stay in OVSDB): every receive port the node's state needs is
+// there, and both redirects.
 func (b *Backend) Listen(ctx context.Context, s dataplane.Snapshot) error {
 	sd, err := decode(s)
 	if err != nil {
@@ -216,62 +283,72 @@ func (b *Backend) Listen(ctx context.Context, s dataplane.Snapshot) error {
 	if err := b.stagedReady(); err != nil {
 		return err
 	}
+	if !b.cfg.RxLocalIP.Is4() {
+		return fmt.Errorf("listen: no underlay address to bind %s to", RxName(b.cfg.Interface))
+	}
 	if b.cfg.Firewall != nil {
 		if err := b.cfg.Firewall.Open(s.ToPort); err != nil {
 			return err
 		}
 	}
-	iface, err := b.getInterface(ctx)
+	t, err := b.readTunnels(ctx)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	if got := iface.Options["dst_port"]; got != strconv.Itoa(int(s.FromPort)) && (got != "" || s.FromPort != 4789) {
-		return fmt.Errorf("listen: %s is on port %s, not %d: something else moved it; not listening", b.cfg.Interface, got, s.FromPort)
+	switch {
+	case t.tunnel != s.FromPort && t.tunnel != s.ToPort:
+		return fmt.Errorf("listen: %s is on port %d, neither %d nor %d: something else moved it; not listening", b.cfg.Interface, t.tunnel, s.FromPort, s.ToPort)
+	case t.rx != 0 && t.rx != s.ToPort, t.old != 0 && t.old != s.FromPort:
+		return fmt.Errorf("listen: %s: not what this operation makes; not listening", b.where(t))
 	}
-	rx := RxName(b.cfg.Interface)
-	if _, err := b.cfg.OVS.GetInterface(ctx, rx); err != nil {
-		args := []string{"--may-exist", "add-port", b.cfg.Bridge, rx, "--", "set", "interface", rx, "type=vxlan"}
-		for _, k := range slices.Sorted(maps.Keys(sd.Options)) {
-			v := sd.Options[k]
-			if k == "dst_port" {
-				continue
-			}
-			args = append(args, fmt.Sprintf("options:%s=%s", k, v))
+	var args []string
+	n := t.rxOFP
+	if t.rx == 0 {
+		if n, err = b.freeOFPorts(ctx); err != nil {
+			return fmt.Errorf("listen: %w", err)
 		}
-		if !b.cfg.RxLocalIP.Is4() {
-			return fmt.Errorf("listen: no underlay address to bind %s to", rx)
+		args = b.addRx(sd, RxName(b.cfg.Interface), s.ToPort, n)
+	}
+	if t.tunnel == s.ToPort && t.old == 0 {
+		// vxlan0 on the new port and nothing on the old one: a node whose
+		// retirement was cut short. Receiving the old port again is
+		// harmless, and the retirement removes it again.
+		if len(args) > 0 {
+			args = append(args, "--")
 		}
-		args = append(args, fmt.Sprintf("options:dst_port=%d", s.ToPort), "options:local_ip="+b.cfg.RxLocalIP.String())
+		args = append(args, b.addRx(sd, rxOld(b.cfg.Interface), s.FromPort, n+1)...)
+	}
+	if len(args) > 0 {
 		if _, err := b.cfg.Vsctl(ctx, args...); err != nil {
-			return fmt.Errorf("listen: add %s: %w", rx, err)
+			return fmt.Errorf("listen: add %s: %w", RxName(b.cfg.Interface), err)
+		}
+		if t, err = b.readTunnels(ctx); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+		if t.rx != s.ToPort {
+			return fmt.Errorf("listen: added %s, read back %s", RxName(b.cfg.Interface), b.where(t))
 		}
 	}
-	rxp, err := b.needRx(ctx, "listen")
-	if err != nil {
-		return err
-	}
-	flows, err := b.cfg.OF.DumpFlows(ctx, b.cfg.Bridge)
+	have, others, err := b.redirected(ctx)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	in := strconv.FormatInt(iface.OFPort, 10)
-	var copies []openflow.Flow
-	for _, f := range flows {
-		if f.Cookie == CookieIn || f.Cookie == CookieOut {
-			continue
+	if others || len(have) > 2 {
+		if err := b.delOurs(ctx, CookieIn, CookieOut); err != nil {
+			return fmt.Errorf("listen: stale flows: %w", err)
 		}
-		idx := slices.IndexFunc(f.Match, func(m openflow.Field) bool { return m.Key == "in_port" && m.Value == in })
-		if idx < 0 {
-			continue
-		}
-		c := f
-		c.Cookie = CookieIn
-		c.Match = slices.Clone(f.Match)
-		c.Match[idx].Value = strconv.FormatInt(rxp, 10)
-		copies = append(copies, c)
+		have = nil
 	}
-	if err := b.cfg.OF.AddFlows(ctx, b.cfg.Bridge, copies); err != nil {
-		return fmt.Errorf("listen: copy the in_port flows: %w", err)
+	var add []openflow.Flow
+	for _, p := range []int64{t.rxOFP, t.rxOFP + 1} {
+		if !have[p] {
+			add = append(add, redirect(p, t.ofport))
+		}
+	}
+	if len(add) > 0 {
+		if err := b.cfg.OF.AddFlows(ctx, b.cfg.Bridge, add); err != nil {
+			return fmt.Errorf("listen: the receive ports' flows: %w", err)
+		}
 	}
 	return nil
 }
@@ -296,7 +373,19 @@ func (b *Backend) delOurs(ctx context.Context, cookies ...uint64) error {
 	return nil
 }
 
-// Unlisten implements dataplane.Stager.
+// unswitch moves vxlan0 back onto the old port and removes the old port's
+// receiver, in one transaction: vxlan0 joins it there (bound to the node
+// IP, the receiver is the more specific tunnel: both registered) and takes
+// over as it goes.
+func (b *Backend) unswitch(ctx context.Context, s dataplane.Snapshot) error {
+	_, err := b.cfg.Vsctl(ctx, "set", "interface", b.cfg.Interface, fmt.Sprintf("options:dst_port=%d", s.FromPort),
+		"--", "--if-exists", "del-port", b.cfg.Bridge, rxOld(b.cfg.Interface))
+	return err
+}
+
+// Unlisten implements dataplane.Stager: the receive ports and their flows
+// go. A node still sending the new port is switched back first (the full
+// rollback after a send-only one finds it unswitched already).
 func (b *Backend) Unlisten(ctx context.Context, s dataplane.Snapshot) error {
 	sd, err := decode(s)
 	if err != nil {
@@ -305,10 +394,27 @@ func (b *Backend) Unlisten(ctx context.Context, s dataplane.Snapshot) error {
 	if err := b.stagedReady(); err != nil {
 		return err
 	}
-	if err := b.delOurs(ctx, CookieOut, CookieIn); err != nil {
+	t, err := b.readTunnels(ctx)
+	if err != nil {
 		return fmt.Errorf("unlisten: %w", err)
 	}
-	if _, err := b.cfg.Vsctl(ctx, "--if-exists", "del-port", b.cfg.Bridge, RxName(b.cfg.Interface)); err != nil {
+	switch t.tunnel {
+	case s.FromPort:
+	case s.ToPort:
+		if t.old == 0 {
+			return fmt.Errorf("unlisten: %s: nothing receives port %d to switch back onto; not touching them", b.where(t), s.FromPort)
+		}
+		if err := b.unswitch(ctx, s); err != nil {
+			return fmt.Errorf("unlisten: switch sending back: %w", err)
+		}
+	default:
+		return fmt.Errorf("unlisten: %s: not this operation's; not touching them", b.where(t))
+	}
+	if _, err := b.cfg.Vsctl(ctx, "--if-exists", "del-port", b.cfg.Bridge, RxName(b.cfg.Interface),
+		"--", "--if-exists", "del-port", b.cfg.Bridge, rxOld(b.cfg.Interface)); err != nil {
+		return fmt.Errorf("unlisten: %w", err)
+	}
+	if err := b.delOurs(ctx, CookieIn, CookieOut); err != nil {
 		return fmt.Errorf("unlisten: %w", err)
 	}
 	if b.cfg.Firewall == nil {
@@ -323,48 +429,50 @@ func (b *Backend) sendState(ctx context.Context, port uint16, t0, t1 time.Time) 
 	if err != nil {
 		return st, err
 	}
-	st.Port = port
+	if st.Port != port {
+		return st, fmt.Errorf("read back: %s sends on port %d, want %d", b.cfg.Interface, st.Port, port)
+	}
 	st.Detail["send_port"] = strconv.Itoa(int(port))
 	st.Written, st.Effective = t0, t1
 	return st, nil
 }
 
-// SwitchSend implements dataplane.Stager.
+// SwitchSend implements dataplane.Stager: one transaction adds the old
+// port's receiver and moves vxlan0, which the owner's flows output to,
+// onto the new port (where the listen's receiver is).
 func (b *Backend) SwitchSend(ctx context.Context, s dataplane.Snapshot) (dataplane.State, error) {
-	if _, err := decode(s); err != nil {
+	sd, err := decode(s)
+	if err != nil {
 		return dataplane.State{}, err
 	}
 	if err := b.stagedReady(); err != nil {
 		return dataplane.State{}, err
 	}
-	iface, err := b.getInterface(ctx)
+	t, err := b.readTunnels(ctx)
 	if err != nil {
-		return dataplane.State{}, err
-	}
-	rxp, err := b.needRx(ctx, "switch sending")
-	if err != nil {
-		return dataplane.State{}, err
-	}
-	flows, err := b.cfg.OF.DumpFlows(ctx, b.cfg.Bridge)
-	if err != nil {
-		return dataplane.State{}, err
-	}
-	port := strconv.FormatInt(iface.OFPort, 10)
-	t0 := time.Now()
-	var copies []openflow.Flow
-	for _, f := range flows {
-		if f.Cookie == CookieIn || f.Cookie == CookieOut || !outputsTo(f.Actions, port) {
-			continue
-		}
-		c := f
-		c.Cookie, c.Priority = CookieOut, f.Priority+1
-		c.Actions = replaceOutput(f.Actions, port, "output:"+strconv.FormatInt(rxp, 10))
-		copies = append(copies, c)
-	}
-	// One request for all of them (on a userspace datapath the node's CPU
-	// carries the traffic too: a run per flow starved it in the lab).
-	if err := b.cfg.OF.AddFlows(ctx, b.cfg.Bridge, copies); err != nil {
 		return dataplane.State{}, fmt.Errorf("switch sending: %w", err)
+	}
+	t0 := time.Now()
+	switch {
+	case t.tunnel == s.ToPort && t.old == s.FromPort: // a replay
+	case t.tunnel == s.FromPort && t.rx == s.ToPort:
+		// The old port's receiver takes what the unswitched nodes send:
+		// its flow must be there before it is.
+		have, _, err := b.redirected(ctx)
+		if err != nil {
+			return dataplane.State{}, fmt.Errorf("switch sending: %w", err)
+		}
+		if !have[t.rxOFP] || !have[t.rxOFP+1] {
+			return dataplane.State{}, fmt.Errorf("switch sending: the receive ports' flows are missing (listen first)")
+		}
+		args := append(b.addRx(sd, rxOld(b.cfg.Interface), s.FromPort, t.rxOFP+1),
+			"--", "set", "interface", b.cfg.Interface, fmt.Sprintf("options:dst_port=%d", s.ToPort))
+		t0 = time.Now()
+		if _, err := b.cfg.Vsctl(ctx, args...); err != nil {
+			return dataplane.State{}, fmt.Errorf("switch sending: %w", err)
+		}
+	default:
+		return dataplane.State{}, fmt.Errorf("switch sending: %s, want %s on %d and %s on %d (listen first)", b.where(t), b.cfg.Interface, s.FromPort, RxName(b.cfg.Interface), s.ToPort)
 	}
 	return b.sendState(ctx, s.ToPort, t0, time.Now())
 }
@@ -377,14 +485,26 @@ func (b *Backend) UnswitchSend(ctx context.Context, s dataplane.Snapshot) (datap
 	if err := b.stagedReady(); err != nil {
 		return dataplane.State{}, err
 	}
-	t0 := time.Now()
-	if err := b.delOurs(ctx, CookieOut); err != nil {
+	t, err := b.readTunnels(ctx)
+	if err != nil {
 		return dataplane.State{}, fmt.Errorf("switch sending back: %w", err)
+	}
+	t0 := time.Now()
+	switch {
+	case t.tunnel == s.FromPort: // not switched
+	case t.tunnel == s.ToPort && t.old == s.FromPort:
+		if err := b.unswitch(ctx, s); err != nil {
+			return dataplane.State{}, fmt.Errorf("switch sending back: %w", err)
+		}
+	default:
+		return dataplane.State{}, fmt.Errorf("switch sending back: %s: not this operation's; not touching them", b.where(t))
 	}
 	return b.sendState(ctx, s.FromPort, t0, time.Now())
 }
 
-// Retire implements dataplane.Stager.
+// Retire implements dataplane.Stager: every node sends the new port, so
+// both receive ports go in one transaction (vxlan0 on the new port stays),
+// then their flows.
 func (b *Backend) Retire(ctx context.Context, s dataplane.Snapshot) (dataplane.State, error) {
 	if _, err := decode(s); err != nil {
 		return dataplane.State{}, err
@@ -392,37 +512,29 @@ func (b *Backend) Retire(ctx context.Context, s dataplane.Snapshot) (dataplane.S
 	if err := b.stagedReady(); err != nil {
 		return dataplane.State{}, err
 	}
-	iface, err := b.getInterface(ctx)
+	t, err := b.readTunnels(ctx)
 	if err != nil {
-		return dataplane.State{}, err
+		return dataplane.State{}, fmt.Errorf("retire: %w", err)
 	}
-	rx := RxName(b.cfg.Interface)
-	cur := iface.Options["dst_port"]
-	switch cur {
-	case strconv.Itoa(int(s.ToPort)): // a replay: retired already
-	case strconv.Itoa(int(s.FromPort)):
-		if _, err := b.needRx(ctx, "retire"); err != nil {
-			return dataplane.State{}, err
-		}
-		// Make before break: the receive port, bound to the node IP, is
-		// more specific than vxlan0 and keeps receiving while vxlan0
-		// joins it on the new port; then each fallback below lands on
-		// vxlan0 already listening and sending there.
+	args := []string{"--if-exists", "del-port", b.cfg.Bridge, RxName(b.cfg.Interface),
+		"--", "--if-exists", "del-port", b.cfg.Bridge, rxOld(b.cfg.Interface)}
+	switch {
+	case t.tunnel == s.ToPort: // switched; or a replay
+	case t.tunnel == s.FromPort && t.rx == s.ToPort:
+		// Not switched (an earlier layout's node, whose flow copies sent
+		// the new port): vxlan0 joins the receiver on the new port first.
+		// Bound to the node IP, the receiver is more specific, so both
+		// stay registered, and it keeps receiving until it goes.
 		if _, err := b.cfg.Vsctl(ctx, "set", "interface", b.cfg.Interface, fmt.Sprintf("options:dst_port=%d", s.ToPort)); err != nil {
 			return dataplane.State{}, fmt.Errorf("retire: move %s to %d: %w", b.cfg.Interface, s.ToPort, err)
 		}
 	default:
-		return dataplane.State{}, fmt.Errorf("retire: %s is on port %s, neither %d nor %d: something else moved it; not touching it", b.cfg.Interface, cur, s.FromPort, s.ToPort)
+		return dataplane.State{}, fmt.Errorf("retire: %s: not this operation's; not touching them", b.where(t))
 	}
-	// Sending falls back to vxlan0, then receiving: each step is a replay
-	// no-op once done.
-	if err := b.delOurs(ctx, CookieOut); err != nil {
+	if _, err := b.cfg.Vsctl(ctx, args...); err != nil {
 		return dataplane.State{}, fmt.Errorf("retire: %w", err)
 	}
-	if _, err := b.cfg.Vsctl(ctx, "--if-exists", "del-port", b.cfg.Bridge, rx); err != nil {
-		return dataplane.State{}, fmt.Errorf("retire: %w", err)
-	}
-	if err := b.delOurs(ctx, CookieIn); err != nil {
+	if err := b.delOurs(ctx, CookieIn, CookieOut); err != nil {
 		return dataplane.State{}, fmt.Errorf("retire: %w", err)
 	}
 	st, err := b.Read(ctx)

@@ -12,23 +12,10 @@ import (
 	"github.com/cutover-dev/cutover/pkg/ovs"
 )
 
-func TestActionsHelpers(t *testing.T) {
-	a := "set_field:198.18.0.12->tun_dst,output:1"
-	if !outputsTo(a, "1") || outputsTo(a, "2") || outputsTo("output:12", "1") {
-		t.Fatal("outputsTo")
-	}
-	if got := replaceOutput(a, "1", "output:3,output:1"); got != "set_field:198.18.0.12->tun_dst,output:3,output:1" {
-		t.Fatalf("replaceOutput: %s", got)
-	}
-	if got := splitActions("resubmit(,10),load:0x1->NXM_NX_REG0[],output:1"); len(got) != 3 || got[0] != "resubmit(,10)" {
-		t.Fatalf("splitActions: %q", got)
-	}
-}
-
 // TestStagedProblems: the openshift-sdn profile, an agent without
 // OpenFlow access, no underlay address to bind the receive port to, a
-// vxlan0 bound to a local_ip already, an unpinned internal MTU and a taken
-// priority slot are refused by name.
+// vxlan0 bound to a local_ip already, an unpinned internal MTU and a flow
+// at table 0's top priority (where the redirect goes) are refused by name.
 func TestStagedProblems(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
@@ -78,11 +65,11 @@ func TestStagedProblems(t *testing.T) {
 		t.Fatalf("unpinned: %q", p)
 	}
 	pinned = true
-	taken, _ := openflow.ParseFlow("table=0,priority=101,ip,nw_dst=198.19.2.0/24,actions=drop")
+	taken, _ := openflow.ParseFlow("table=0,priority=65535,arp,actions=NORMAL")
 	if err := of.AddFlow(ctx, "br0", taken); err != nil {
 		t.Fatal(err)
 	}
-	if p := r.b.StagedProblems(ctx, 4889); len(p) != 1 || !strings.Contains(p[0], "slot one priority above it is taken") {
+	if p := r.b.StagedProblems(ctx, 4889); len(p) != 1 || !strings.Contains(p[0], "table 0's top priority is taken") {
 		t.Fatalf("slot: %q", p)
 	}
 	r.b.cfg.SDN = true

@@ -1,0 +1,224 @@
+package ovsvxlan
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/pkg/openflow"
+)
+
+// stagedRig is realRig with what the staged strategy needs: OpenFlow
+// access, ovs-vsctl, the node IP to bind the receive port to, br0's MTU
+// pinned, and owner's flows in the shape of OpenShift SDN's: what arrives
+// on vxlan0 (ofport 1) goes through table 0 to table 10, which matches
+// in_port again and delivers to br0; anything else is dropped.
+func newStagedRig(ctx context.Context, t *testing.T) realRig {
+	t.Helper()
+	r := newRealRig(ctx, t)
+	r.b.cfg.OF = &openflow.Client{RunDir: r.inst.Dir}
+	r.b.cfg.Vsctl = func(ctx context.Context, args ...string) ([]byte, error) {
+		out, err := r.inst.Vsctl(ctx, args...)
+		return []byte(out), err
+	}
+	r.b.cfg.RxLocalIP = netip.MustParseAddr("198.18.0.11")
+	if _, err := r.inst.Vsctl(ctx, "set", "interface", "br0", "mtu_request=1450"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{
+		"table=0,priority=200,in_port=1,actions=resubmit(,10)",
+		"table=0,priority=0,actions=drop",
+		"table=10,priority=100,in_port=1,tun_src=198.18.0.12,actions=LOCAL",
+		"table=10,priority=0,actions=drop",
+	} {
+		if _, err := r.inst.Ofctl(ctx, "add-flow", "br0", f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+var datapathActions = regexp.MustCompile(`(?m)^Datapath actions: (.*)$`)
+
+// trace is what ovs-vswitchd would do with a VXLAN frame from
+// 198.18.0.12 arriving on port (a name).
+func (r realRig) trace(ctx context.Context, t *testing.T, port string) string {
+	t.Helper()
+	out, err := r.inst.Appctl(ctx, "ofproto/trace", "br0",
+		"in_port="+port+",tun_id=0x5,tun_src=198.18.0.12,tun_dst=198.18.0.11,ip,nw_src=10.128.2.5,nw_dst=10.128.1.7")
+	if err != nil {
+		t.Fatalf("trace %s: %v\n%s", port, err, out)
+	}
+	m := datapathActions.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("trace %s: no datapath actions in\n%s", port, out)
+	}
+	return m[1]
+}
+
+// tunnels is where the two tunnels are, read with ovs-vsctl, and the UDP
+// ports ovs-vswitchd's userspace tunnel code listens on.
+func (r realRig) tunnels(ctx context.Context, t *testing.T) (string, string) {
+	t.Helper()
+	out, err := r.inst.Vsctl(ctx, "--format=csv", "--no-headings", "--columns=name,options", "find", "interface", "type=vxlan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ifs []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		name, opts, _ := strings.Cut(l, ",")
+		port := regexp.MustCompile(`dst_port="*(\d+)`).FindStringSubmatch(opts)
+		bound := ""
+		if strings.Contains(opts, "local_ip") {
+			bound = " bound"
+		}
+		if port != nil {
+			ifs = append(ifs, fmt.Sprintf("%s:%s%s", name, port[1], bound))
+		}
+	}
+	show, err := r.inst.Appctl(ctx, "tnl/ports/show")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listening := regexp.MustCompile(`vxlan_sys_(\d+)`).FindAllStringSubmatch(show, -1)
+	var ls []string
+	for _, m := range listening {
+		ls = append(ls, m[1])
+	}
+	slices.Sort(ifs)
+	slices.Sort(ls)
+	return strings.Join(ifs, " "), strings.Join(ls, " ")
+}
+
+// ours is the staged strategy's flows on br0, as ovs-ofctl prints them.
+func (r realRig) ours(ctx context.Context, t *testing.T) []string {
+	t.Helper()
+	out, err := r.inst.Ofctl(ctx, "dump-flows", "br0", fmt.Sprintf("cookie=%#x/-1", CookieIn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fl []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "cookie=") {
+			fl = append(fl, strings.TrimSpace(l))
+		}
+	}
+	return fl
+}
+
+// TestRealStagedPhases drives the OVS staged phases against a real
+// ovsdb-server + ovs-vswitchd: what arrives on the receive port is handled
+// exactly as what arrives on vxlan0 (ofproto/trace, the owner's flows
+// untouched), both tunnels stay registered through the switch (ovs-vsctl
+// and tnl/ports/show), the switch and its undo are port swaps with no
+// flow change, a lost flow comes back with a second Listen, and the
+// retirement and the full undo leave one tunnel and none of our flows.
+func TestRealStagedPhases(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := newStagedRig(ctx, t)
+	b, rx := r.b, RxName("vxlan0")
+
+	var snap dataplane.Snapshot
+	r.in(func() error {
+		if p := b.StagedProblems(ctx, 4889); len(p) > 0 {
+			t.Fatalf("staged problems on a clean rig: %q", p)
+		}
+		var err error
+		snap, err = b.Snapshot(ctx, 4789, 4889)
+		return err
+	})
+	want := r.trace(ctx, t, "vxlan0")
+	if want == "drop" {
+		t.Fatalf("the owner's flows drop vxlan0's frame: the rig is wrong")
+	}
+	step := func(what string, fn func() error, ifs, listening string, nOurs int) {
+		t.Helper()
+		r.in(fn)
+		gotIfs, gotL := r.tunnels(ctx, t)
+		if gotIfs != ifs || gotL != listening {
+			t.Fatalf("after %s: tunnels %q listening on %q, want %q on %q", what, gotIfs, gotL, ifs, listening)
+		}
+		if got := r.ours(ctx, t); len(got) != nOurs {
+			t.Fatalf("after %s: %d flows of ours, want %d: %q", what, len(got), nOurs, got)
+		}
+		for _, p := range []string{rx, rxOld("vxlan0")} {
+			if !strings.Contains(ifs, p+":") {
+				continue
+			}
+			if got := r.trace(ctx, t, p); got != want {
+				t.Fatalf("after %s: a frame on %s: datapath actions %q, on vxlan0 %q", what, p, got, want)
+			}
+		}
+		if got := r.trace(ctx, t, "vxlan0"); got != want {
+			t.Fatalf("after %s: a frame on vxlan0: datapath actions %q, want %q as before", what, got, want)
+		}
+	}
+	listen := func() error { return b.Listen(ctx, snap) }
+	sw := func(port uint16, fn func(context.Context, dataplane.Snapshot) (dataplane.State, error)) func() error {
+		return func() error {
+			st, err := fn(ctx, snap)
+			if err == nil && (st.Port != port || st.Detail["send_port"] != fmt.Sprint(port)) {
+				t.Fatalf("send port read back %+v, want %d", st, port)
+			}
+			return err
+		}
+	}
+	step("listen", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
+	if got := r.rules(); got != "4889 4789" {
+		t.Fatalf("after listen: rules %q, want both ports open", got)
+	}
+	step("listen again", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
+
+	// The flow gone (a rebooted node's flow table): the receive port's
+	// frames are the owner's default drop, which the trace compare sees;
+	// Listen puts it back.
+	if _, err := r.inst.Ofctl(ctx, "del-flows", "br0", fmt.Sprintf("cookie=%#x/-1", CookieIn)); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.trace(ctx, t, rx); got == want {
+		t.Fatalf("without the redirect a frame on %s still got %q: the trace compare cannot fail", rx, got)
+	}
+	r.in(func() error {
+		if _, err := b.SwitchSend(ctx, snap); err == nil || !strings.Contains(err.Error(), "listen first") {
+			t.Fatalf("switch without the flow: %v, want a refusal", err)
+		}
+		return nil
+	})
+	step("listen after the flow was lost", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
+
+	step("switch", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2)
+	step("switch again (replay)", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2)
+	step("listen while switched (a restart)", listen, "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2)
+	step("switch back", sw(4789, b.UnswitchSend), "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
+	step("switch back again", sw(4789, b.UnswitchSend), "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
+
+	// The full undo from a switched node: swapped back, then gone.
+	step("switch", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2)
+	step("unlisten", func() error { return b.Unlisten(ctx, snap) }, "vxlan0:4789", "4789", 0)
+	if got := r.rules(); got != "4789" {
+		t.Fatalf("after unlisten: rules %q, want only the old port", got)
+	}
+
+	// To the end: listen, switch, retire (twice: a replay).
+	step("listen", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
+	step("switch", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2)
+	for _, what := range []string{"retire", "retire again"} {
+		step(what, func() error {
+			st, err := b.Retire(ctx, snap)
+			if err == nil && st.Port != 4889 {
+				t.Fatalf("retire read back %+v, want port 4889", st)
+			}
+			return err
+		}, "vxlan0:4889", "4889", 0)
+	}
+	if got := r.rules(); got != "4889" {
+		t.Fatalf("after retire: rules %q, want only the new port", got)
+	}
+}
