@@ -192,8 +192,8 @@ var relistenRetry = 5 * time.Second // a var: the test shortens it
 // agent starts, and a switched one send the new port again. After a plain
 // agent restart the receiver is still there and both calls change nothing
 // (they are idempotent); after the node rebooted, the kernel's second
-// device or the OpenFlow copies are gone while peers may send the new port,
-// and this puts them back. The sending matters as much: the coordinator
+// device or the OVS receive ports' flows are gone while peers may send the
+// new port, and this puts them back. The sending matters as much: the coordinator
 // counts a switched node as sending the new port, so once every node does
 // it retires the old port, and a node that came back sending the old one
 // would be cut off (a lab run lost 17-49 probes each way on such a pair).

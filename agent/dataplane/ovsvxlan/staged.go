@@ -129,9 +129,9 @@ func (b *Backend) StagedActions(from, to uint16) []string {
 	out := append([]string{}, open...)
 	rx := RxName(b.cfg.Interface)
 	out = append(out,
-		fmt.Sprintf("listen: add %s to %s (vxlan, %s's options, dst_port %d, local_ip %s) and one flow handling its input as %s's (table 0, priority %d, cookie %#x)", rx, b.cfg.Bridge, b.cfg.Interface, to, b.cfg.RxLocalIP, b.cfg.Interface, redirectPriority, CookieIn),
-		fmt.Sprintf("switch: swap the dst_port of %s and %s in one transaction (%s sends and receives %d, %s receives %d); back: swap them again", b.cfg.Interface, rx, b.cfg.Interface, to, rx, from),
-		fmt.Sprintf("retire: delete %s, then its flow (%s stays on %d)", rx, b.cfg.Interface, to))
+		fmt.Sprintf("listen: add %s to %s (vxlan, %s's options, dst_port %d, local_ip %s) and two flows handling the receive ports' input as %s's (table 0, priority %d, cookie %#x)", rx, b.cfg.Bridge, b.cfg.Interface, to, b.cfg.RxLocalIP, b.cfg.Interface, redirectPriority, CookieIn),
+		fmt.Sprintf("switch: in one transaction add %s (dst_port %d, local_ip %s) and set %s dst_port %d -> %d; back: the reverse, in one transaction", rxOld(b.cfg.Interface), from, b.cfg.RxLocalIP, b.cfg.Interface, from, to),
+		fmt.Sprintf("retire: delete %s and %s, then their flows (%s stays on %d)", rx, rxOld(b.cfg.Interface), b.cfg.Interface, to))
 	return append(out, closeOld...)
 }
 
