@@ -19,23 +19,30 @@ import (
 //
 //   - Listen: the new port opened in the firewall; a receive port added
 //     (RxName: a VXLAN interface with vxlan0's options but dst_port, and
-//     bound to the node's underlay IP, options:local_ip); one redirect
-//     flow, table 0 at the top priority, in_port=<receive port>: load
-//     vxlan0's ofport into in_port and resubmit to table 0, so what
-//     arrives on the receive port is handled as what arrives on vxlan0 by
-//     the owner's own flows (the ones it adds later too), tagged CookieIn.
-//   - SwitchSend: one OVSDB transaction swaps the two ports' dst_port:
-//     vxlan0, which the owner's flows output to, sends and receives on the
-//     new port, the receive port receives the old one. Both ports are
-//     registered throughout (bound to the node IP, the receive port is a
-//     more specific tunnel than vxlan0, so they never collide), and no
-//     flow changes. UnswitchSend swaps them back.
-//   - Retire: the receive port goes (every node sends the new port by
-//     then), then the redirect flow. vxlan0 is on the new port already.
+//     bound to the node's underlay IP, options:local_ip); a redirect flow
+//     per receive port (this one and the one the switch adds), table 0 at
+//     the top priority, in_port=<receive port>: load vxlan0's ofport into
+//     in_port and resubmit to table 0, so what arrives on a receive port
+//     is handled as what arrives on vxlan0 by the owner's own flows (the
+//     ones it adds later too), tagged CookieIn; one add-flows run.
+//   - SwitchSend: one OVSDB transaction adds a second receive port on the
+//     old port (rxOld, bound like the first) and moves vxlan0, which the
+//     owner's flows output to, onto the new port. Bound to the node IP,
+//     each receive port is a more specific tunnel than vxlan0, so vxlan0
+//     joins or leaves a receive port's UDP port with both registered. No
+//     flow changes: Listen added the redirects of both receive ports, whose
+//     OpenFlow port numbers it requested (ofport_request) from the top of
+//     the range. UnswitchSend is the reverse transaction. Swapping the two
+//     tunnels' dst_port instead leaves OVS's userspace tunnel registry
+//     listening on the old port twice and on the new one not at all
+//     (measured: tnl/ports/show; docs/staged.md).
+//   - Retire: both receive ports go in one transaction (every node sends
+//     the new port by then), then their flows. vxlan0 is on the new port.
 //
-// A node's staged change is two OpenFlow table changes (the redirect added
-// and deleted); with copies of vxlan0's flows it was four or more (input
-// copies, send copies one priority higher, each removed per table). That
+// A node's staged change is two OpenFlow table changes (the redirects
+// added and deleted); with copies of vxlan0's flows it was four or more
+// (input copies, send copies one priority higher, each removed per table,
+// and the owner's flows added meanwhile had no copy). That
 // matters on a userspace datapath, where a flow table change stalls the
 // node's forwarding for up to half a second at N = 32 on the lab while a
 // port change does not (docs/staged.md, "What costs on OVS at N = 32").
@@ -85,6 +92,13 @@ func (b *Backend) StagedProblems(ctx context.Context, to uint16) []string {
 	}
 	if rx, err := b.cfg.OVS.GetInterface(ctx, RxName(b.cfg.Interface)); err == nil && rx.Options["dst_port"] != strconv.Itoa(int(to)) {
 		out = append(out, fmt.Sprintf("an interface %s exists already (dst_port %s), not one this operation made: remove it first", RxName(b.cfg.Interface), rx.Options["dst_port"]))
+	}
+	if _, err := b.cfg.OVS.GetInterface(ctx, rxOld(b.cfg.Interface)); err == nil {
+		if _, err := b.cfg.OVS.GetInterface(ctx, RxName(b.cfg.Interface)); ovs.IsNotFound(err) {
+			// A switched node has both; the old port's receiver alone is
+			// not ours.
+			out = append(out, fmt.Sprintf("an interface %s exists already, not one this operation made (no %s beside it): remove it first", rxOld(b.cfg.Interface), RxName(b.cfg.Interface)))
+		}
 	}
 	if b.cfg.Vsctl != nil {
 		// An internal port without mtu_request gets its MTU recomputed
@@ -208,9 +222,10 @@ func redirect(rxOFP, ofport int64) openflow.Flow {
 		Actions: fmt.Sprintf("load:%#x->NXM_OF_IN_PORT[],resubmit(,0)", ofport)}
 }
 
-// redirected is which OpenFlow ports our redirects cover, and whether
-// other flows of ours are there (an earlier layout's copies).
-func (b *Backend) redirected(ctx context.Context) (map[int64]bool, bool, error) {
+// redirected is which OpenFlow ports our redirects to vxlan0's ofport
+// cover, and whether other flows of ours are there (a redirect to another
+// ofport: vxlan0 recreated since; an earlier layout's copies).
+func (b *Backend) redirected(ctx context.Context, ofport int64) (map[int64]bool, bool, error) {
 	flows, err := b.cfg.OF.DumpFlows(ctx, b.cfg.Bridge)
 	if err != nil {
 		return nil, false, err
@@ -221,7 +236,7 @@ func (b *Backend) redirected(ctx context.Context) (map[int64]bool, bool, error) 
 			continue
 		}
 		if f.Cookie == CookieIn && f.Table == 0 && f.Priority == redirectPriority && len(f.Match) == 1 && f.Match[0].Key == "in_port" {
-			if n, err := strconv.ParseInt(f.Match[0].Value, 10, 64); err == nil {
+			if n, err := strconv.ParseInt(f.Match[0].Value, 10, 64); err == nil && f.Actions == redirect(n, ofport).Actions {
 				ports[n] = true
 				continue
 			}
@@ -329,7 +344,7 @@ func (b *Backend) Listen(ctx context.Context, s dataplane.Snapshot) error {
 			return fmt.Errorf("listen: added %s, read back %s", RxName(b.cfg.Interface), b.where(t))
 		}
 	}
-	have, others, err := b.redirected(ctx)
+	have, others, err := b.redirected(ctx, t.ofport)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -458,7 +473,7 @@ func (b *Backend) SwitchSend(ctx context.Context, s dataplane.Snapshot) (datapla
 	case t.tunnel == s.FromPort && t.rx == s.ToPort:
 		// The old port's receiver takes what the unswitched nodes send:
 		// its flow must be there before it is.
-		have, _, err := b.redirected(ctx)
+		have, _, err := b.redirected(ctx, t.ofport)
 		if err != nil {
 			return dataplane.State{}, fmt.Errorf("switch sending: %w", err)
 		}

@@ -192,6 +192,20 @@ func TestRealStagedPhases(t *testing.T) {
 		return nil
 	})
 	step("listen after the flow was lost", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
+	// A redirect to another ofport (vxlan0 recreated since) is stale:
+	// Listen replaces it.
+	rxOFP, err := r.inst.Vsctl(ctx, "get", "interface", rx, "ofport")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := fmt.Sprintf("table=0,priority=65535,cookie=%#x,in_port=%s,actions=load:0x7->NXM_OF_IN_PORT[],resubmit(,0)", CookieIn, strings.TrimSpace(rxOFP))
+	if _, err := r.inst.Ofctl(ctx, "add-flow", "br0", stale); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.trace(ctx, t, rx); got == want {
+		t.Fatalf("with a stale redirect a frame on %s still got %q: the trace compare cannot fail", rx, got)
+	}
+	step("listen after the flow went stale", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
 
 	step("switch", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2)
 	step("switch again (replay)", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2)

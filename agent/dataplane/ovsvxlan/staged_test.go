@@ -14,8 +14,9 @@ import (
 
 // TestStagedProblems: the openshift-sdn profile, an agent without
 // OpenFlow access, no underlay address to bind the receive port to, a
-// vxlan0 bound to a local_ip already, an unpinned internal MTU and a flow
-// at table 0's top priority (where the redirect goes) are refused by name.
+// vxlan0 bound to a local_ip already, an unpinned internal MTU, an old
+// port's receiver without the new port's (not ours) and a flow at table
+// 0's top priority (where the redirects go) are refused by name.
 func TestStagedProblems(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
@@ -65,6 +66,15 @@ func TestStagedProblems(t *testing.T) {
 		t.Fatalf("unpinned: %q", p)
 	}
 	pinned = true
+	stranger := ovs.Interface{Name: "vxlan0-cot-old", Type: "vxlan", OFPort: 9, Options: map[string]string{"dst_port": "4789"}}
+	r.ovs.Set(stranger)
+	if p := r.b.StagedProblems(ctx, 4889); len(p) != 1 || !strings.Contains(p[0], "vxlan0-cot-old exists already") {
+		t.Fatalf("stranger: %q", p)
+	}
+	r.ovs.Set(ovs.Interface{Name: "vxlan0-cot", Type: "vxlan", OFPort: 8, Options: map[string]string{"dst_port": "4889"}})
+	if p := r.b.StagedProblems(ctx, 4889); len(p) != 0 {
+		t.Fatalf("a switched node's receivers: %q", p)
+	}
 	taken, _ := openflow.ParseFlow("table=0,priority=65535,arp,actions=NORMAL")
 	if err := of.AddFlow(ctx, "br0", taken); err != nil {
 		t.Fatal(err)
