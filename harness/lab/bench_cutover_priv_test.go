@@ -43,6 +43,11 @@ type cutoverFigure struct {
 	LongestGapMS float64 `json:"longest_gap_ms"`
 	SpreadMS     float64 `json:"commit_spread_ms"` // cutover: the report's; others: spread of the set completions
 	WallMS       float64 `json:"wall_ms"`          // first set started → last set done; cutover: the whole operation
+	// Cutover: the report's spreads of the instants the nodes' writes left
+	// (write) and took effect (effect: OVS confirmed, the netlink window
+	// closed), where SpreadMS is when the agents woke (issue 13).
+	WriteSpreadMS  float64 `json:"write_spread_ms,omitempty"`
+	EffectSpreadMS float64 `json:"effect_spread_ms,omitempty"`
 	IdleLost     uint64  `json:"idle_lost_per_s"`  // lost in one idle second before, the noise floor
 	// LossVsLimit is cutover's (lost+1)/(limit's lost+1) in the same run
 	// (OVS; issue 13's target: <= 1.5).
@@ -233,6 +238,8 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 	rep := coordctlCutover(b, ctx, l, bin, "--port", strconv.Itoa(newPort))
 	cut := figure(base, "cutover", reportPairs(rep), time.Duration(rep.GetCommitSpreadNanos()), time.Duration(rep.GetEndedUnixNano()-rep.GetStartedUnixNano()))
 	cut.LostByGapPhase = lostByGapPhase(rep)
+	cut.WriteSpreadMS = float64(rep.GetWriteSpreadNanos()) / 1e6
+	cut.EffectSpreadMS = float64(rep.GetEffectSpreadNanos()) / 1e6
 	for _, f := range figs {
 		if f.Method == "limit" {
 			// +1 on both sides: a limit of 0 lost is the usual case at
@@ -256,8 +263,11 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 	figs = append(figs, stg)
 	for _, f := range figs {
 		idleSame := ""
-		if f.Method == "staged" {
+		switch f.Method {
+		case "staged":
 			idleSame = fmt.Sprintf("; idling as long after it: %d lost", f.IdleLostSameWall)
+		case "cutover":
+			idleSame = fmt.Sprintf("; spreads: writes left %.2f ms, effect %.2f ms", f.WriteSpreadMS, f.EffectSpreadMS)
 		}
 		b.Logf("%s N=%d %-10s lost %d/%d (max %d, mean %.2f per pair), longest gap %.1f ms, spread %.2f ms, wall %.0f ms (idle noise %d lost/s)%s%s",
 			f.Backend, f.Nodes, f.Method, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost, byPhase(f.LostByGapPhase), idleSame)
