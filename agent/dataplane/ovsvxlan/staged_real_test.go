@@ -19,10 +19,11 @@ import (
 // pinned, and owner's flows in the shape of OpenShift SDN's: what arrives
 // on vxlan0 (ofport 1) goes through table 0 to table 10, which matches
 // in_port again and delivers to br0; anything else is dropped.
-func newStagedRig(ctx context.Context, t *testing.T) realRig {
+func newStagedRig(ctx context.Context, t *testing.T) (realRig, *countingOF) {
 	t.Helper()
 	r := newRealRig(ctx, t)
-	r.b.cfg.OF = &openflow.Client{RunDir: r.inst.Dir}
+	of := &countingOF{Interface: &openflow.Client{RunDir: r.inst.Dir}}
+	r.b.cfg.OF = of
 	r.b.cfg.Vsctl = func(ctx context.Context, args ...string) ([]byte, error) {
 		out, err := r.inst.Vsctl(ctx, args...)
 		return []byte(out), err
@@ -41,7 +42,35 @@ func newStagedRig(ctx context.Context, t *testing.T) realRig {
 			t.Fatal(err)
 		}
 	}
-	return r
+	return r, of
+}
+
+// countingOF counts the flow table changes the backend asks for: on a
+// userspace datapath each one stalls the node's forwarding for a while
+// (docs/staged.md), so how many a phase makes is part of its contract.
+type countingOF struct {
+	openflow.Interface
+	writes int
+}
+
+func (c *countingOF) AddFlow(ctx context.Context, bridge string, f openflow.Flow) error {
+	c.writes++
+	return c.Interface.AddFlow(ctx, bridge, f)
+}
+
+func (c *countingOF) AddFlows(ctx context.Context, bridge string, flows []openflow.Flow) error {
+	c.writes++
+	return c.Interface.AddFlows(ctx, bridge, flows)
+}
+
+func (c *countingOF) DelFlows(ctx context.Context, bridge string, match openflow.Flow) error {
+	c.writes++
+	return c.Interface.DelFlows(ctx, bridge, match)
+}
+
+func (c *countingOF) DelFlowStrict(ctx context.Context, bridge string, f openflow.Flow) error {
+	c.writes++
+	return c.Interface.DelFlowStrict(ctx, bridge, f)
 }
 
 var datapathActions = regexp.MustCompile(`(?m)^Datapath actions: (.*)$`)
@@ -113,16 +142,17 @@ func (r realRig) ours(ctx context.Context, t *testing.T) []string {
 }
 
 // TestRealStagedPhases drives the OVS staged phases against a real
-// ovsdb-server + ovs-vswitchd: what arrives on the receive port is handled
+// ovsdb-server + ovs-vswitchd: what arrives on each receive port is handled
 // exactly as what arrives on vxlan0 (ofproto/trace, the owner's flows
-// untouched), both tunnels stay registered through the switch (ovs-vsctl
-// and tnl/ports/show), the switch and its undo are port swaps with no
-// flow change, a lost flow comes back with a second Listen, and the
-// retirement and the full undo leave one tunnel and none of our flows.
+// untouched), every tunnel stays registered through the switch (ovs-vsctl
+// and tnl/ports/show), a node's change makes two flow table changes (the
+// listen's, the retirement's) and none at the switch or its undo, which are
+// port changes, a lost or stale flow comes back with a second Listen, and
+// the retirement and the full undo leave one tunnel and none of our flows.
 func TestRealStagedPhases(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r := newStagedRig(ctx, t)
+	r, of := newStagedRig(ctx, t)
 	b, rx := r.b, RxName("vxlan0")
 
 	var snap dataplane.Snapshot
@@ -138,9 +168,13 @@ func TestRealStagedPhases(t *testing.T) {
 	if want == "drop" {
 		t.Fatalf("the owner's flows drop vxlan0's frame: the rig is wrong")
 	}
-	step := func(what string, fn func() error, ifs, listening string, nOurs int) {
+	step := func(what string, fn func() error, ifs, listening string, nOurs, writes int) {
 		t.Helper()
+		before := of.writes
 		r.in(fn)
+		if got := of.writes - before; got != writes {
+			t.Fatalf("%s: %d flow table changes, want %d", what, got, writes)
+		}
 		gotIfs, gotL := r.tunnels(ctx, t)
 		if gotIfs != ifs || gotL != listening {
 			t.Fatalf("after %s: tunnels %q listening on %q, want %q on %q", what, gotIfs, gotL, ifs, listening)
@@ -170,11 +204,11 @@ func TestRealStagedPhases(t *testing.T) {
 			return err
 		}
 	}
-	step("listen", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
+	step("listen", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 1)
 	if got := r.rules(); got != "4889 4789" {
 		t.Fatalf("after listen: rules %q, want both ports open", got)
 	}
-	step("listen again", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
+	step("listen again", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 0)
 
 	// The flow gone (a rebooted node's flow table): the receive port's
 	// frames are the owner's default drop, which the trace compare sees;
@@ -191,7 +225,7 @@ func TestRealStagedPhases(t *testing.T) {
 		}
 		return nil
 	})
-	step("listen after the flow was lost", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
+	step("listen after the flow was lost", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 1)
 	// A redirect to another ofport (vxlan0 recreated since) is stale:
 	// Listen replaces it.
 	rxOFP, err := r.inst.Vsctl(ctx, "get", "interface", rx, "ofport")
@@ -205,24 +239,24 @@ func TestRealStagedPhases(t *testing.T) {
 	if got := r.trace(ctx, t, rx); got == want {
 		t.Fatalf("with a stale redirect a frame on %s still got %q: the trace compare cannot fail", rx, got)
 	}
-	step("listen after the flow went stale", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
+	step("listen after the flow went stale", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 2)
 
-	step("switch", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2)
-	step("switch again (replay)", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2)
-	step("listen while switched (a restart)", listen, "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2)
-	step("switch back", sw(4789, b.UnswitchSend), "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
-	step("switch back again", sw(4789, b.UnswitchSend), "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
+	step("switch", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2, 0)
+	step("switch again (replay)", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2, 0)
+	step("listen while switched (a restart)", listen, "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2, 0)
+	step("switch back", sw(4789, b.UnswitchSend), "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 0)
+	step("switch back again", sw(4789, b.UnswitchSend), "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 0)
 
 	// The full undo from a switched node: swapped back, then gone.
-	step("switch", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2)
-	step("unlisten", func() error { return b.Unlisten(ctx, snap) }, "vxlan0:4789", "4789", 0)
+	step("switch", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2, 0)
+	step("unlisten", func() error { return b.Unlisten(ctx, snap) }, "vxlan0:4789", "4789", 0, 1)
 	if got := r.rules(); got != "4789" {
 		t.Fatalf("after unlisten: rules %q, want only the old port", got)
 	}
 
 	// To the end: listen, switch, retire (twice: a replay).
-	step("listen", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2)
-	step("switch", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2)
+	step("listen", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 1)
+	step("switch", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2, 0)
 	for _, what := range []string{"retire", "retire again"} {
 		step(what, func() error {
 			st, err := b.Retire(ctx, snap)
@@ -230,7 +264,7 @@ func TestRealStagedPhases(t *testing.T) {
 				t.Fatalf("retire read back %+v, want port 4889", st)
 			}
 			return err
-		}, "vxlan0:4889", "4889", 0)
+		}, "vxlan0:4889", "4889", 0, map[string]int{"retire": 1, "retire again": 0}[what])
 	}
 	if got := r.rules(); got != "4889" {
 		t.Fatalf("after retire: rules %q, want only the new port", got)
