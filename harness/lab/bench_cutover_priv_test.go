@@ -43,12 +43,12 @@ type cutoverFigure struct {
 	LongestGapMS float64 `json:"longest_gap_ms"`
 	SpreadMS     float64 `json:"commit_spread_ms"` // cutover: the report's; others: spread of the set completions
 	WallMS       float64 `json:"wall_ms"`          // first set started → last set done; cutover: the whole operation
+	IdleLost     uint64  `json:"idle_lost_per_s"`  // lost in one idle second before, the noise floor
 	// Cutover: the report's spreads of the instants the nodes' writes left
 	// (write) and took effect (effect: OVS confirmed, the netlink window
 	// closed), where SpreadMS is when the agents woke (issue 13).
 	WriteSpreadMS  float64 `json:"write_spread_ms,omitempty"`
 	EffectSpreadMS float64 `json:"effect_spread_ms,omitempty"`
-	IdleLost     uint64  `json:"idle_lost_per_s"`  // lost in one idle second before, the noise floor
 	// LossVsLimit is cutover's (lost+1)/(limit's lost+1) in the same run
 	// (OVS; issue 13's target: <= 1.5).
 	LossVsLimit float64 `json:"loss_vs_limit,omitempty"`
