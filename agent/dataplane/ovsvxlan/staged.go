@@ -250,20 +250,30 @@ func (b *Backend) redirected(ctx context.Context, ofport int64) (map[int64]bool,
 // (0xfeff; above are OpenFlow's reserved ports).
 const maxOFPort = 0xfeff
 
-// freeOFPorts picks two consecutive OpenFlow port numbers no interface
-// uses, from the top of the range down, for the receive ports: the
-// redirects of both go in at Listen, in one flow table change, though the
-// old port's receiver is added only at the switch.
-func (b *Backend) freeOFPorts(ctx context.Context) (int64, error) {
+// usedOFPorts is every OpenFlow port number an interface has or requests.
+func (b *Backend) usedOFPorts(ctx context.Context) (map[int64]bool, error) {
 	o, err := b.cfg.Vsctl(ctx, "--bare", "--columns=ofport,ofport_request", "list", "interface")
 	if err != nil {
-		return 0, fmt.Errorf("ofports: %w", err)
+		return nil, fmt.Errorf("ofports: %w", err)
 	}
 	used := map[int64]bool{}
 	for _, f := range strings.Fields(string(o)) {
 		if n, err := strconv.ParseInt(f, 10, 64); err == nil {
 			used[n] = true
 		}
+	}
+	return used, nil
+}
+
+// freeOFPorts picks two consecutive OpenFlow port numbers no interface
+// uses, from the top of the range down (OVS hands out numbers from the
+// bottom), for the receive ports: the redirects of both go in at Listen, in
+// one flow table change, though the old port's receiver is added only at
+// the switch.
+func (b *Backend) freeOFPorts(ctx context.Context) (int64, error) {
+	used, err := b.usedOFPorts(ctx)
+	if err != nil {
+		return 0, err
 	}
 	for n := int64(maxOFPort - 1); n > 1; n-- {
 		if !used[n] && !used[n+1] {
@@ -479,6 +489,15 @@ func (b *Backend) SwitchSend(ctx context.Context, s dataplane.Snapshot) (datapla
 		}
 		if !have[t.rxOFP] || !have[t.rxOFP+1] {
 			return dataplane.State{}, fmt.Errorf("switch sending: the receive ports' flows are missing (listen first)")
+		}
+		// Should OVS give the receiver another number, its frames would
+		// miss the redirect: refuse while vxlan0 has not moved.
+		used, err := b.usedOFPorts(ctx)
+		if err != nil {
+			return dataplane.State{}, fmt.Errorf("switch sending: %w", err)
+		}
+		if used[t.rxOFP+1] {
+			return dataplane.State{}, fmt.Errorf("switch sending: OpenFlow port %d, which %s needs (its flow is in place), is taken by another interface: not switching; roll back and run the operation again", t.rxOFP+1, rxOld(b.cfg.Interface))
 		}
 		args := append(b.addRx(sd, rxOld(b.cfg.Interface), s.FromPort, t.rxOFP+1),
 			"--", "set", "interface", b.cfg.Interface, fmt.Sprintf("options:dst_port=%d", s.ToPort))

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -241,6 +242,21 @@ func TestRealStagedPhases(t *testing.T) {
 	}
 	step("listen after the flow went stale", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 2)
 
+	// The old port's receiver's OpenFlow port taken meanwhile: the switch
+	// refuses before vxlan0 moves.
+	if _, err := r.inst.Vsctl(ctx, "add-port", "br0", "squat", "--", "set", "interface", "squat", "type=internal",
+		fmt.Sprintf("ofport_request=%d", mustInt(t, strings.TrimSpace(rxOFP))+1)); err != nil {
+		t.Fatal(err)
+	}
+	step("switch with the old receiver's port taken", func() error {
+		if _, err := b.SwitchSend(ctx, snap); err == nil || !strings.Contains(err.Error(), "is taken by another interface") {
+			t.Fatalf("switch: %v, want a refusal naming the taken OpenFlow port", err)
+		}
+		return nil
+	}, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 0)
+	if _, err := r.inst.Vsctl(ctx, "del-port", "br0", "squat"); err != nil {
+		t.Fatal(err)
+	}
 	step("switch", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2, 0)
 	step("switch again (replay)", sw(4889, b.SwitchSend), "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2, 0)
 	step("listen while switched (a restart)", listen, "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2, 0)
@@ -269,4 +285,13 @@ func TestRealStagedPhases(t *testing.T) {
 	if got := r.rules(); got != "4889" {
 		t.Fatalf("after retire: rules %q, want only the new port", got)
 	}
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
