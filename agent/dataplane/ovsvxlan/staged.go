@@ -163,8 +163,8 @@ func rxOld(iface string) string { return iface + "-cot-old" }
 // tunnels is where a staged node's tunnels are: vxlan0's port and ofport,
 // and each receive port's (port 0: it does not exist).
 type tunnels struct {
-	tunnel, rx, old uint16
-	ofport, rxOFP   int64
+	tunnel, rx, old       uint16
+	ofport, rxOFP, oldOFP int64
 }
 
 // readTunnels reads vxlan0 and both receive ports.
@@ -181,7 +181,7 @@ func (b *Backend) readTunnels(ctx context.Context) (tunnels, error) {
 		name string
 		port *uint16
 		ofp  *int64
-	}{{RxName(b.cfg.Interface), &t.rx, &t.rxOFP}, {rxOld(b.cfg.Interface), &t.old, nil}} {
+	}{{RxName(b.cfg.Interface), &t.rx, &t.rxOFP}, {rxOld(b.cfg.Interface), &t.old, &t.oldOFP}} {
 		i, err := b.cfg.OVS.GetInterface(ctx, r.name)
 		switch {
 		case ovs.IsNotFound(err):
@@ -195,9 +195,7 @@ func (b *Backend) readTunnels(ctx context.Context) (tunnels, error) {
 		if i.OFPort <= 0 {
 			return t, fmt.Errorf("receive port %s has ofport %d (error %q)", i.Name, i.OFPort, i.Error)
 		}
-		if r.ofp != nil {
-			*r.ofp = i.OFPort
-		}
+		*r.ofp = i.OFPort
 	}
 	return t, nil
 }
@@ -358,14 +356,26 @@ func (b *Backend) Listen(ctx context.Context, s dataplane.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	if others || len(have) > 2 {
+	// The redirects wanted: both receive ports' numbers (the old port's
+	// one reserved until the switch adds it). Any other flow of ours is
+	// stale, and a redirect for a number some other port may get one day
+	// would take that port's frames: all of ours go, and the wanted ones
+	// come back.
+	want := map[int64]bool{t.rxOFP: true, t.rxOFP + 1: true}
+	if t.old != 0 {
+		want[t.oldOFP] = true
+	}
+	for p := range have {
+		others = others || !want[p]
+	}
+	if others {
 		if err := b.delOurs(ctx, CookieIn, CookieOut); err != nil {
 			return fmt.Errorf("listen: stale flows: %w", err)
 		}
 		have = nil
 	}
 	var add []openflow.Flow
-	for _, p := range []int64{t.rxOFP, t.rxOFP + 1} {
+	for _, p := range slices.Sorted(maps.Keys(want)) {
 		if !have[p] {
 			add = append(add, redirect(p, t.ofport))
 		}

@@ -241,6 +241,13 @@ func TestRealStagedPhases(t *testing.T) {
 		t.Fatalf("with a stale redirect a frame on %s still got %q: the trace compare cannot fail", rx, got)
 	}
 	step("listen after the flow went stale", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 2)
+	// A redirect for a number no receive port has (another port may get
+	// it and would have its frames taken): Listen removes it.
+	foreign := fmt.Sprintf("table=0,priority=65535,cookie=%#x,in_port=100,actions=load:0x1->NXM_OF_IN_PORT[],resubmit(,0)", CookieIn)
+	if _, err := r.inst.Ofctl(ctx, "add-flow", "br0", foreign); err != nil {
+		t.Fatal(err)
+	}
+	step("listen with a foreign redirect", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 2)
 
 	// The old port's receiver's OpenFlow port taken meanwhile: the switch
 	// refuses before vxlan0 moves.
