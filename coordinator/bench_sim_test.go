@@ -23,9 +23,11 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	"github.com/cutover-dev/cutover/pkg/pki"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 )
@@ -38,6 +40,13 @@ type simScaleResult struct {
 	// process, loopback TCP: the coordinator's CPU and RSS its own).
 	Host     string `json:"agents_host"`
 	Sampling string `json:"clock_sampling"` // "bounded" (the defaults) or "unbounded" (as before issue 13's change)
+	// Conns is "warm" (the agent connections open before the operation,
+	// as on a coordinator that ran one within gRPC's 30-minute idle
+	// timeout) or "cold" (every connection dialled inside the preflight,
+	// as after that timeout); TLS says whether they are mTLS (ECDSA P-256,
+	// TLS 1.3, pkg/pki) or plaintext (--insecure).
+	Conns    string `json:"connections"`
+	TLS      bool   `json:"tls"`
 	Strategy string `json:"strategy"`
 	State    string `json:"state"`
 
@@ -53,7 +62,7 @@ type simScaleResult struct {
 	MarginMs     float64 `json:"commit_margin_ms"`            // the instant minus the latest Commit arrival (Report.commit_margin_nanos): > 0 when the fan-out was done in time
 	LastApplyMs  float64 `json:"last_apply_after_instant_ms"` // the latest agent's apply minus the instant: the simulated agents' wake-ups on shared cores
 	TotalMs      float64 `json:"total_ms"`
-	ClockRTTMs   float64 `json:"worst_clock_rtt_ms"` // the largest of the agents' best clock round trips (a ListAgents on warm connections before the run)
+	ClockRTTMs   float64 `json:"worst_clock_rtt_ms"` // the largest of the agents' best clock round trips (a ListAgents on warm connections before the run; 0 when cold)
 
 	// CPU (user+system during the operation) and peak RSS of the
 	// benchmark's process: the coordinator's alone when Host is "process",
@@ -106,13 +115,18 @@ func BenchmarkCoordinatorScaleSim(b *testing.B) {
 		if err != nil {
 			b.Fatalf("COT_SCALE_SIM_SIZES: %q: %v", s, err)
 		}
-		for _, way := range [][2]string{{"in-process", "bounded"}, {"in-process", "unbounded"}, {"process", "bounded"}} {
-			b.Run(fmt.Sprintf("agents=%d/host=%s/sampling=%s", n, way[0], way[1]), func(b *testing.B) {
+		for _, way := range []simWay{{"in-process", "bounded", "warm", false}, {"in-process", "unbounded", "warm", false}, {"process", "bounded", "warm", false},
+			{"in-process", "bounded", "cold", false}, {"in-process", "bounded", "cold", true}, {"in-process", "bounded", "warm", true}} {
+			name := fmt.Sprintf("agents=%d/host=%s/sampling=%s", n, way.host, way.sampling)
+			if way.conns == "cold" || way.tls {
+				name += fmt.Sprintf("/conns=%s/tls=%t", way.conns, way.tls)
+			}
+			b.Run(name, func(b *testing.B) {
 				for b.Loop() {
-					row := runScaleSim(b, n, way[0], way[1])
+					row := runScaleSim(b, n, way)
 					rows = append(rows, row)
-					b.Logf("N=%d agents %s, %s sampling, %s: preflight %.0f prepare %.0f commit %.0f (lead %.0f ms, the last Commit arrived %.1f ms before the instant, the last apply %.1f ms after it) verify %.0f confirm %.0f finalize %.0f ms; pf+prep+commit+verify %.0f ms; spread %.3f ms; worst clock RTT %.2f ms; process CPU %.1f s, max RSS %.0f MB, heap %.0f MB; agents' process CPU %.1f s, RSS %.0f MB; calls per agent %v",
-						n, way[0], way[1], row.State, row.PreflightMs, row.PrepareMs, row.CommitMs, row.LeadMs, row.MarginMs, row.LastApplyMs, row.VerifyMs, row.ConfirmMs, row.FinalizeMs, row.PFPrepComVer, row.SpreadMs, row.ClockRTTMs,
+					b.Logf("N=%d agents %s, %s sampling, %s connections, TLS %t, %s: preflight %.0f prepare %.0f commit %.0f (lead %.0f ms, the last Commit arrived %.1f ms before the instant, the last apply %.1f ms after it) verify %.0f confirm %.0f finalize %.0f ms; pf+prep+commit+verify %.0f ms; spread %.3f ms; worst clock RTT %.2f ms; process CPU %.1f s, max RSS %.0f MB, heap %.0f MB; agents' process CPU %.1f s, RSS %.0f MB; calls per agent %v",
+						n, way.host, way.sampling, way.conns, way.tls, row.State, row.PreflightMs, row.PrepareMs, row.CommitMs, row.LeadMs, row.MarginMs, row.LastApplyMs, row.VerifyMs, row.ConfirmMs, row.FinalizeMs, row.PFPrepComVer, row.SpreadMs, row.ClockRTTMs,
 						row.CPUSeconds, row.MaxRSSMB, row.HeapMB, row.AgentsCPUSeconds, row.AgentsMaxRSSMB, row.CallsPerAgent)
 				}
 			})
@@ -127,7 +141,7 @@ func BenchmarkCoordinatorScaleSim(b *testing.B) {
 	}
 	out, _ := json.MarshalIndent(map[string]any{
 		"benchmark": "BenchmarkCoordinatorScaleSim",
-		"setup": "real coordinator in the benchmark's process; simulated agents (fakeagent), each its own gRPC server, in-process on in-memory listeners or in a second process on loopback TCP ports (agents_host); insecure; GOMAXPROCS=" + fmt.Sprint(runtime.GOMAXPROCS(0)) +
+		"setup": "real coordinator in the benchmark's process; simulated agents (fakeagent), each its own gRPC server, in-process on in-memory listeners or in a second process on loopback TCP ports (agents_host); plaintext unless tls (mTLS, ECDSA P-256, TLS 1.3); connections warm (opened before the operation) unless cold (dialled in its preflight); GOMAXPROCS=" + fmt.Sprint(runtime.GOMAXPROCS(0)) +
 			" in each process, everything sharing the machine's cores; unbounded = --clock-parallel 4096 --clock-good-rtt 0 (every agent sampled at once, every sample taken: as before issue 13's change)",
 		"targets": map[string]string{"preflight_prepare_commit_verify_ms": "<= 1000 at 1000 agents, <= 5000 at 10000", "commit_margin_ms": "> 0 at 10000 (the commit fan-out lands before the instant)"},
 		"results": rows,
@@ -337,15 +351,41 @@ func cpuTime() time.Duration {
 // RSS, so that each size's figure is its own, not an earlier run's.
 func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
 
+// simWay is one way of running BenchmarkCoordinatorScaleSim.
+type simWay struct {
+	host, sampling, conns string
+	tls                   bool
+}
+
+// simPKI issues a lab PKI (pkg/pki, as `cutover-lab` and the deploy docs
+// do) and returns the simulated agents' server options and the
+// coordinator's dial option: every agent presents the same certificate,
+// which costs a handshake what one per agent would.
+func simPKI(b *testing.B) ([]grpc.ServerOption, grpc.DialOption) {
+	dir := b.TempDir()
+	if err := pki.Issue(dir, pki.IssueOptions{Agents: []pki.AgentIdentity{{Name: "sim-agent"}}, Validity: 24 * time.Hour}); err != nil {
+		b.Fatal(err)
+	}
+	srv, err := pki.ServerConfig(pki.AgentFiles(dir, "sim-agent"), pki.RoleCoordinator)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cli, err := pki.ClientConfig(pki.CoordinatorFiles(dir), pki.RoleAgent)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(srv))}, grpc.WithTransportCredentials(credentials.NewTLS(cli))
+}
+
 // inProcessAgents serves n simulated agents on in-memory listeners and
 // returns them with the dial option that reaches them.
-func inProcessAgents(b *testing.B, n int) ([]AgentSpec, grpc.DialOption) {
+func inProcessAgents(b *testing.B, n int, opts ...grpc.ServerOption) ([]AgentSpec, grpc.DialOption) {
 	lis := make(map[string]*bufconn.Listener, n)
 	var specs []AgentSpec
 	for i := range n {
 		node, addr := simNode(i), simAddr(i)
 		l := bufconn.Listen(64 << 10)
-		s := grpc.NewServer()
+		s := grpc.NewServer(opts...)
 		agentv1.RegisterAgentServiceServer(s, simAgent(node))
 		go func() { _ = s.Serve(l) }()
 		b.Cleanup(s.Stop)
@@ -360,12 +400,13 @@ func inProcessAgents(b *testing.B, n int) ([]AgentSpec, grpc.DialOption) {
 	})
 }
 
-func runScaleSim(b *testing.B, n int, host, sampling string) simScaleResult {
+func runScaleSim(b *testing.B, n int, way simWay) simScaleResult {
+	host, sampling := way.host, way.sampling
 	var (
 		specs  []AgentSpec
 		agents *os.Process
 		calls  sync.Map // method → *atomic.Int64
-		dial   = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		dial   = []grpc.DialOption{
 			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 				v, _ := calls.LoadOrStore(path.Base(method), new(atomic.Int64))
 				v.(*atomic.Int64).Add(1)
@@ -378,11 +419,16 @@ func runScaleSim(b *testing.B, n int, host, sampling string) simScaleResult {
 		}
 		var d grpc.DialOption
 		specs, d, agents = simAgents(b, n)
-		dial = append(dial, d)
+		dial = append(dial, d, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	} else {
 		var d grpc.DialOption
-		specs, d = inProcessAgents(b, n)
-		dial = append(dial, d)
+		var sopts []grpc.ServerOption
+		creds := grpc.WithTransportCredentials(insecure.NewCredentials())
+		if way.tls {
+			sopts, creds = simPKI(b)
+		}
+		specs, d = inProcessAgents(b, n, sopts...)
+		dial = append(dial, d, creds)
 	}
 	inv, err := NewInventory("bench-sim", specs)
 	if err != nil {
@@ -420,22 +466,25 @@ func runScaleSim(b *testing.B, n int, host, sampling string) simScaleResult {
 	defer cc.Close()
 	client := coordinatorv1.NewCoordinatorServiceClient(cc)
 	ctx := context.Background()
-	// Connections up and every agent ready: the first ListAgents dials
-	// them all (a coordinator that has run before has them open). The
-	// second's clock samples, on warm connections, give the worst RTT.
-	if _, err := client.ListAgents(ctx, &coordinatorv1.ListAgentsRequest{}); err != nil {
-		b.Fatal(err)
-	}
-	la, err := client.ListAgents(ctx, &coordinatorv1.ListAgentsRequest{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	// Warm: connections up and every agent ready, as on a coordinator
+	// that ran an operation within gRPC's idle timeout: the first
+	// ListAgents dials them all, and the second's clock samples, on warm
+	// connections, give the worst RTT. Cold: the operation dials them.
 	var worstRTT int64
-	for _, a := range la.Agents {
-		if a.Error != "" {
-			b.Fatalf("agent %s: %s", a.Node, a.Error)
+	if way.conns != "cold" {
+		if _, err := client.ListAgents(ctx, &coordinatorv1.ListAgentsRequest{}); err != nil {
+			b.Fatal(err)
 		}
-		worstRTT = max(worstRTT, a.RttNanos)
+		la, err := client.ListAgents(ctx, &coordinatorv1.ListAgentsRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, a := range la.Agents {
+			if a.Error != "" {
+				b.Fatalf("agent %s: %s", a.Node, a.Error)
+			}
+			worstRTT = max(worstRTT, a.RttNanos)
+		}
 	}
 	debug.FreeOSMemory() // what an earlier size left behind is not this one's
 	resetPeakRSS()
@@ -456,7 +505,7 @@ func runScaleSim(b *testing.B, n int, host, sampling string) simScaleResult {
 	instant := rep.CommitUnixNano
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	row := simScaleResult{Agents: n, Host: host, Sampling: sampling, Strategy: "atomic", State: rep.State.String(),
+	row := simScaleResult{Agents: n, Host: host, Sampling: sampling, Conns: way.conns, TLS: way.tls, Strategy: "atomic", State: rep.State.String(),
 		SpreadMs: float64(rep.CommitSpreadNanos) / 1e6, MarginMs: float64(rep.CommitMarginNanos) / 1e6,
 		TotalMs: float64(rep.EndedUnixNano-rep.StartedUnixNano) / 1e6, ClockRTTMs: float64(worstRTT) / 1e6,
 		CPUSeconds: cpu.Seconds(), MaxRSSMB: procMaxRSSMB(nil), HeapMB: float64(ms.HeapAlloc) / (1 << 20),

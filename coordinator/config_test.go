@@ -89,6 +89,7 @@ func TestConfigPathCheckFlags(t *testing.T) {
 		{[]string{"--clock-good-rtt", "-1ms"}, "--clock-good-rtt -1ms"},
 		{[]string{"--clock-parallel", "0"}, "--clock-parallel 0"},
 		{[]string{"--clock-parallel", "5000"}, "--clock-parallel 5000"},
+		{[]string{"--agent-idle-timeout", "-1s"}, "--agent-idle-timeout -1s"},
 	} {
 		cfg := Default()
 		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)

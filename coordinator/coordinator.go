@@ -135,6 +135,9 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		fj.Keep = cfg.journalKeep()
 		j = fj
 	}
+	// Before the caller's options, which win: an agent's connection stays
+	// open between operations unless cfg says otherwise (AgentIdleTimeout).
+	o.dial = append([]grpc.DialOption{grpc.WithIdleTimeout(cfg.AgentIdleTimeout)}, o.dial...)
 	agents, err := dialAgents(inv, o.dial)
 	if err != nil {
 		lock.release()

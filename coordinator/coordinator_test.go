@@ -14,6 +14,7 @@ import (
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 )
 
@@ -385,5 +386,30 @@ func checkCommitMargin(t *testing.T, rep *coordinatorv1.Report) {
 	}
 	if commitStart == 0 || rep.CommitMarginNanos <= 0 || rep.CommitMarginNanos != rep.CommitUnixNano-last {
 		t.Errorf("commit margin %s, want the instant minus the last arrival, %s (commit phase from %d)", time.Duration(rep.CommitMarginNanos), time.Duration(rep.CommitUnixNano-last), commitStart)
+	}
+}
+
+// TestAgentConnectionsStayOpen: an agent's connection stays open between
+// operations by default (gRPC's own 30-minute idle timeout would close it,
+// and the next operation would dial and handshake every agent inside its
+// preflight), and closes after --agent-idle-timeout when one is set.
+func TestAgentConnectionsStayOpen(t *testing.T) {
+	for _, tc := range []struct {
+		idle time.Duration
+		want connectivity.State
+	}{{0, connectivity.Ready}, {100 * time.Millisecond, connectivity.Idle}} {
+		l := newLab(t, 2, nil)
+		l.cfg = func(c *Config) { c.AgentIdleTimeout = tc.idle }
+		l.crash()
+		l.start()
+		if _, err := l.client.ListAgents(context.Background(), &coordinatorv1.ListAgentsRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // ten idle timeouts of the short case
+		for _, n := range l.inv.nodeNames() {
+			if got := l.c.agent(n).conn.GetState(); got != tc.want {
+				t.Errorf("--agent-idle-timeout %s: %s's connection is %s a second after the last call, want %s", tc.idle, n, got, tc.want)
+			}
+		}
 	}
 }
