@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 )
 
 // agentConn is the client side of one agent.
@@ -129,4 +131,70 @@ func fanOut(nodes []string, f func(node string)) {
 		wg.Go(func() { f(n) })
 	}
 	wg.Wait()
+}
+
+// warmParallel is how many agent connections WarmAgents opens at once: a
+// handshake costs CPU on both ends, and thousands at once on a small
+// coordinator overran the 5 s connect deadline (MinConnectTimeout above) in
+// the scale benchmark, each failure starting its handshake again.
+const warmParallel = 64
+
+// WarmAgents opens every agent's connection in the background, at most
+// warmParallel at a time, so that the first operation after the
+// coordinator starts (or takes over the lead) finds them open, as every
+// later one does (AgentIdleTimeout). Without it that operation dials and
+// handshakes every agent inside its preflight: at 10,000 simulated agents
+// with mTLS, handshakes timed out and the preflight refused the cutover
+// (docs/benchmarks.md). An agent not reached is left to the preflight,
+// which names it; Close stops the warming.
+func (c *Coordinator) WarmAgents() {
+	c.invMu.Lock()
+	conns := make([]*grpc.ClientConn, 0, len(c.agents))
+	for _, a := range c.agents {
+		conns = append(conns, a.conn)
+	}
+	c.invMu.Unlock()
+	c.wg.Go(func() {
+		start := time.Now()
+		var ready atomic.Int64
+		slots := make(chan struct{}, warmParallel)
+		var wg sync.WaitGroup
+		for _, cc := range conns {
+			select {
+			case slots <- struct{}{}:
+			case <-c.ctx.Done():
+			}
+			if c.ctx.Err() != nil {
+				break
+			}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				if waitReady(c.ctx, cc, 10*time.Second) {
+					ready.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		c.log.Info("agent connections opened ahead of the first operation", "ready", ready.Load(), "agents", len(conns), "took", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// waitReady connects cc and waits until it is ready (true), fails, or
+// within has passed.
+func waitReady(ctx context.Context, cc *grpc.ClientConn, within time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	cc.Connect()
+	for {
+		s := cc.GetState()
+		switch s {
+		case connectivity.Ready:
+			return true
+		case connectivity.TransientFailure, connectivity.Shutdown:
+			return false
+		}
+		if !cc.WaitForStateChange(ctx, s) {
+			return false
+		}
+	}
 }

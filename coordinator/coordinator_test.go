@@ -413,3 +413,29 @@ func TestAgentConnectionsStayOpen(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmAgents: WarmAgents opens every agent's connection without a
+// call, where the clients are otherwise lazy (idle until the first one).
+func TestWarmAgents(t *testing.T) {
+	l := newLab(t, 3, nil)
+	for _, n := range l.inv.nodeNames() {
+		if got := l.c.agent(n).conn.GetState(); got != connectivity.Idle {
+			t.Fatalf("%s's connection is %s before any call, want IDLE (a lazy client)", n, got)
+		}
+	}
+	l.c.WarmAgents()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, n := range l.inv.nodeNames() {
+		for l.c.agent(n).conn.GetState() != connectivity.Ready {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's connection is %s 5 s after WarmAgents, want READY", n, l.c.agent(n).conn.GetState())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for n, f := range l.fakes {
+		if got := f.Calls(); len(got) != 0 {
+			t.Errorf("%s: WarmAgents made calls %v, want none (connections only)", n, got)
+		}
+	}
+}

@@ -105,6 +105,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	c.WarmAgents()
 	s, err := Listen(cfg, m, log)
 	if err != nil {
 		c.Close()

@@ -139,6 +139,7 @@ func (p *cluster) lead(lctx context.Context, s *kube.Session) error {
 	if err != nil {
 		return err
 	}
+	c.WarmAgents()
 	p.log.Info("leading: serving the API", "agents", len(s.Inventory.Agents))
 	p.srv.Lead(lctx, c)
 	return nil
