@@ -99,13 +99,21 @@ func TestProbeStatsOverTwoAgents(t *testing.T) {
 	if zeroed.GetPeers()[0].GetSent() >= before.GetPeers()[0].GetSent() {
 		t.Fatalf("Prepare's reset did not restart the counters: before %v after %v", before.GetPeers()[0], zeroed.GetPeers()[0])
 	}
-	time.Sleep(50 * time.Millisecond)
+	// The counters grow again first (a loaded CI machine took more than
+	// 50 ms to count one probe), so that a reset would show as a drop.
+	grown := zeroed
+	for deadline := time.Now().Add(5 * time.Second); grown.GetPeers()[0].GetSent() < zeroed.GetPeers()[0].GetSent()+3; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the counters did not grow again within 5 s of the reset: %v", grown.GetPeers()[0])
+		}
+		grown, _ = a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{})
+	}
 	replay, err := a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-1", FromPort: 4789, ToPort: 4889})
 	if err != nil || replay.GetProbeStatsReset() {
 		t.Fatalf("Prepare without reset_probe_stats: %v, %v", replay, err)
 	}
-	if kept, _ := a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{}); kept.GetPeers()[0].GetSent() <= zeroed.GetPeers()[0].GetSent() {
-		t.Fatalf("a Prepare not asked to reset the counters did: %v after %v", kept.GetPeers()[0], zeroed.GetPeers()[0])
+	if kept, _ := a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{}); kept.GetPeers()[0].GetSent() < grown.GetPeers()[0].GetSent() {
+		t.Fatalf("a Prepare not asked to reset the counters did: %v after %v", kept.GetPeers()[0], grown.GetPeers()[0])
 	}
 }
 
