@@ -21,8 +21,8 @@ type agentConn struct {
 }
 
 // dialAgents opens a lazy client to every agent. grpc.NewClient does not
-// connect until the first call, so an unreachable agent shows up in
-// preflight, not here. The passthrough scheme skips DNS: addresses are node
+// connect until the first call (or WarmAgents), so an unreachable agent
+// shows up in preflight, not here. The passthrough scheme skips DNS: addresses are node
 // IPs (R6 in docs/design.md: the control path uses host networking).
 //
 // Reconnection back-off is capped at 1 s (gRPC's default grows to 2 min):
