@@ -408,6 +408,17 @@ func (b *Backend) delOurs(ctx context.Context, cookies ...uint64) error {
 	return nil
 }
 
+// dropReceivers removes both receive ports in one transaction, then every
+// flow of ours (an earlier layout's copies too): the end of a retirement and
+// of an undone listen alike.
+func (b *Backend) dropReceivers(ctx context.Context) error {
+	if _, err := b.cfg.Vsctl(ctx, "--if-exists", "del-port", b.cfg.Bridge, RxName(b.cfg.Interface),
+		"--", "--if-exists", "del-port", b.cfg.Bridge, rxOld(b.cfg.Interface)); err != nil {
+		return err
+	}
+	return b.delOurs(ctx, CookieIn, CookieOut)
+}
+
 // unswitch moves vxlan0 back onto the old port and removes the old port's
 // receiver, in one transaction: vxlan0 joins it there (bound to the node
 // IP, the receiver is the more specific tunnel: both registered) and takes
@@ -445,11 +456,7 @@ func (b *Backend) Unlisten(ctx context.Context, s dataplane.Snapshot) error {
 	default:
 		return fmt.Errorf("unlisten: %s: not this operation's; not touching them", b.where(t))
 	}
-	if _, err := b.cfg.Vsctl(ctx, "--if-exists", "del-port", b.cfg.Bridge, RxName(b.cfg.Interface),
-		"--", "--if-exists", "del-port", b.cfg.Bridge, rxOld(b.cfg.Interface)); err != nil {
-		return fmt.Errorf("unlisten: %w", err)
-	}
-	if err := b.delOurs(ctx, CookieIn, CookieOut); err != nil {
+	if err := b.dropReceivers(ctx); err != nil {
 		return fmt.Errorf("unlisten: %w", err)
 	}
 	if b.cfg.Firewall == nil {
@@ -560,8 +567,6 @@ func (b *Backend) Retire(ctx context.Context, s dataplane.Snapshot) (dataplane.S
 	if err != nil {
 		return dataplane.State{}, fmt.Errorf("retire: %w", err)
 	}
-	args := []string{"--if-exists", "del-port", b.cfg.Bridge, RxName(b.cfg.Interface),
-		"--", "--if-exists", "del-port", b.cfg.Bridge, rxOld(b.cfg.Interface)}
 	switch {
 	case t.tunnel == s.ToPort: // switched; or a replay
 	case t.tunnel == s.FromPort && t.rx == s.ToPort:
@@ -575,10 +580,7 @@ func (b *Backend) Retire(ctx context.Context, s dataplane.Snapshot) (dataplane.S
 	default:
 		return dataplane.State{}, fmt.Errorf("retire: %s: not this operation's; not touching them", b.where(t))
 	}
-	if _, err := b.cfg.Vsctl(ctx, args...); err != nil {
-		return dataplane.State{}, fmt.Errorf("retire: %w", err)
-	}
-	if err := b.delOurs(ctx, CookieIn, CookieOut); err != nil {
+	if err := b.dropReceivers(ctx); err != nil {
 		return dataplane.State{}, fmt.Errorf("retire: %w", err)
 	}
 	st, err := b.Read(ctx)
