@@ -22,10 +22,12 @@ import (
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/operation"
 	"github.com/cutover-dev/cutover/agent/probe"
+	"github.com/cutover-dev/cutover/pkg/callstream"
 	"github.com/cutover-dev/cutover/pkg/ifaddr"
 	"github.com/cutover-dev/cutover/pkg/pki"
 	"github.com/cutover-dev/cutover/pkg/version"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	callstreamv1 "github.com/cutover-dev/cutover/proto/callstream/v1"
 )
 
 // Option adjusts Run, mostly for tests and in-process simulations.
@@ -150,8 +152,12 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 		svc.SetProbes(probes)
 	}
 
-	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(metrics.UnaryInterceptor()))
-	agentv1.RegisterAgentServiceServer(srv, svc)
+	counted := metrics.UnaryInterceptor()
+	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(counted))
+	// The coordinator's calls come over one stream per connection
+	// (pkg/callstream), each through the same handler and interceptor.
+	calls := callstream.NewServer(&agentv1.AgentService_ServiceDesc, svc, counted)
+	agentv1.RegisterAgentServiceServer(srv, callStreams{svc, calls})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 	serviceName := agentv1.AgentService_ServiceDesc.ServiceName
@@ -239,6 +245,9 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 	}
 	hs.Shutdown()
 	stopped := make(chan struct{})
+	// The call streams end once their calls have answered: GracefulStop
+	// would otherwise wait for them until the deadline.
+	calls.Drain()
 	go func() { srv.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
@@ -330,4 +339,15 @@ func refreshPort(ctx context.Context, svc *Service, every, timeout time.Duration
 			cancel()
 		}
 	}
+}
+
+// callStreams is the agent's service with its Calls method: the calls
+// above, one frame each, over one stream (pkg/callstream).
+type callStreams struct {
+	agentv1.AgentServiceServer
+	calls *callstream.Server
+}
+
+func (c callStreams) Calls(st grpc.BidiStreamingServer[callstreamv1.Frame, callstreamv1.Frame]) error {
+	return c.calls.Serve(st)
 }

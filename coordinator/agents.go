@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cutover-dev/cutover/pkg/callstream"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -17,6 +18,7 @@ import (
 type agentConn struct {
 	spec   AgentSpec
 	conn   *grpc.ClientConn
+	calls  *callstream.Conn // client's calls: one stream on conn
 	client agentv1.AgentServiceClient
 }
 
@@ -30,7 +32,7 @@ type agentConn struct {
 // restarted would otherwise look unreachable to the rollback's retries for
 // long after it is back. A handful of agents reconnecting every second
 // costs nothing. Options given by the caller come after and win.
-func dialAgents(inv Inventory, opts []grpc.DialOption) (map[string]*agentConn, error) {
+func dialAgents(inv Inventory, opts []grpc.DialOption, callOpts callstream.Options) (map[string]*agentConn, error) {
 	opts = append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 		MinConnectTimeout: 5 * time.Second,
@@ -44,7 +46,11 @@ func dialAgents(inv Inventory, opts []grpc.DialOption) (map[string]*agentConn, e
 			}
 			return nil, fmt.Errorf("agent %s at %s: %w", s.Node, s.Address, err)
 		}
-		out[s.Node] = &agentConn{spec: s, conn: cc, client: agentv1.NewAgentServiceClient(cc)}
+		// The calls go over one stream per agent (pkg/callstream): at
+		// 10,000 agents a stream per call cost more than the calls'
+		// messages. An older agent is called unary.
+		calls := callstream.NewConn(cc, agentv1.AgentService_Calls_FullMethodName, callOpts)
+		out[s.Node] = &agentConn{spec: s, conn: cc, calls: calls, client: agentv1.NewAgentServiceClient(calls)}
 	}
 	return out, nil
 }
@@ -149,9 +155,9 @@ const warmParallel = 64
 // which names it; Close stops the warming.
 func (c *Coordinator) WarmAgents() {
 	c.invMu.Lock()
-	conns := make([]*grpc.ClientConn, 0, len(c.agents))
+	conns := make([]*agentConn, 0, len(c.agents))
 	for _, a := range c.agents {
-		conns = append(conns, a.conn)
+		conns = append(conns, a)
 	}
 	c.invMu.Unlock()
 	c.wg.Go(func() {
@@ -159,7 +165,7 @@ func (c *Coordinator) WarmAgents() {
 		var ready atomic.Int64
 		slots := make(chan struct{}, warmParallel)
 		var wg sync.WaitGroup
-		for _, cc := range conns {
+		for _, a := range conns {
 			select {
 			case slots <- struct{}{}:
 			case <-c.ctx.Done():
@@ -169,7 +175,14 @@ func (c *Coordinator) WarmAgents() {
 			}
 			wg.Go(func() {
 				defer func() { <-slots }()
-				if waitReady(c.ctx, cc, 10*time.Second) {
+				if !waitReady(c.ctx, a.conn, 10*time.Second) {
+					return
+				}
+				// And its call stream, so that the first call does not
+				// wait for the stream's round trip.
+				octx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+				defer cancel()
+				if a.calls.Open(octx) == nil {
 					ready.Add(1)
 				}
 			})

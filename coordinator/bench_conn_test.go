@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/harness/benchresult"
+	"github.com/cutover-dev/cutover/pkg/callstream"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -70,7 +71,7 @@ func connMemory(b *testing.B, inv Inventory, opts []grpc.DialOption) connMemResu
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	g0 := runtime.NumGoroutine()
-	conns, err := dialAgents(inv, opts)
+	conns, err := dialAgents(inv, opts, callstream.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

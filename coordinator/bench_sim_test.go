@@ -24,7 +24,6 @@ import (
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
 	"github.com/cutover-dev/cutover/pkg/pki"
-	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -122,6 +121,9 @@ func BenchmarkCoordinatorScaleSim(b *testing.B) {
 		}
 		for _, way := range []simWay{{"in-process", "bounded", "warm", false}, {"in-process", "unbounded", "warm", false}, {"process", "bounded", "warm", false},
 			{"in-process", "bounded", "cold", false}, {"in-process", "bounded", "cold", true}, {"in-process", "bounded", "warmed", true}} {
+			if os.Getenv("COT_SCALE_SIM_WARM_ONLY") != "" && (way.conns != "warm" || way.tls) {
+				continue // make bench-coordinator-ab compares the warm rows alone
+			}
 			name := fmt.Sprintf("agents=%d/host=%s/sampling=%s", n, way.host, way.sampling)
 			if way.conns != "warm" || way.tls {
 				name += fmt.Sprintf("/conns=%s/tls=%t", way.conns, way.tls)
@@ -200,7 +202,7 @@ func simAgentHost(count string) int {
 		h := &handoff{addr: l.Addr(), conns: make(chan net.Conn, 16)}
 		agents[node] = h
 		s := grpc.NewServer()
-		agentv1.RegisterAgentServiceServer(s, simAgent(node))
+		fakeagent.Register(s, simAgent(node))
 		go func() { _ = s.Serve(h) }()
 	}
 	go func() {
@@ -391,7 +393,7 @@ func inProcessAgents(b *testing.B, n int, opts ...grpc.ServerOption) ([]AgentSpe
 		node, addr := simNode(i), simAddr(i)
 		l := bufconn.Listen(64 << 10)
 		s := grpc.NewServer(opts...)
-		agentv1.RegisterAgentServiceServer(s, simAgent(node))
+		fakeagent.Register(s, simAgent(node))
 		go func() { _ = s.Serve(l) }()
 		b.Cleanup(s.Stop)
 		lis[addr] = l
@@ -411,12 +413,12 @@ func runScaleSim(b *testing.B, n int, way simWay) simScaleResult {
 		specs  []AgentSpec
 		agents *os.Process
 		calls  sync.Map // method → *atomic.Int64
-		dial   = []grpc.DialOption{
-			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				v, _ := calls.LoadOrStore(path.Base(method), new(atomic.Int64))
-				v.(*atomic.Int64).Add(1)
-				return invoker(ctx, method, req, reply, cc, opts...)
-			})}
+		dial   []grpc.DialOption
+		count  = func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			v, _ := calls.LoadOrStore(path.Base(method), new(atomic.Int64))
+			v.(*atomic.Int64).Add(1)
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
 	)
 	if host == "process" {
 		if err := raiseNoFile(uint64(n + 1024)); err != nil {
@@ -449,7 +451,7 @@ func runScaleSim(b *testing.B, n int, way simWay) simScaleResult {
 	if sampling == "unbounded" {
 		cfg.ClockParallel, cfg.ClockGoodRTT = 4096, 0
 	}
-	c, err := New(cfg, inv, WithDialOptions(dial...),
+	c, err := New(cfg, inv, WithDialOptions(dial...), WithAgentCallInterceptor(count),
 		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		b.Fatal(err)

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/pkg/callstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -59,6 +60,7 @@ type Coordinator struct {
 	refreshMu sync.Mutex            // one refreshInventory at a time
 	invSource InventorySource       // nil: a fixed inventory
 	dial      []grpc.DialOption
+	callOpts  callstream.Options // the agents' call streams'
 	journal   JournalStore
 	lock      *stateLock // the --state-dir lock (file journal only)
 	metrics   *Metrics
@@ -138,7 +140,10 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 	// Before the caller's options, which win: an agent's connection stays
 	// open between operations unless cfg says otherwise (AgentIdleTimeout).
 	o.dial = append([]grpc.DialOption{grpc.WithIdleTimeout(cfg.AgentIdleTimeout)}, o.dial...)
-	agents, err := dialAgents(inv, o.dial)
+	// An open call stream keeps its connection busy: it closes after half
+	// the idle timeout without a call, the connection after the rest.
+	callOpts := callstream.Options{Interceptor: o.callIcpt, Idle: cfg.AgentIdleTimeout / 2}
+	agents, err := dialAgents(inv, o.dial, callOpts)
 	if err != nil {
 		lock.release()
 		return nil, err
@@ -148,7 +153,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithCancel(parent)
-	return &Coordinator{cfg: cfg, inv: inv, agents: agents, gone: map[string]*agentConn{}, invSource: o.invSource, dial: o.dial, journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
+	return &Coordinator{cfg: cfg, inv: inv, agents: agents, gone: map[string]*agentConn{}, invSource: o.invSource, dial: o.dial, callOpts: callOpts, journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
 		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*operation{},
 		clockSlots: make(chan struct{}, cfg.ClockParallel)}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +97,43 @@ func TestCutoverHappy(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(l.c.metrics.phase.WithLabelValues("idle")); got != 1 {
 		t.Errorf("phase{idle} = %v", got)
+	}
+}
+
+// TestAgentsOlderThanTheCallStream: a fleet where some agents have no
+// call stream (an agent older than pkg/callstream, or mid-upgrade) is
+// called unary there and over the stream elsewhere, through a whole
+// cutover, and the failure of a call keeps its status either way.
+func TestAgentsOlderThanTheCallStream(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.fakes["n1"].SetUnaryOnly(true)
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != succeeded {
+		t.Fatalf("state %s (%s)\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	wantDump(t, l.dump(), `
+		n1 port=4889 op=op1 phase=FINALIZED
+		n2 port=4889 op=op1 phase=FINALIZED
+		n3 port=4889 op=op1 phase=FINALIZED`)
+	for _, n := range []string{"n1", "n2"} {
+		l.fakes[n].SetFault("Prepare", fakeagent.Fault{Err: status.Error(codes.Internal, "iptables: permission denied on "+n)})
+	}
+	rep, msgs, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4789, OperationId: "op2", AllowTunnelPort: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != aborted {
+		t.Fatalf("state %s (%s), want ABORTED\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if !slices.ContainsFunc(msgs, func(m string) bool {
+			return strings.HasSuffix(m, "prepare failed: Internal: iptables: permission denied on "+n)
+		}) {
+			t.Errorf("no event names %s's refusal with its code and message\n%s", n, strings.Join(msgs, "\n"))
+		}
 	}
 }
 
@@ -323,7 +361,7 @@ func TestSecondCutoverRefused(t *testing.T) {
 		t.Fatalf("first: %v", rep)
 	}
 	for _, f := range l.fakes {
-		for _, c := range f.Calls() {
+		for _, c := range f.CallLog() {
 			if strings.Contains(c, "second") {
 				t.Errorf("agent got %q", c)
 			}
@@ -434,7 +472,7 @@ func TestWarmAgents(t *testing.T) {
 		}
 	}
 	for n, f := range l.fakes {
-		if got := f.Calls(); len(got) != 0 {
+		if got := f.CallLog(); len(got) != 0 {
 			t.Errorf("%s: WarmAgents made calls %v, want none (connections only)", n, got)
 		}
 	}

@@ -36,7 +36,7 @@ func TestRollbackRetriesReachARestartingAgent(t *testing.T) {
 	l.fakes["n2"].SetFault("Rollback", fakeagent.Fault{Err: unavailable})
 	rollbacks := func() int {
 		n := 0
-		for _, c := range l.fakes["n2"].Calls() {
+		for _, c := range l.fakes["n2"].CallLog() {
 			if strings.HasPrefix(c, "Rollback") {
 				n++
 			}
@@ -70,7 +70,7 @@ func TestRollbackRetriesReachARestartingAgent(t *testing.T) {
 		t.Errorf("no retry event:\n%s", strings.Join(msgs, "\n"))
 	}
 	// The other agents got one Rollback each: retries go to the unreached.
-	for _, c := range l.fakes["n1"].Calls() {
+	for _, c := range l.fakes["n1"].CallLog() {
 		if c == "Rollback op1" {
 			n--
 		}
@@ -127,7 +127,7 @@ func TestRollbackCountsAnAgentThatUndidItself(t *testing.T) {
 		t.Fatalf("state %s (%s)\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
 	}
 	n := 0
-	for _, c := range l.fakes["n2"].Calls() {
+	for _, c := range l.fakes["n2"].CallLog() {
 		if strings.HasPrefix(c, "Rollback") {
 			n++
 		}

@@ -140,7 +140,7 @@ func TestHooksOrder(t *testing.T) {
 		for n, f := range l.fakes {
 			if !strings.Contains(f.Dump(), "PREPARED") || f.Called("Commit") {
 				badMu.Lock()
-				bad = append(bad, fmt.Sprintf("%s at BeforeCommit: %s %v", n, f.Dump(), f.Calls()))
+				bad = append(bad, fmt.Sprintf("%s at BeforeCommit: %s %v", n, f.Dump(), f.CallLog()))
 				badMu.Unlock()
 			}
 		}
@@ -188,7 +188,7 @@ func TestHooksOrder(t *testing.T) {
 		}
 	}
 	for n, f := range l.fakes {
-		for _, c := range f.Calls() {
+		for _, c := range f.CallLog() {
 			if strings.Contains(c, "op2") {
 				t.Errorf("%s got %s after preflight refused op2", n, c)
 			}

@@ -82,7 +82,7 @@ func newLabHooks(t *testing.T, n int, services map[string]agentv1.AgentServiceSe
 		}
 		lis := bufconn.Listen(1 << 20)
 		s := grpc.NewServer()
-		agentv1.RegisterAgentServiceServer(s, svc)
+		fakeagent.Register(s, svc)
 		go func() { _ = s.Serve(lis) }()
 		l.lis[addr], l.servers[node] = lis, s
 		t.Cleanup(s.Stop)
@@ -204,7 +204,7 @@ func (l *lab) nobodyGot(method string) {
 	l.t.Helper()
 	for n, f := range l.fakes {
 		if f.Called(method) {
-			l.t.Errorf("agent %s received %s: %v", n, method, f.Calls())
+			l.t.Errorf("agent %s received %s: %v", n, method, f.CallLog())
 		}
 	}
 }
@@ -213,7 +213,7 @@ func (l *lab) everyoneGot(method string) {
 	l.t.Helper()
 	for n, f := range l.fakes {
 		if !f.Called(method) {
-			l.t.Errorf("agent %s never received %s: %v", n, method, f.Calls())
+			l.t.Errorf("agent %s never received %s: %v", n, method, f.CallLog())
 		}
 	}
 }

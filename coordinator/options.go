@@ -12,6 +12,7 @@ type Option func(*options)
 
 type options struct {
 	dial     []grpc.DialOption
+	callIcpt grpc.UnaryClientInterceptor
 	verifier Verifier
 	log      *slog.Logger
 	metrics  *Metrics
@@ -52,6 +53,13 @@ func WithHook(h Hook) Option { return func(x *options) { x.hooks = append(x.hook
 // Config.TLS, or plaintext with Config.Insecure.
 func WithDialOptions(o ...grpc.DialOption) Option {
 	return func(x *options) { x.dial = append(x.dial, o...) }
+}
+
+// WithAgentCallInterceptor runs every call to an agent through i,
+// those over the agent's call stream (pkg/callstream) included, which a
+// unary interceptor among the dial options does not see.
+func WithAgentCallInterceptor(i grpc.UnaryClientInterceptor) Option {
+	return func(x *options) { x.callIcpt = i }
 }
 
 // WithVerifier adds an operation-wide verification after the read-back.

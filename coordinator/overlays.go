@@ -236,7 +236,7 @@ func (c *Coordinator) refreshInventory(ctx context.Context) error {
 			fresh.Agents = append(fresh.Agents, a)
 		}
 	}
-	dialed, err := dialAgents(fresh, c.dial)
+	dialed, err := dialAgents(fresh, c.dial, c.callOpts)
 	if err != nil {
 		return fmt.Errorf("inventory: %w", err)
 	}
@@ -250,7 +250,7 @@ func (c *Coordinator) refreshInventory(ctx context.Context) error {
 	}
 	for _, a := range inv.Agents {
 		if old := c.agents[a.Node]; !equalSpec(old.spec, a) { // labels or overlay changed
-			c.agents[a.Node] = &agentConn{spec: a, conn: old.conn, client: old.client}
+			c.agents[a.Node] = &agentConn{spec: a, conn: old.conn, calls: old.calls, client: old.client}
 		}
 	}
 	if added := len(dialed); added > 0 || len(inv.Agents) != len(c.inv.Agents) {

@@ -17,7 +17,6 @@ import (
 	"github.com/cutover-dev/cutover/coordinator"
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
 	"github.com/cutover-dev/cutover/pkg/pki"
-	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
 
 // TestEndToEndRealCoordinator runs coordctl against the real coordinator,
@@ -97,7 +96,7 @@ func TestEndToEndRealCoordinator(t *testing.T) {
 	}
 	for n, f := range fakes {
 		if f.Port() != 4789 || f.Called("Prepare") {
-			t.Errorf("%s changed by plan/dry run: port %d calls %v", n, f.Port(), f.Calls())
+			t.Errorf("%s changed by plan/dry run: port %d calls %v", n, f.Port(), f.CallLog())
 		}
 	}
 
@@ -167,7 +166,7 @@ func serveFakeAgent(t *testing.T, dir, node string, f *fakeagent.Agent) string {
 		t.Fatal(err)
 	}
 	s := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)))
-	agentv1.RegisterAgentServiceServer(s, f)
+	fakeagent.Register(s, f)
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
 	return ln.Addr().String()

@@ -22,7 +22,6 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
 	"github.com/cutover-dev/cutover/coordinator/kube"
 	"github.com/cutover-dev/cutover/harness/kubetest"
-	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
@@ -51,7 +50,7 @@ func TestClusterWithoutLeases(t *testing.T) {
 		mkNodeWithAgent(t, admin, node, ip)
 		l := bufconn.Listen(1 << 20)
 		s := grpc.NewServer()
-		agentv1.RegisterAgentServiceServer(s, fakeagent.New(node, 4789))
+		fakeagent.Register(s, fakeagent.New(node, 4789))
 		go func() { _ = s.Serve(l) }()
 		t.Cleanup(s.Stop)
 		lis[ip+":9443"] = l

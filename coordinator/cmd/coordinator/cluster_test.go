@@ -28,7 +28,6 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/kube"
 	"github.com/cutover-dev/cutover/harness/kubetest"
 	"github.com/cutover-dev/cutover/pkg/tunnelport"
-	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -286,7 +285,7 @@ func TestClusterHandOver(t *testing.T) {
 		f := fakeagent.New(node, 8472)
 		l := bufconn.Listen(1 << 20)
 		s := grpc.NewServer()
-		agentv1.RegisterAgentServiceServer(s, f)
+		fakeagent.Register(s, f)
 		go func() { _ = s.Serve(l) }()
 		t.Cleanup(s.Stop)
 		fakes[node], lis[ip+":9443"] = f, l
@@ -504,7 +503,7 @@ func TestClusterInventoryFollows(t *testing.T) {
 		f := fakeagent.New(node, 8472)
 		l := bufconn.Listen(1 << 20)
 		s := grpc.NewServer()
-		agentv1.RegisterAgentServiceServer(s, f)
+		fakeagent.Register(s, f)
 		go func() { _ = s.Serve(l) }()
 		t.Cleanup(s.Stop)
 		fakes[node], lis[ip+":9443"] = f, l

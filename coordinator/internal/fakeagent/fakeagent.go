@@ -22,7 +22,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cutover-dev/cutover/pkg/callstream"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	callstreamv1 "github.com/cutover-dev/cutover/proto/callstream/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -71,12 +74,42 @@ type Agent struct {
 	never      map[string]bool
 	underlay   *Underlay // the path check's (pathcheck.go)
 	pathTimed  bool      // PathCheck waits out its window (SetPathTiming)
+	unary      bool      // no call stream: an agent older than it (SetUnaryOnly)
 }
 
 // New returns a ready agent for node on port.
 func New(node string, port uint32) *Agent {
 	return &Agent{node: node, port: port, ready: true, busyPorts: map[uint32]string{}, faults: map[string]Fault{},
 		probeAddr: defaultProbeAddr(node), probeSince: map[string]int64{}, dark: map[string]bool{}, never: map[string]bool{}}
+}
+
+// SetUnaryOnly makes the agent one without the call stream (older than
+// it): registered by Register, it answers the stream UNIMPLEMENTED and the
+// coordinator must call it unary.
+func (a *Agent) SetUnaryOnly(on bool) { a.mu.Lock(); a.unary = on; a.mu.Unlock() }
+
+// UnaryOnly reports SetUnaryOnly.
+func (a *Agent) UnaryOnly() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.unary }
+
+// Register registers svc (a fake agent, a test's wrapper of one, or the
+// real agent's service) on s with the call stream, as the agent binary
+// does (pkg/callstream): the stream's calls reach svc's methods, the
+// wrapper's included. A service whose UnaryOnly says so answers the
+// stream UNIMPLEMENTED.
+func Register(s *grpc.Server, svc agentv1.AgentServiceServer) {
+	agentv1.RegisterAgentServiceServer(s, streamed{svc, callstream.NewServer(&agentv1.AgentService_ServiceDesc, svc, nil)})
+}
+
+type streamed struct {
+	agentv1.AgentServiceServer
+	calls *callstream.Server
+}
+
+func (s streamed) Calls(st grpc.BidiStreamingServer[callstreamv1.Frame, callstreamv1.Frame]) error {
+	if u, ok := s.AgentServiceServer.(interface{ UnaryOnly() bool }); ok && u.UnaryOnly() {
+		return status.Error(codes.Unimplemented, "method Calls not implemented")
+	}
+	return s.calls.Serve(st)
 }
 
 // SetFault makes method (e.g. "Prepare") misbehave; a zero Fault clears it.
@@ -127,12 +160,12 @@ func (a *Agent) SetStall(d time.Duration) { a.mu.Lock(); a.stall = d; a.mu.Unloc
 // fine, the next Info sees the old port.
 func (a *Agent) SetFightBack(on bool) { a.mu.Lock(); a.fight = on; a.mu.Unlock() }
 
-// Calls returns the mutating calls received, in order ("Prepare op1").
-func (a *Agent) Calls() []string { a.mu.Lock(); defer a.mu.Unlock(); return slices.Clone(a.calls) }
+// CallLog returns the mutating calls received, in order ("Prepare op1").
+func (a *Agent) CallLog() []string { a.mu.Lock(); defer a.mu.Unlock(); return slices.Clone(a.calls) }
 
 // Called reports whether method was ever called.
 func (a *Agent) Called(method string) bool {
-	for _, c := range a.Calls() {
+	for _, c := range a.CallLog() {
 		if strings.HasPrefix(c, method+" ") || c == method {
 			return true
 		}

@@ -14,6 +14,7 @@
 package agentv1
 
 import (
+	v1 "github.com/cutover-dev/cutover/proto/callstream/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -1908,7 +1909,7 @@ var File_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x14agent/v1/agent.proto\x12\x10cutover.agent.v1\".\n" +
+	"\x14agent/v1/agent.proto\x12\x10cutover.agent.v1\x1a\x1ecallstream/v1/callstream.proto\".\n" +
 	"\vInfoRequest\x12\x1f\n" +
 	"\vprobe_stats\x18\x01 \x01(\bR\n" +
 	"probeStats\"\xbc\x05\n" +
@@ -2073,7 +2074,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x0ePHASE_REVERTED\x10\x05\x12\x11\n" +
 	"\rPHASE_ABORTED\x10\x06\x12\x13\n" +
 	"\x0fPHASE_FINALIZED\x10\a\x12\x10\n" +
-	"\fPHASE_FAILED\x10\b2\x83\a\n" +
+	"\fPHASE_FAILED\x10\b2\xcc\a\n" +
 	"\fAgentService\x12E\n" +
 	"\x04Info\x12\x1d.cutover.agent.v1.InfoRequest\x1a\x1e.cutover.agent.v1.InfoResponse\x12H\n" +
 	"\x05Clock\x12\x1e.cutover.agent.v1.ClockRequest\x1a\x1f.cutover.agent.v1.ClockResponse\x12T\n" +
@@ -2086,7 +2087,8 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x06Status\x12\x1f.cutover.agent.v1.StatusRequest\x1a!.cutover.agent.v1.OperationStatus\x12W\n" +
 	"\n" +
 	"ProbeStats\x12#.cutover.agent.v1.ProbeStatsRequest\x1a$.cutover.agent.v1.ProbeStatsResponse\x12T\n" +
-	"\tPathCheck\x12\".cutover.agent.v1.PathCheckRequest\x1a#.cutover.agent.v1.PathCheckResponseB7Z5github.com/cutover-dev/cutover/proto/agent/v1;agentv1b\x06proto3"
+	"\tPathCheck\x12\".cutover.agent.v1.PathCheckRequest\x1a#.cutover.agent.v1.PathCheckResponse\x12G\n" +
+	"\x05Calls\x12\x1c.cutover.callstream.v1.Frame\x1a\x1c.cutover.callstream.v1.Frame(\x010\x01B7Z5github.com/cutover-dev/cutover/proto/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -2128,6 +2130,7 @@ var file_agent_v1_agent_proto_goTypes = []any{
 	(*PathCheckResponse)(nil),  // 22: cutover.agent.v1.PathCheckResponse
 	(*PathProbeResult)(nil),    // 23: cutover.agent.v1.PathProbeResult
 	nil,                        // 24: cutover.agent.v1.InfoResponse.LabelsEntry
+	(*v1.Frame)(nil),           // 25: cutover.callstream.v1.Frame
 }
 var file_agent_v1_agent_proto_depIdxs = []int32{
 	16, // 0: cutover.agent.v1.InfoResponse.operation:type_name -> cutover.agent.v1.OperationStatus
@@ -2153,19 +2156,21 @@ var file_agent_v1_agent_proto_depIdxs = []int32{
 	15, // 20: cutover.agent.v1.AgentService.Status:input_type -> cutover.agent.v1.StatusRequest
 	17, // 21: cutover.agent.v1.AgentService.ProbeStats:input_type -> cutover.agent.v1.ProbeStatsRequest
 	20, // 22: cutover.agent.v1.AgentService.PathCheck:input_type -> cutover.agent.v1.PathCheckRequest
-	2,  // 23: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
-	4,  // 24: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
-	6,  // 25: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
-	9,  // 26: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
-	11, // 27: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
-	16, // 28: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
-	16, // 29: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
-	16, // 30: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
-	16, // 31: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
-	18, // 32: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
-	22, // 33: cutover.agent.v1.AgentService.PathCheck:output_type -> cutover.agent.v1.PathCheckResponse
-	23, // [23:34] is the sub-list for method output_type
-	12, // [12:23] is the sub-list for method input_type
+	25, // 23: cutover.agent.v1.AgentService.Calls:input_type -> cutover.callstream.v1.Frame
+	2,  // 24: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
+	4,  // 25: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
+	6,  // 26: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
+	9,  // 27: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
+	11, // 28: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
+	16, // 29: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
+	16, // 30: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
+	16, // 31: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
+	16, // 32: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
+	18, // 33: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
+	22, // 34: cutover.agent.v1.AgentService.PathCheck:output_type -> cutover.agent.v1.PathCheckResponse
+	25, // 35: cutover.agent.v1.AgentService.Calls:output_type -> cutover.callstream.v1.Frame
+	24, // [24:36] is the sub-list for method output_type
+	12, // [12:24] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name

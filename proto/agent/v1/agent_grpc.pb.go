@@ -15,6 +15,7 @@ package agentv1
 
 import (
 	context "context"
+	v1 "github.com/cutover-dev/cutover/proto/callstream/v1"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -37,6 +38,7 @@ const (
 	AgentService_Status_FullMethodName     = "/cutover.agent.v1.AgentService/Status"
 	AgentService_ProbeStats_FullMethodName = "/cutover.agent.v1.AgentService/ProbeStats"
 	AgentService_PathCheck_FullMethodName  = "/cutover.agent.v1.AgentService/PathCheck"
+	AgentService_Calls_FullMethodName      = "/cutover.agent.v1.AgentService/Calls"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -76,6 +78,13 @@ type AgentServiceClient interface {
 	// A port already bound on this node fails with FAILED_PRECONDITION
 	// naming the port and the holder.
 	PathCheck(ctx context.Context, in *PathCheckRequest, opts ...grpc.CallOption) (*PathCheckResponse, error)
+	// Calls carries the calls above, each in a frame, over one stream per
+	// connection (proto/callstream/v1): the coordinator's calls to
+	// thousands of agents cost it a frame each instead of an HTTP/2 stream
+	// each. Each call behaves as the unary one: same handler, deadline,
+	// cancellation and status. An agent without it answers UNIMPLEMENTED and
+	// the coordinator calls it unary.
+	Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v1.Frame, v1.Frame], error)
 }
 
 type agentServiceClient struct {
@@ -196,6 +205,19 @@ func (c *agentServiceClient) PathCheck(ctx context.Context, in *PathCheckRequest
 	return out, nil
 }
 
+func (c *agentServiceClient) Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v1.Frame, v1.Frame], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[0], AgentService_Calls_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[v1.Frame, v1.Frame]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_CallsClient = grpc.BidiStreamingClient[v1.Frame, v1.Frame]
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -233,6 +255,13 @@ type AgentServiceServer interface {
 	// A port already bound on this node fails with FAILED_PRECONDITION
 	// naming the port and the holder.
 	PathCheck(context.Context, *PathCheckRequest) (*PathCheckResponse, error)
+	// Calls carries the calls above, each in a frame, over one stream per
+	// connection (proto/callstream/v1): the coordinator's calls to
+	// thousands of agents cost it a frame each instead of an HTTP/2 stream
+	// each. Each call behaves as the unary one: same handler, deadline,
+	// cancellation and status. An agent without it answers UNIMPLEMENTED and
+	// the coordinator calls it unary.
+	Calls(grpc.BidiStreamingServer[v1.Frame, v1.Frame]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -275,6 +304,9 @@ func (UnimplementedAgentServiceServer) ProbeStats(context.Context, *ProbeStatsRe
 }
 func (UnimplementedAgentServiceServer) PathCheck(context.Context, *PathCheckRequest) (*PathCheckResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method PathCheck not implemented")
+}
+func (UnimplementedAgentServiceServer) Calls(grpc.BidiStreamingServer[v1.Frame, v1.Frame]) error {
+	return status.Errorf(codes.Unimplemented, "method Calls not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -495,6 +527,13 @@ func _AgentService_PathCheck_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_Calls_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AgentServiceServer).Calls(&grpc.GenericServerStream[v1.Frame, v1.Frame]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_CallsServer = grpc.BidiStreamingServer[v1.Frame, v1.Frame]
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -547,6 +586,13 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AgentService_PathCheck_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Calls",
+			Handler:       _AgentService_Calls_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "agent/v1/agent.proto",
 }
