@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
@@ -109,11 +110,42 @@ func TestBackendUnavailable(t *testing.T) {
 	}
 }
 
+// TestStopWithCallStreamOpen: an agent stopped (SIGTERM) while the
+// coordinator's call stream is open stops at once, not after the shutdown
+// deadline: its call streams end once their calls have answered
+// (callstream.Server.Drain), where gRPC's GracefulStop would wait for them.
+func TestStopWithCallStreamOpen(t *testing.T) {
+	a := startAgent(t, testConfig(t), newFake())
+	if _, err := a.client.Info(context.Background(), &agentv1.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	a.cancel() // the connection and its stream stay open
+	select {
+	case err := <-a.done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	a.stopped = true
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("Run took %v to stop with a call stream open; want well under the 5 s shutdown deadline", took.Round(time.Millisecond))
+	}
+	if _, err := a.client.Info(context.Background(), &agentv1.InfoRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("call after the agent stopped: %v; want UNAVAILABLE", err)
+	}
+	a.conn.Close()
+}
+
 func TestMetrics(t *testing.T) {
 	ctx := context.Background()
 	a := startAgent(t, testConfig(t), newFake())
 	a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-1", FromPort: 4789, ToPort: 4889})
 	a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-2", FromPort: 4789, ToPort: 4889}) // refused
+	// A coordinator older than the call stream calls unary: counted alike.
+	agentv1.NewAgentServiceClient(a.conn).Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-3", FromPort: 4789, ToPort: 4889}) // refused
 	a.client.Commit(ctx, &agentv1.CommitRequest{OperationId: "op-1", DeadmanMillis: 50})
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -160,9 +192,12 @@ cutover_agent_operation_phase{phase="reverted"} 1
 		}
 	}
 	// The health and status polls above make the other counts vary.
-	for _, c := range []struct{ method, code string }{{"Prepare", "OK"}, {"Prepare", "FailedPrecondition"}, {"Commit", "OK"}} {
-		if v := gathered(t, a.reg, "cutover_agent_rpc_requests_total", "method", c.method, "code", c.code); v != 1 {
-			t.Fatalf("rpc_requests_total{method=%s,code=%s} = %v, want 1", c.method, c.code, v)
+	for _, c := range []struct {
+		method, code string
+		n            float64
+	}{{"Prepare", "OK", 1}, {"Prepare", "FailedPrecondition", 2}, {"Commit", "OK", 1}} {
+		if v := gathered(t, a.reg, "cutover_agent_rpc_requests_total", "method", c.method, "code", c.code); v != c.n {
+			t.Fatalf("rpc_requests_total{method=%s,code=%s} = %v, want %v", c.method, c.code, v, c.n)
 		}
 	}
 	for _, h := range []string{"cutover_agent_apply_duration_seconds", "cutover_agent_commit_lateness_seconds"} {

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/pkg/callstream"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
 
@@ -33,7 +34,8 @@ type testAgent struct {
 	cfg     Config
 	fake    *dataplane.Fake
 	reg     *prometheus.Registry
-	client  agentv1.AgentServiceClient
+	client  agentv1.AgentServiceClient // over calls
+	calls   *callstream.Conn
 	conn    *grpc.ClientConn
 	httpURL string
 	done    chan error
@@ -89,7 +91,9 @@ func startAgent(t *testing.T, cfg Config, backend dataplane.Backend, extra ...Op
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.client = agentv1.NewAgentServiceClient(a.conn)
+	// As the coordinator calls: over the call stream (pkg/callstream).
+	a.calls = callstream.NewConn(a.conn, agentv1.AgentService_Calls_FullMethodName, callstream.Options{})
+	a.client = agentv1.NewAgentServiceClient(a.calls)
 	t.Cleanup(func() {
 		if a.stopped {
 			return
