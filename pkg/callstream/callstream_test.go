@@ -2,6 +2,7 @@ package callstream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -212,7 +213,7 @@ func TestDeadlineAndCancelReachTheHandler(t *testing.T) {
 	}
 	select {
 	case err := <-s.a.ended:
-		if err != context.DeadlineExceeded {
+		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("handler's context ended with %v; want its deadline", err)
 		}
 	case <-time.After(5 * time.Second):
@@ -234,7 +235,7 @@ func TestDeadlineAndCancelReachTheHandler(t *testing.T) {
 	}
 	select {
 	case err := <-s.a.ended:
-		if err != context.Canceled {
+		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("handler's context ended with %v; want cancelled", err)
 		}
 	case <-time.After(5 * time.Second):
