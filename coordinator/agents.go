@@ -174,8 +174,9 @@ func (c *Coordinator) WarmAgents() {
 				break
 			}
 			wg.Go(func() {
-				defer func() { <-slots }()
-				if !waitReady(c.ctx, a.conn, 10*time.Second) {
+				ok := waitReady(c.ctx, a.conn, 10*time.Second)
+				<-slots // the slots bound handshakes, not the streams' round trip
+				if !ok {
 					return
 				}
 				// And its call stream, so that the first call does not

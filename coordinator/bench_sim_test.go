@@ -524,8 +524,14 @@ func runScaleSim(b *testing.B, n int, way simWay) simScaleResult {
 		// Cold, the preflight's handshakes may time out: what this row
 		// shows. The refusal is recorded, not a failure of the benchmark.
 		msg, _, _ := strings.Cut(status.Convert(err).Message(), "\n")
+		// One agent's reason, as preflight gave it: why they failed.
+		var why string
+		if _, after, ok := strings.Cut(err.Error(), "unreachable: "); ok {
+			why, _, _ = strings.Cut(after, "\n")
+			why = "; first: " + why
+		}
 		return simScaleResult{Agents: n, Host: host, Sampling: sampling, Conns: way.conns, TLS: way.tls, Strategy: "atomic",
-			State:       fmt.Sprintf("REFUSED: %s (%d agents unreachable)", msg, strings.Count(err.Error(), "unreachable")),
+			State:       fmt.Sprintf("REFUSED: %s (%d agents unreachable%s)", msg, strings.Count(err.Error(), "unreachable"), why),
 			PreflightMs: float64(time.Since(t0)) / 1e6, CPUSeconds: (cpuTime() - cpu0).Seconds(), MaxRSSMB: procMaxRSSMB(nil)}
 	}
 	if err != nil {
