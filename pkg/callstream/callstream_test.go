@@ -213,7 +213,9 @@ func TestDeadlineAndCancelReachTheHandler(t *testing.T) {
 	}
 	select {
 	case err := <-s.a.ended:
-		if !errors.Is(err, context.DeadlineExceeded) {
+		// Its own deadline, or the caller's cancel that follows the
+		// caller's deadline (they race, as with unary calls).
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			t.Fatalf("handler's context ended with %v; want its deadline", err)
 		}
 	case <-time.After(5 * time.Second):

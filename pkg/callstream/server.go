@@ -142,9 +142,12 @@ func (s *Server) Serve(st grpc.BidiStreamingServer[callstreamv1.Frame, callstrea
 			send(&callstreamv1.Frame{Id: f.Id, Code: int32(codes.Unimplemented), Message: fmt.Sprintf("method %q not served on this stream", f.Method)})
 			continue
 		}
-		cctx, cancel := context.WithCancel(ctx)
+		var cctx context.Context
+		var cancel context.CancelFunc
 		if f.TimeoutNanos > 0 {
 			cctx, cancel = context.WithTimeout(ctx, time.Duration(f.TimeoutNanos))
+		} else {
+			cctx, cancel = context.WithCancel(ctx)
 		}
 		mu.Lock()
 		running[f.Id] = cancel
