@@ -250,7 +250,9 @@ func (c *Coordinator) refreshInventory(ctx context.Context) error {
 	}
 	for _, a := range inv.Agents {
 		if old := c.agents[a.Node]; !equalSpec(old.spec, a) { // labels or overlay changed
-			c.agents[a.Node] = &agentConn{spec: a, conn: old.conn, calls: old.calls, client: old.client}
+			moved := *old // the same connection and call stream
+			moved.spec = a
+			c.agents[a.Node] = &moved
 		}
 	}
 	if added := len(dialed); added > 0 || len(inv.Agents) != len(c.inv.Agents) {

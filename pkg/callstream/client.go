@@ -14,6 +14,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// callDesc describes a call stream: both sides stream.
+var callDesc = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+
 // recheckUnary is how long a client whose server had no stream method
 // calls it unary before asking again: an agent upgraded meanwhile then
 // gets the stream.
@@ -27,7 +30,6 @@ const recheckUnary = time.Minute
 type Conn struct {
 	cc     *grpc.ClientConn
 	method string // the stream method's full name
-	desc   grpc.StreamDesc
 
 	interceptor grpc.UnaryClientInterceptor // nil: none
 	idle        time.Duration
@@ -58,7 +60,7 @@ type Options struct {
 // stream; cc stays the caller's.
 func NewConn(cc *grpc.ClientConn, method string, o Options) *Conn {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Conn{cc: cc, method: method, interceptor: o.Interceptor, idle: o.Idle, desc: grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, ctx: ctx, cancel: cancel}
+	return &Conn{cc: cc, method: method, interceptor: o.Interceptor, idle: o.Idle, ctx: ctx, cancel: cancel}
 }
 
 // Close ends the stream: calls still waiting fail with CANCELED.
@@ -180,7 +182,7 @@ func (c *Conn) open(done chan struct{}) {
 
 func (c *Conn) dial() (*stream, error) {
 	ctx, cancel := context.WithCancel(c.ctx)
-	cs, err := c.cc.NewStream(ctx, &c.desc, c.method)
+	cs, err := c.cc.NewStream(ctx, callDesc, c.method)
 	if err != nil {
 		cancel()
 		return nil, err

@@ -90,15 +90,14 @@ func (b *Backend) StagedProblems(ctx context.Context, to uint16) []string {
 	if iface.Options["remote_ip"] != "flow" {
 		out = append(out, fmt.Sprintf("interface %s has remote_ip=%q: the staged strategy copies flows that set tun_dst (remote_ip=flow, as OpenShift SDN's vxlan0)", b.cfg.Interface, iface.Options["remote_ip"]))
 	}
-	if rx, err := b.cfg.OVS.GetInterface(ctx, RxName(b.cfg.Interface)); err == nil && rx.Options["dst_port"] != strconv.Itoa(int(to)) {
+	rx, rxErr := b.cfg.OVS.GetInterface(ctx, RxName(b.cfg.Interface))
+	if rxErr == nil && rx.Options["dst_port"] != strconv.Itoa(int(to)) {
 		out = append(out, fmt.Sprintf("an interface %s exists already (dst_port %s), not one this operation made: remove it first", RxName(b.cfg.Interface), rx.Options["dst_port"]))
 	}
-	if _, err := b.cfg.OVS.GetInterface(ctx, rxOld(b.cfg.Interface)); err == nil {
-		if _, err := b.cfg.OVS.GetInterface(ctx, RxName(b.cfg.Interface)); ovs.IsNotFound(err) {
-			// A switched node has both; the old port's receiver alone is
-			// not ours.
-			out = append(out, fmt.Sprintf("an interface %s exists already, not one this operation made (no %s beside it): remove it first", rxOld(b.cfg.Interface), RxName(b.cfg.Interface)))
-		}
+	if _, err := b.cfg.OVS.GetInterface(ctx, rxOld(b.cfg.Interface)); err == nil && ovs.IsNotFound(rxErr) {
+		// A switched node has both; the old port's receiver alone is not
+		// ours.
+		out = append(out, fmt.Sprintf("an interface %s exists already, not one this operation made (no %s beside it): remove it first", rxOld(b.cfg.Interface), RxName(b.cfg.Interface)))
 	}
 	if b.cfg.Vsctl != nil {
 		// An internal port without mtu_request gets its MTU recomputed
