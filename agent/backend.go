@@ -56,7 +56,8 @@ func NewBackend(cfg Config) (dataplane.Backend, error) {
 	}
 	local, _ := underlayAddr(cfg) // none: the staged strategy is refused, saying why
 	return ovsvxlan.New(ovsvxlan.Config{OVS: drv, Interface: cfg.Interface, Bridge: cfg.Bridge, Firewall: fw, Ports: ports, Flows: flows,
-		OF: &openflow.Client{RunDir: ovsRunDir(cfg)}, Vsctl: vsctl(cfg), SDN: cfg.Profile == ProfileOpenShiftSDN, RxLocalIP: local})
+		OF: &openflow.Client{RunDir: ovsRunDir(cfg)}, Vsctl: vsctl(cfg), SDN: cfg.Profile == ProfileOpenShiftSDN, RxLocalIP: local,
+		StandingRedirects: cfg.StandingRedirects})
 }
 
 // ovsRunDir is OVS_RUNDIR for ovs-ofctl: the directory of the OVSDB

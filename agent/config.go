@@ -58,6 +58,10 @@ type Config struct {
 	OVSDB     string // unix:/path or tcp:host:port
 	Bridge    string
 	Interface string
+	// StandingRedirects keeps the staged strategy's two redirect flows on
+	// the bridge between operations, so that a staged operation changes
+	// no flow table (docs/staged.md, "Standing redirects").
+	StandingRedirects bool
 
 	// Kernel VXLAN backend.
 	KernelDevice string
@@ -186,6 +190,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.OVSDB, "ovsdb", c.OVSDB, "OVSDB server (unix:/path or tcp:host:port)")
 	fs.StringVar(&c.Bridge, "bridge", c.Bridge, "OVS bridge")
 	fs.StringVar(&c.Interface, "interface", c.Interface, "OVS VXLAN interface")
+	fs.BoolVar(&c.StandingRedirects, "ovs-standing-redirects", c.StandingRedirects, "keep the staged strategy's two redirect flows on the bridge between operations (installed at start, dormant between operations), so a staged operation changes no flow table; off: the listen adds them and the retirement removes them (ovs backend, not with --profile openshift-sdn)")
 	fs.StringVar(&c.KernelDevice, "kernel-device", c.KernelDevice, "kernel VXLAN device (kernel-vxlan backend)")
 	fs.StringVar(&c.FirewallChain, "firewall-chain", c.FirewallChain, "iptables chain where the new port is opened")
 	fs.StringVar(&c.FirewallTable, "firewall-table", c.FirewallTable, "iptables table of --firewall-chain")
@@ -290,6 +295,14 @@ func (c Config) Validate() error {
 		}
 	default:
 		bad("profile", c.Profile, "unknown profile: want '' (none) or %s", ProfileOpenShiftSDN)
+	}
+	if c.StandingRedirects {
+		switch {
+		case c.Backend != BackendOVS:
+			bad("ovs-standing-redirects", "true", "needs --backend %s: the flows are OpenFlow flows on the bridge, not %s", BackendOVS, c.Backend)
+		case c.Profile == ProfileOpenShiftSDN:
+			bad("ovs-standing-redirects", "true", "not with --profile %s: the SDN owns br0's flows and the profile refuses the staged strategy the flows serve", ProfileOpenShiftSDN)
+		}
 	}
 	switch {
 	case c.FirewallChain == "":

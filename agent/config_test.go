@@ -173,3 +173,27 @@ func TestProfileValidated(t *testing.T) {
 		t.Fatalf("unknown profile: %v", err)
 	}
 }
+
+// TestStandingRedirectsValidated: the standing redirects are OpenFlow
+// flows for the staged strategy, so only the ovs backend without the
+// openshift-sdn profile takes them; the error names the flag and why.
+func TestStandingRedirectsValidated(t *testing.T) {
+	cfg := Default()
+	cfg.NodeName, cfg.Insecure = "n", true
+	cfg.StandingRedirects = true
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("standing redirects on the ovs backend: %v", err)
+	}
+	for _, c := range []struct {
+		backend, profile, why string
+	}{
+		{BackendKernelVXLAN, ProfileNone, "needs --backend ovs"},
+		{BackendOVS, ProfileOpenShiftSDN, "the SDN owns br0's flows"},
+	} {
+		cfg.Backend, cfg.Profile = c.backend, c.profile
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), `--ovs-standing-redirects "true"`) || !strings.Contains(err.Error(), c.why) {
+			t.Errorf("%s %q: %v, want an error naming --ovs-standing-redirects and %q", c.backend, c.profile, err, c.why)
+		}
+	}
+}

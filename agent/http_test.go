@@ -275,3 +275,28 @@ func gathered(t *testing.T, reg prometheus.Gatherer, name string, labels ...stri
 	}
 	return -1
 }
+
+// keeperFake is a fake backend that keeps something of its own
+// (dataplane.Keeper): it counts the Keep calls.
+type keeperFake struct {
+	*dataplane.Fake
+	keeps chan struct{}
+}
+
+func (k keeperFake) Keep(context.Context) (bool, error) {
+	k.keeps <- struct{}{}
+	return true, nil
+}
+
+// TestKeeperKeptFromStart: a backend that keeps standing state (the OVS
+// standing redirects) has Keep called once the backend is up, without an
+// operation, so a staged operation finds it in place.
+func TestKeeperKeptFromStart(t *testing.T) {
+	k := keeperFake{Fake: newFake(), keeps: make(chan struct{}, 16)}
+	startAgent(t, testConfig(t), k)
+	select {
+	case <-k.keeps:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Keep not called within 10 s of the agent's start")
+	}
+}

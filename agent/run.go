@@ -232,6 +232,11 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 		}
 		if m != nil {
 			hs.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
+			if _, be, err := svc.core(); err == nil {
+				if k, ok := be.(dataplane.Keeper); ok {
+					go keepBackend(setupCtx, k, keepEvery, cfg.CallTimeout, log)
+				}
+			}
 		}
 		machc <- m
 	}()
@@ -337,6 +342,34 @@ func refreshPort(ctx context.Context, svc *Service, every, timeout time.Duration
 			cctx, cancel := context.WithTimeout(ctx, min(timeout, every))
 			svc.ObservePort(cctx)
 			cancel()
+		}
+	}
+}
+
+// keepEvery is how often a dataplane.Keeper's state is checked: a minute
+// at most with something in the way of what it keeps (the OVS standing
+// redirects: another interface on one of their numbers).
+const keepEvery = time.Minute
+
+// keepBackend calls k.Keep now and every every, logging what it repaired
+// or why it could not.
+func keepBackend(ctx context.Context, k dataplane.Keeper, every, timeout time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		changed, err := k.Keep(cctx)
+		cancel()
+		switch {
+		case err != nil:
+			log.Warn("backend: cannot keep its standing state; retrying", "err", err, "retry_in", every)
+		case changed:
+			log.Info("backend: standing state put in place", "backend", k.Name())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

@@ -81,6 +81,21 @@ type Backend interface {
 	Ready(ctx context.Context) []string
 }
 
+// Keeper is a Backend that keeps something of its own in place between
+// operations: the OVS backend's standing redirect flows
+// (--ovs-standing-redirects, docs/staged.md), installed once so that a
+// staged operation changes no flow table. The agent calls Keep when the
+// backend comes up and then every minute; Keep changes nothing when what
+// it keeps is in place, and it repairs it otherwise (gone after an OVS
+// restart, stale after the tunnel was recreated, or in the way of another
+// interface).
+type Keeper interface {
+	Backend
+	// Keep puts what the backend keeps in place. changed reports whether
+	// it had to write anything.
+	Keep(ctx context.Context) (changed bool, err error)
+}
+
 // Stager is a Backend that supports the staged (make-before-break)
 // strategy: every node first receives on both ports, then the senders
 // switch to the new port a batch at a time, then the old port is retired.

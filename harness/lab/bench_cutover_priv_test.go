@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ import (
 type cutoverFigure struct {
 	Backend      string  `json:"backend"`
 	Nodes        int     `json:"nodes"`
-	Method       string  `json:"method"` // sequential, parallel, limit, cutover, staged
+	Method       string  `json:"method"` // sequential, parallel, limit, cutover, staged, staged-standing
 	IntervalMS   float64 `json:"probe_interval_ms"`
 	ProbePeers   int     `json:"probe_peers"` // per node
 	Pairs        int     `json:"pairs"`
@@ -90,6 +91,11 @@ func envDur(k string, def time.Duration) time.Duration {
 //	staged      coordctl cutover --strategy staged --batches 1,50%,100%
 //	            (make-before-break: listen on both, switch, retire), from
 //	            the cutover's port to a third one
+//	staged-standing  OVS only (COT_LAB_BENCH_STANDING=0 leaves it out): the
+//	            same from the third port to a fourth, after every agent was
+//	            restarted with --ovs-standing-redirects and has put its
+//	            redirect flows in place: no flow table change inside the
+//	            operation
 //
 // for N = 8, 16, 32 (COT_LAB_BENCH_SIZES="8,16,32") on both backends
 // (COT_LAB_BENCH_BACKENDS="ovs,kernel-vxlan"), probes every
@@ -128,7 +134,7 @@ func envOr(k, def string) string {
 }
 
 func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration, peers int) []cutoverFigure {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	d, err := os.MkdirTemp("", "cot-lab-")
 	if err != nil {
@@ -261,10 +267,20 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 	// second says little about that long, so the lab idles as long again.
 	stg.IdleLostSameWall = idle(time.Duration(stg.WallMS * float64(time.Millisecond)))
 	figs = append(figs, stg)
+	if backend == lab.BackendOVS && os.Getenv("COT_LAB_BENCH_STANDING") != "0" {
+		standing := stagedStanding(b, ctx, l, nodes, stagedPort)
+		sargs[1] = strconv.Itoa(stagedPort + 100)
+		srep := coordctlCutover(b, ctx, l, bin, sargs...)
+		f := figure(base, "staged-standing", reportPairs(srep), 0, time.Duration(srep.GetEndedUnixNano()-srep.GetStartedUnixNano()))
+		f.LostByGapPhase = lostByGapPhase(srep)
+		f.IdleLostSameWall = idle(time.Duration(f.WallMS * float64(time.Millisecond)))
+		standing(time.Duration(srep.GetEndedUnixNano() - srep.GetStartedUnixNano()))
+		figs = append(figs, f)
+	}
 	for _, f := range figs {
 		idleSame := ""
 		switch f.Method {
-		case "staged":
+		case "staged", "staged-standing":
 			idleSame = fmt.Sprintf("; idling as long after it: %d lost", f.IdleLostSameWall)
 		case "cutover":
 			idleSame = fmt.Sprintf("; spreads: writes left %.2f ms, effect %.2f ms", f.WriteSpreadMS, f.EffectSpreadMS)
@@ -273,6 +289,52 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 			f.Backend, f.Nodes, f.Method, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost, byPhase(f.LostByGapPhase), idleSame)
 	}
 	return figs
+}
+
+// stagedStanding restarts every node's agent with --ovs-standing-redirects
+// and waits until each has put its two redirect flows in place, then lets
+// the lab settle (installing them is a flow table change on every node).
+// The returned check, given how long the staged operation after it took,
+// fails the benchmark unless every node's flows are as old: the operation
+// changed none.
+func stagedStanding(b *testing.B, ctx context.Context, l *lab.Lab, nodes []string, port int) func(op time.Duration) {
+	for _, node := range nodes {
+		if _, err := l.KillAgent(node, syscall.SIGTERM); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := l.StartAgent(ctx, node, "--ovs-standing-redirects"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, node := range nodes {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			n, _, err := standingFlows(ctx, l, node)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n == 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%s: %d standing redirect flows a minute after its agent started with --ovs-standing-redirects, want 2", node, n)
+			}
+		}
+	}
+	time.Sleep(5 * time.Second)
+	if m, err := l.Mesh(ctx, 10*time.Second); err != nil || !m.AllOK() {
+		b.Logf("mesh before staged-standing not complete: %v %s", err, failing(m))
+	}
+	return func(op time.Duration) {
+		for _, node := range nodes {
+			n, age, err := standingFlows(ctx, l, node)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n != 2 || age < op {
+				b.Errorf("%s: after the staged operation (%s) %d standing redirect flows, the youngest %s old: want 2, older than the operation (it changed no flow table)", node, op.Round(time.Millisecond), n, age)
+			}
+		}
+	}
 }
 
 // limitOVS is the lab's physical limit (issue 13): one OVSDB connection per

@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -284,6 +287,30 @@ func (e *e2eLab) hasReceiver(ctx context.Context, node string) bool {
 	return strings.Contains(out, "UP")
 }
 
+var flowDuration = regexp.MustCompile(`duration=([0-9.]+)s`)
+
+// standingFlows is how many flows redirecting a receive port (cookie
+// ovsvxlan.CookieIn) are on node's br0, and the youngest one's age
+// (ovs-ofctl's duration): a flow re-added is young again.
+func standingFlows(ctx context.Context, l *lab.Lab, node string) (int, time.Duration, error) {
+	out, err := l.Exec(ctx, node, "ovs-ofctl", "-O", "OpenFlow13", "dump-flows", "br0", "cookie="+stagedInCookie+"/-1")
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: dump-flows: %w\n%s", node, err, out)
+	}
+	n, youngest := 0, time.Duration(-1)
+	for _, m := range flowDuration.FindAllStringSubmatch(out, -1) {
+		secs, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: duration %q: %w", node, m[1], err)
+		}
+		age := time.Duration(secs * float64(time.Second))
+		if n++; youngest < 0 || age < youngest {
+			youngest = age
+		}
+	}
+	return n, youngest, nil
+}
+
 // startUntil starts cutover-lab with args (a coordctl command, the lab's
 // --dir added) and reads its output until a line satisfies until; the
 // caller reads the rest from the scanner and waits for the command.
@@ -397,6 +424,75 @@ func TestE2EStagedOVS(t *testing.T) {
 	testenv.RequirePrivileged(t, append(ovsBins, "go")...)
 	t.Parallel()
 	testE2EStaged(t, lab.BackendOVS, 4789)
+}
+
+// TestE2EStagedOVSStanding: with --ovs-standing-redirects every agent puts
+// its two redirect flows in place when it starts, and a staged cutover and
+// its rollback (a staged operation back) then run on real OVS without any
+// flow table change: SUCCEEDED both, the receive-both observer satisfied,
+// the same loss bound, one tunnel left, and every node's two flows older
+// than both operations (a flow re-added is young again).
+func TestE2EStagedOVSStanding(t *testing.T) {
+	testenv.RequirePrivileged(t, append(ovsBins, "go")...)
+	t.Parallel()
+	bin := labtest.Binaries(t)
+	cfg := newConfig(t, lab.BackendOVS, 4)
+	cfg.StartProcesses = true
+	cfg.AgentBin = filepath.Join(bin, "agent")
+	cfg.CoordinatorBin = filepath.Join(bin, "coordinator")
+	cfg.ProbeInterval = e2eInterval
+	cfg.ExtraAgentArgs = []string{"--ovs-standing-redirects"}
+	e := &e2eLab{t: t, l: up(t, cfg), cutoverLab: filepath.Join(bin, "cutover-lab")}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	flows := func(what string, olderThan time.Duration) {
+		t.Helper()
+		for _, n := range e.l.Nodes() {
+			k, age, err := standingFlows(ctx, e.l, n.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k != 2 || age < olderThan {
+				t.Fatalf("%s: %s has %d standing redirect flows, the youngest %s old; want 2, older than %s", what, n.Name, k, age, olderThan.Round(time.Millisecond))
+			}
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		ok := true
+		for _, n := range e.l.Nodes() {
+			k, _, err := standingFlows(ctx, e.l, n.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok = ok && k == 2
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			flows("30 s after the agents started", 0)
+		}
+	}
+	e.wantOn(4789)
+	e.warmProbes()
+
+	start := time.Now()
+	op := func(args []string, from, to int) string {
+		t.Helper()
+		check := e.observeRx(from, to)
+		rep := e.report(ctx, 0, args...)
+		check()
+		if rep.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED || rep.GetStrategy() != "staged" || rep.GetToPort() != uint32(to) {
+			t.Fatalf("%v: %s (%s), strategy %q to %d", args, rep.GetState(), rep.GetError(), rep.GetStrategy(), rep.GetToPort())
+		}
+		e.wantStagedLoss(rep)
+		e.wantOn(to)
+		e.wantOneTunnel()
+		flows(fmt.Sprintf("after %v", args), time.Since(start))
+		return rep.GetOperationId()
+	}
+	id := op([]string{"cutover", "--port", "4889", "--strategy", "staged", "--batches", "1,50%,100%"}, 4789, 4889)
+	op([]string{"rollback", id}, 4889, 4789)
 }
 
 func TestE2EStagedKernelVXLAN(t *testing.T) {

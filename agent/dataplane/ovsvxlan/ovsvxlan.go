@@ -48,6 +48,14 @@ type Config struct {
 	// vxlan0: both stay registered while the retirement moves vxlan0 onto
 	// the receive port's UDP port. Invalid: staged is refused.
 	RxLocalIP netip.Addr
+	// StandingRedirects keeps the staged strategy's two redirect flows on
+	// the bridge between operations (Keep installs them; Listen reuses
+	// them; the retirement and the undo leave them, dormant while no port
+	// has their OpenFlow numbers), so that a staged operation makes no
+	// flow table change: on a userspace datapath each one stalls the
+	// node's forwarding (docs/staged.md). Off: the listen adds them and
+	// the retirement removes them, the atomic strategy's end state.
+	StandingRedirects bool
 }
 
 // Backend implements dataplane.Backend over OVS.
@@ -59,6 +67,10 @@ type Backend struct {
 	// it is gone and Commit builds the change itself (SetDstPort).
 	mu      sync.Mutex
 	pending *pendingChange
+
+	// staged serializes the staged phases with Keep, which read the
+	// flow table and then change it.
+	staged sync.Mutex
 }
 
 type pendingChange struct {

@@ -49,6 +49,14 @@ import (
 // Before the receive port was bound, vxlan0 on its port was a duplicate
 // OVS does not register (nothing received until OVS revisits it: seconds,
 // notes/ovs-second-tunnel.md).
+//
+// With Config.StandingRedirects (the agent's --ovs-standing-redirects) the
+// two redirects stay between operations: Keep installs them when the agent
+// starts (and repairs them every minute), the listen's receive ports take
+// their numbers, and the retirement and the undo leave them. A node's
+// staged change is then no flow table change at all, port changes only.
+// Between operations they are dormant: they match OpenFlow port numbers
+// no interface has (Keep moves them should one take a number).
 
 // Cookies of the flows the staged strategy adds (no owner's flow uses them).
 // CookieOut tagged the send copies of an earlier layout: an agent of this
@@ -65,7 +73,10 @@ const redirectPriority = 65535
 // RxName is the receive port's interface name for iface.
 func RxName(iface string) string { return iface + "-cot" }
 
-var _ dataplane.Stager = (*Backend)(nil)
+var (
+	_ dataplane.Stager = (*Backend)(nil)
+	_ dataplane.Keeper = (*Backend)(nil)
+)
 
 // StagedProblems implements dataplane.Stager.
 func (b *Backend) StagedProblems(ctx context.Context, to uint16) []string {
@@ -141,10 +152,14 @@ func (b *Backend) StagedActions(from, to uint16) []string {
 	open, closeOld := b.cfg.Firewall.Actions(from, to)
 	out := append([]string{}, open...)
 	rx := RxName(b.cfg.Interface)
+	listenFlows, retireFlows := "and two flows", "then their flows"
+	if b.cfg.StandingRedirects {
+		listenFlows, retireFlows = "at the OpenFlow numbers of the two standing flows", "their standing flows stay, dormant (--ovs-standing-redirects)"
+	}
 	out = append(out,
-		fmt.Sprintf("listen: add %s to %s (vxlan, %s's options, dst_port %d, local_ip %s) and two flows handling the receive ports' input as %s's (table 0, priority %d, cookie %#x)", rx, b.cfg.Bridge, b.cfg.Interface, to, b.cfg.RxLocalIP, b.cfg.Interface, redirectPriority, CookieIn),
+		fmt.Sprintf("listen: add %s to %s (vxlan, %s's options, dst_port %d, local_ip %s) %s handling the receive ports' input as %s's (table 0, priority %d, cookie %#x)", rx, b.cfg.Bridge, b.cfg.Interface, to, b.cfg.RxLocalIP, listenFlows, b.cfg.Interface, redirectPriority, CookieIn),
 		fmt.Sprintf("switch: in one transaction add %s (dst_port %d, local_ip %s) and set %s dst_port %d -> %d; back: the reverse, in one transaction", rxOld(b.cfg.Interface), from, b.cfg.RxLocalIP, b.cfg.Interface, from, to),
-		fmt.Sprintf("retire: delete %s and %s, then their flows (%s stays on %d)", rx, rxOld(b.cfg.Interface), b.cfg.Interface, to))
+		fmt.Sprintf("retire: delete %s and %s, %s (%s stays on %d)", rx, rxOld(b.cfg.Interface), retireFlows, b.cfg.Interface, to))
 	return append(out, closeOld...)
 }
 
@@ -262,16 +277,42 @@ func (b *Backend) usedOFPorts(ctx context.Context) (map[int64]bool, error) {
 	return used, nil
 }
 
+// rxNumbers picks the receive ports' OpenFlow port numbers, n and n+1:
+// those of a pair of our redirects to vxlan0's ofport already in place
+// (the standing ones) when no interface has either number, else two free
+// ones.
+func (b *Backend) rxNumbers(ctx context.Context, ofport int64) (int64, error) {
+	used, err := b.usedOFPorts(ctx)
+	if err != nil {
+		return 0, err
+	}
+	have, _, err := b.redirected(ctx, ofport)
+	if err != nil {
+		return 0, err
+	}
+	if n := freePair(have, used); n != 0 {
+		return n, nil
+	}
+	return freeOFPorts(used)
+}
+
+// freePair is the highest n with redirects for n and n+1 and no interface
+// on either number; 0 if none.
+func freePair(have, used map[int64]bool) int64 {
+	for _, n := range slices.Backward(slices.Sorted(maps.Keys(have))) {
+		if have[n+1] && !used[n] && !used[n+1] {
+			return n
+		}
+	}
+	return 0
+}
+
 // freeOFPorts picks two consecutive OpenFlow port numbers no interface
 // uses, from the top of the range down (OVS hands out numbers from the
 // bottom), for the receive ports: the redirects of both go in at Listen, in
 // one flow table change, though the old port's receiver is added only at
 // the switch.
-func (b *Backend) freeOFPorts(ctx context.Context) (int64, error) {
-	used, err := b.usedOFPorts(ctx)
-	if err != nil {
-		return 0, err
-	}
+func freeOFPorts(used map[int64]bool) (int64, error) {
 	for n := int64(maxOFPort - 1); n > 1; n-- {
 		if !used[n] && !used[n+1] {
 			return n, nil
@@ -305,6 +346,8 @@ func (b *Backend) Listen(ctx context.Context, s dataplane.Snapshot) error {
 	if err := b.stagedReady(); err != nil {
 		return err
 	}
+	b.staged.Lock()
+	defer b.staged.Unlock()
 	if !b.cfg.RxLocalIP.Is4() {
 		return fmt.Errorf("listen: no underlay address to bind %s to", RxName(b.cfg.Interface))
 	}
@@ -326,7 +369,7 @@ func (b *Backend) Listen(ctx context.Context, s dataplane.Snapshot) error {
 	var args []string
 	n := t.rxOFP
 	if t.rx == 0 {
-		if n, err = b.freeOFPorts(ctx); err != nil {
+		if n, err = b.rxNumbers(ctx, t.ofport); err != nil {
 			return fmt.Errorf("listen: %w", err)
 		}
 		args = b.addRx(sd, RxName(b.cfg.Interface), s.ToPort, n)
@@ -409,13 +452,73 @@ func (b *Backend) delOurs(ctx context.Context, cookies ...uint64) error {
 
 // dropReceivers removes both receive ports in one transaction, then every
 // flow of ours (an earlier layout's copies too): the end of a retirement and
-// of an undone listen alike.
+// of an undone listen alike. With standing redirects their two flows stay
+// (keep removes only what is not them).
 func (b *Backend) dropReceivers(ctx context.Context) error {
 	if _, err := b.cfg.Vsctl(ctx, "--if-exists", "del-port", b.cfg.Bridge, RxName(b.cfg.Interface),
 		"--", "--if-exists", "del-port", b.cfg.Bridge, rxOld(b.cfg.Interface)); err != nil {
 		return err
 	}
+	if b.cfg.StandingRedirects {
+		_, err := b.keep(ctx)
+		return err
+	}
 	return b.delOurs(ctx, CookieIn, CookieOut)
+}
+
+// Keep implements dataplane.Keeper: with StandingRedirects, the two
+// redirect flows are in place for vxlan0's ofport at two OpenFlow port
+// numbers no interface has. A no-op without StandingRedirects, with the
+// openshift-sdn profile (the SDN owns br0's flows), and while an
+// operation's receive ports exist (its listen keeps their flows).
+func (b *Backend) Keep(ctx context.Context) (bool, error) {
+	if !b.cfg.StandingRedirects || b.cfg.SDN || b.stagedReady() != nil {
+		return false, nil
+	}
+	b.staged.Lock()
+	defer b.staged.Unlock()
+	return b.keep(ctx)
+}
+
+// keep is Keep with b.staged held. It writes only what is wrong: nothing
+// when the pair is in place, else every flow of ours goes (a stale
+// redirect after vxlan0 was recreated, one for a number an interface took
+// since: it would hand that interface's frames to vxlan0's flows; an
+// earlier layout's copies) and the pair comes back at free numbers.
+func (b *Backend) keep(ctx context.Context) (bool, error) {
+	t, err := b.readTunnels(ctx)
+	if err != nil {
+		return false, fmt.Errorf("standing redirects: %w", err)
+	}
+	if t.rx != 0 || t.old != 0 {
+		return false, nil
+	}
+	have, others, err := b.redirected(ctx, t.ofport)
+	if err != nil {
+		return false, fmt.Errorf("standing redirects: %w", err)
+	}
+	used, err := b.usedOFPorts(ctx)
+	if err != nil {
+		return false, fmt.Errorf("standing redirects: %w", err)
+	}
+	n := freePair(have, used)
+	if n != 0 && !others && len(have) == 2 {
+		return false, nil
+	}
+	if others || len(have) > 0 {
+		if err := b.delOurs(ctx, CookieIn, CookieOut); err != nil {
+			return true, fmt.Errorf("standing redirects: remove stale ones: %w", err)
+		}
+	}
+	if n == 0 {
+		if n, err = freeOFPorts(used); err != nil {
+			return true, fmt.Errorf("standing redirects: %w", err)
+		}
+	}
+	if err := b.cfg.OF.AddFlows(ctx, b.cfg.Bridge, []openflow.Flow{redirect(n, t.ofport), redirect(n+1, t.ofport)}); err != nil {
+		return true, fmt.Errorf("standing redirects: %w", err)
+	}
+	return true, nil
 }
 
 // unswitch moves vxlan0 back onto the old port and removes the old port's
@@ -439,6 +542,8 @@ func (b *Backend) Unlisten(ctx context.Context, s dataplane.Snapshot) error {
 	if err := b.stagedReady(); err != nil {
 		return err
 	}
+	b.staged.Lock()
+	defer b.staged.Unlock()
 	t, err := b.readTunnels(ctx)
 	if err != nil {
 		return fmt.Errorf("unlisten: %w", err)
@@ -489,6 +594,8 @@ func (b *Backend) SwitchSend(ctx context.Context, s dataplane.Snapshot) (datapla
 	if err := b.stagedReady(); err != nil {
 		return dataplane.State{}, err
 	}
+	b.staged.Lock()
+	defer b.staged.Unlock()
 	t, err := b.readTunnels(ctx)
 	if err != nil {
 		return dataplane.State{}, fmt.Errorf("switch sending: %w", err)
@@ -535,6 +642,8 @@ func (b *Backend) UnswitchSend(ctx context.Context, s dataplane.Snapshot) (datap
 	if err := b.stagedReady(); err != nil {
 		return dataplane.State{}, err
 	}
+	b.staged.Lock()
+	defer b.staged.Unlock()
 	t, err := b.readTunnels(ctx)
 	if err != nil {
 		return dataplane.State{}, fmt.Errorf("switch sending back: %w", err)
@@ -562,6 +671,8 @@ func (b *Backend) Retire(ctx context.Context, s dataplane.Snapshot) (dataplane.S
 	if err := b.stagedReady(); err != nil {
 		return dataplane.State{}, err
 	}
+	b.staged.Lock()
+	defer b.staged.Unlock()
 	t, err := b.readTunnels(ctx)
 	if err != nil {
 		return dataplane.State{}, fmt.Errorf("retire: %w", err)

@@ -142,6 +142,41 @@ func (r realRig) ours(ctx context.Context, t *testing.T) []string {
 	return fl
 }
 
+// stepper returns a check of one staged step: fn runs in the rig's
+// namespace and makes exactly writes flow table changes, after it the VXLAN
+// interfaces are ifs and OVS listens on listening (rig.tunnels), nOurs flows
+// of ours are on br0, and a frame on every receive port and on vxlan0 gets
+// want, vxlan0's datapath actions before any change.
+func (r realRig) stepper(ctx context.Context, t *testing.T, of *countingOF, want string) func(what string, fn func() error, ifs, listening string, nOurs, writes int) {
+	rx := RxName("vxlan0")
+	return func(what string, fn func() error, ifs, listening string, nOurs, writes int) {
+		t.Helper()
+		before := of.writes
+		r.in(fn)
+		if got := of.writes - before; got != writes {
+			t.Fatalf("%s: %d flow table changes, want %d", what, got, writes)
+		}
+		gotIfs, gotL := r.tunnels(ctx, t)
+		if gotIfs != ifs || gotL != listening {
+			t.Fatalf("after %s: tunnels %q listening on %q, want %q on %q", what, gotIfs, gotL, ifs, listening)
+		}
+		if got := r.ours(ctx, t); len(got) != nOurs {
+			t.Fatalf("after %s: %d flows of ours, want %d: %q", what, len(got), nOurs, got)
+		}
+		for _, p := range []string{rx, rxOld("vxlan0")} {
+			if !strings.Contains(ifs, p+":") {
+				continue
+			}
+			if got := r.trace(ctx, t, p); got != want {
+				t.Fatalf("after %s: a frame on %s: datapath actions %q, on vxlan0 %q", what, p, got, want)
+			}
+		}
+		if got := r.trace(ctx, t, "vxlan0"); got != want {
+			t.Fatalf("after %s: a frame on vxlan0: datapath actions %q, want %q as before", what, got, want)
+		}
+	}
+}
+
 // TestRealStagedPhases drives the OVS staged phases against a real
 // ovsdb-server + ovs-vswitchd: what arrives on each receive port is handled
 // exactly as what arrives on vxlan0 (ofproto/trace, the owner's flows
@@ -169,32 +204,7 @@ func TestRealStagedPhases(t *testing.T) {
 	if want == "drop" {
 		t.Fatalf("the owner's flows drop vxlan0's frame: the rig is wrong")
 	}
-	step := func(what string, fn func() error, ifs, listening string, nOurs, writes int) {
-		t.Helper()
-		before := of.writes
-		r.in(fn)
-		if got := of.writes - before; got != writes {
-			t.Fatalf("%s: %d flow table changes, want %d", what, got, writes)
-		}
-		gotIfs, gotL := r.tunnels(ctx, t)
-		if gotIfs != ifs || gotL != listening {
-			t.Fatalf("after %s: tunnels %q listening on %q, want %q on %q", what, gotIfs, gotL, ifs, listening)
-		}
-		if got := r.ours(ctx, t); len(got) != nOurs {
-			t.Fatalf("after %s: %d flows of ours, want %d: %q", what, len(got), nOurs, got)
-		}
-		for _, p := range []string{rx, rxOld("vxlan0")} {
-			if !strings.Contains(ifs, p+":") {
-				continue
-			}
-			if got := r.trace(ctx, t, p); got != want {
-				t.Fatalf("after %s: a frame on %s: datapath actions %q, on vxlan0 %q", what, p, got, want)
-			}
-		}
-		if got := r.trace(ctx, t, "vxlan0"); got != want {
-			t.Fatalf("after %s: a frame on vxlan0: datapath actions %q, want %q as before", what, got, want)
-		}
-	}
+	step := r.stepper(ctx, t, of, want)
 	listen := func() error { return b.Listen(ctx, snap) }
 	sw := func(port uint16, fn func(context.Context, dataplane.Snapshot) (dataplane.State, error)) func() error {
 		return func() error {
@@ -301,4 +311,97 @@ func mustInt(t *testing.T, s string) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// ourPorts is the OpenFlow port numbers our flows on br0 match.
+func (r realRig) ourPorts(ctx context.Context, t *testing.T) []string {
+	t.Helper()
+	var ports []string
+	for _, f := range r.ours(ctx, t) {
+		if m := regexp.MustCompile(`in_port=(\d+)`).FindStringSubmatch(f); m != nil {
+			ports = append(ports, m[1])
+		}
+	}
+	slices.Sort(ports)
+	return ports
+}
+
+// TestRealStandingRedirects runs the staged phases with standing redirects
+// (--ovs-standing-redirects) against a real ovsdb-server + ovs-vswitchd:
+// Keep installs the two flows once, after which a whole staged change
+// (listen, switch, retire) and an undone one make no flow table change at
+// all, every frame is handled as without them, and the flows stay, dormant,
+// after each. Keep puts back flows an OVS restart lost and moves them off a
+// number another interface took (they would hand its frames to vxlan0's
+// flows).
+func TestRealStandingRedirects(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, of := newStagedRig(ctx, t)
+	b := r.b
+	b.cfg.StandingRedirects = true
+
+	var snap dataplane.Snapshot
+	r.in(func() error {
+		var err error
+		snap, err = b.Snapshot(ctx, 4789, 4889)
+		return err
+	})
+	want := r.trace(ctx, t, "vxlan0")
+	step := r.stepper(ctx, t, of, want)
+	keep := func(changed bool) func() error {
+		return func() error {
+			got, err := b.Keep(ctx)
+			if err == nil && got != changed {
+				t.Fatalf("Keep: changed %v, want %v", got, changed)
+			}
+			return err
+		}
+	}
+	step("keep on a clean bridge", keep(true), "vxlan0:4789", "4789", 2, 1)
+	standing := r.ourPorts(ctx, t)
+	step("keep again", keep(false), "vxlan0:4789", "4789", 2, 0)
+	r.in(func() error {
+		if p := b.StagedProblems(ctx, 4889); len(p) > 0 {
+			t.Fatalf("staged problems with the standing redirects in place: %q", p)
+		}
+		return nil
+	})
+
+	listen := func() error { return b.Listen(ctx, snap) }
+	sw := func() error { _, err := b.SwitchSend(ctx, snap); return err }
+	retire := func() error { _, err := b.Retire(ctx, snap); return err }
+	step("listen", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 0)
+	if got := r.ourPorts(ctx, t); !slices.Equal(got, standing) {
+		t.Fatalf("after listen our flows match ports %q, want the standing ones %q", got, standing)
+	}
+	step("keep while listening", keep(false), "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 0)
+	step("switch", sw, "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2, 0)
+	step("unlisten", func() error { return b.Unlisten(ctx, snap) }, "vxlan0:4789", "4789", 2, 0)
+	step("listen", listen, "vxlan0-cot:4889 bound vxlan0:4789", "4789 4889", 2, 0)
+	step("switch", sw, "vxlan0-cot-old:4789 bound vxlan0-cot:4889 bound vxlan0:4889", "4789 4889", 2, 0)
+	step("retire", retire, "vxlan0:4889", "4889", 2, 0)
+	step("keep after the retirement", keep(false), "vxlan0:4889", "4889", 2, 0)
+	if got := r.ourPorts(ctx, t); !slices.Equal(got, standing) {
+		t.Fatalf("after the retirement our flows match ports %q, want the standing ones %q", got, standing)
+	}
+
+	// An OVS restart loses the flow table: Keep puts them back.
+	if _, err := r.inst.Ofctl(ctx, "del-flows", "br0", fmt.Sprintf("cookie=%#x/-1", CookieIn)); err != nil {
+		t.Fatal(err)
+	}
+	step("keep after the flows were lost", keep(true), "vxlan0:4889", "4889", 2, 1)
+
+	// Another interface asks for one of their numbers: Keep moves them
+	// off it, so its frames are not handed to vxlan0's flows.
+	if _, err := r.inst.Vsctl(ctx, "add-port", "br0", "squat", "--", "set", "interface", "squat", "type=internal",
+		"mtu_request=1450", "ofport_request="+standing[1]); err != nil {
+		t.Fatal(err)
+	}
+	step("keep with a number taken", keep(true), "vxlan0:4889", "4889", 2, 2)
+	moved := r.ourPorts(ctx, t)
+	if len(moved) != 2 || slices.Contains(moved, standing[1]) {
+		t.Fatalf("our flows match ports %q, want two, none the number %s the interface took", moved, standing[1])
+	}
+	step("keep again", keep(false), "vxlan0:4889", "4889", 2, 0)
 }
