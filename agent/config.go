@@ -60,7 +60,7 @@ type Config struct {
 	Interface string
 	// StandingRedirects keeps the staged strategy's two redirect flows on
 	// the bridge between operations, so that a staged operation changes
-	// no flow table (docs/staged.md, "Standing redirects").
+	// no flow table (docs/staged.md, "How each backend does it": standing redirects).
 	StandingRedirects bool
 
 	// Kernel VXLAN backend.
