@@ -293,10 +293,26 @@ func (k keeperFake) Keep(context.Context) (bool, error) {
 // operation, so a staged operation finds it in place.
 func TestKeeperKeptFromStart(t *testing.T) {
 	k := keeperFake{Fake: newFake(), keeps: make(chan struct{}, 16)}
-	startAgent(t, testConfig(t), k)
+	a := startAgent(t, testConfig(t), k)
 	select {
 	case <-k.keeps:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Keep not called within 10 s of the agent's start")
+	}
+	// Counted once Keep returned: cutover_agent_standing_checks_total,
+	// result written (the fake always writes).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		const want = `
+# HELP cutover_agent_standing_checks_total Checks of what the backend keeps between operations (the OVS standing redirect flows, --ovs-standing-redirects), by result: in_place, written (put back: removed by something else, stale, or in another interface's way; each is a flow table change), error.
+# TYPE cutover_agent_standing_checks_total counter
+cutover_agent_standing_checks_total{result="written"} 1
+`
+		err := testutil.GatherAndCompare(a.reg, strings.NewReader(want), "cutover_agent_standing_checks_total")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 }

@@ -28,6 +28,7 @@ type Metrics struct {
 	buildInfo      *prometheus.GaugeVec
 	pathChecks     *prometheus.CounterVec
 	pathSilent     prometheus.Gauge
+	standing       *prometheus.CounterVec
 }
 
 var _ operation.Observer = (*Metrics)(nil)
@@ -81,9 +82,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cutover_agent_path_check_silent_peers",
 			Help: "Peers of the last path check from which nothing came back or arrived, on any VNI or size: the pair looks blocked on the checked port.",
 		}),
+		standing: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cutover_agent_standing_checks_total",
+			Help: "Checks of what the backend keeps between operations (the OVS standing redirect flows, --ovs-standing-redirects), by result: in_place, written (put back: removed by something else, stale, or in another interface's way; each is a flow table change), error.",
+		}, []string{"result"}),
 	}
 	reg.MustRegister(m.currentPort, m.phase, m.applyDuration, m.commitLateness, m.rpcRequests,
-		m.deadmanReverts, m.tlsRejections, m.tlsReloads, m.buildInfo, m.pathChecks, m.pathSilent)
+		m.deadmanReverts, m.tlsRejections, m.tlsReloads, m.buildInfo, m.pathChecks, m.pathSilent, m.standing)
 	for _, r := range []string{"ok", "port_in_use", "error"} {
 		m.pathChecks.WithLabelValues(r)
 	}
@@ -133,6 +138,19 @@ func (m *Metrics) PathChecked(result string, silent int) {
 	m.pathChecks.WithLabelValues(result).Inc()
 	if result == "ok" {
 		m.pathSilent.Set(float64(silent))
+	}
+}
+
+// StandingChecked counts a dataplane.Keeper check: changed when it had to
+// write.
+func (m *Metrics) StandingChecked(changed bool, err error) {
+	switch {
+	case err != nil:
+		m.standing.WithLabelValues("error").Inc()
+	case changed:
+		m.standing.WithLabelValues("written").Inc()
+	default:
+		m.standing.WithLabelValues("in_place").Inc()
 	}
 }
 

@@ -234,7 +234,7 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 			hs.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
 			if _, be, err := svc.core(); err == nil {
 				if k, ok := be.(dataplane.Keeper); ok {
-					go keepBackend(setupCtx, k, keepEvery, cfg.CallTimeout, log)
+					go keepBackend(setupCtx, k, keepEvery, cfg.CallTimeout, metrics, log)
 				}
 			}
 		}
@@ -353,13 +353,14 @@ const keepEvery = time.Minute
 
 // keepBackend calls k.Keep now and every every, logging what it repaired
 // or why it could not.
-func keepBackend(ctx context.Context, k dataplane.Keeper, every, timeout time.Duration, log *slog.Logger) {
+func keepBackend(ctx context.Context, k dataplane.Keeper, every, timeout time.Duration, metrics *Metrics, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		changed, err := k.Keep(cctx)
 		cancel()
+		metrics.StandingChecked(changed, err)
 		switch {
 		case err != nil:
 			log.Warn("backend: cannot keep its standing state; retrying", "err", err, "retry_in", every)
