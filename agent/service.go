@@ -195,6 +195,11 @@ func (s *Service) Preflight(ctx context.Context, req *agentv1.PreflightRequest) 
 		Actions:        c.Actions,
 		Info:           info,
 	}
+	if a, ok := be.(dataplane.StagedAdvisor); ok {
+		resp.StagedLosesLess, resp.StrategyNote = a.StagedLosesLess()
+	} else {
+		resp.StrategyNote = fmt.Sprintf("backend %s: no measure of the staged strategy against the atomic one", be.Name())
+	}
 	if rec, _ := m.Status(""); rec.Phase.InFlight() && rec.ID != req.GetOperationId() {
 		resp.Problems = append(resp.Problems, fmt.Sprintf("operation %s in flight (%s, port %d -> %d): wait for it to end, or roll it back", rec.ID, rec.Phase, rec.FromPort, rec.ToPort))
 	}

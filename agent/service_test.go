@@ -504,6 +504,12 @@ func TestServiceStagedPreflight(t *testing.T) {
 	if err != nil || len(pf.Problems) != 0 || len(pf.Actions) != 3 || !strings.Contains(pf.Actions[0], "receive on 4889 beside 4789") {
 		t.Fatalf("staged preflight: %v %v", pf, err)
 	}
+	// The fake backend has no measure of the staged strategy against the
+	// atomic one (dataplane.StagedAdvisor): strategy auto must not pick
+	// staged for it, and the note says why.
+	if pf.StagedLosesLess || !strings.Contains(pf.StrategyNote, "no measure") {
+		t.Fatalf("staged preflight of a backend without advice: staged_loses_less %v, note %q", pf.StagedLosesLess, pf.StrategyNote)
+	}
 	fake.SetStagedRefusal("openshift-sdn: refused for the test")
 	pf, err = a.client.Preflight(ctx, &agentv1.PreflightRequest{TargetPort: 4889, Strategy: "staged"})
 	if err != nil || len(pf.Problems) != 1 || pf.Problems[0] != "openshift-sdn: refused for the test" {

@@ -36,6 +36,10 @@ type request struct {
 	allowUnprobed bool   // targets without a probe address are left out, the result flagged
 	// allowPathProblems turns the path check's problems into warnings.
 	allowPathProblems bool
+	// auto: the request's strategy was "auto" (resolveAuto settled staged
+	// and strategyReason says why).
+	auto           bool
+	strategyReason string
 	// staged is the staged strategy; batches its batches (nil: atomic).
 	staged      bool
 	batches     [][]string
@@ -130,7 +134,24 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 		r.nodes = inv.nodeNames()
 	}
 	var err error
-	if r.staged, err = parseStrategy(req.Strategy); err != nil {
+	strategy := req.Strategy
+	if strategy == StrategyAuto {
+		// auto picks one strategy for the whole overlay: what only one
+		// of them takes is named with it.
+		const pick = "strategy auto picks staged or atomic for every node of the overlay: name the strategy to use it"
+		switch {
+		case len(req.Batches) > 0:
+			return r, invalid("batches", fmt.Sprintf("%q", strings.Join(req.Batches, ",")), pick)
+		case req.MaxParallel != 0:
+			return r, invalid("max_parallel", strconv.FormatUint(uint64(req.MaxParallel), 10), pick)
+		case len(req.Nodes) > 0:
+			return r, invalid("nodes", fmt.Sprintf("%q", strings.Join(req.Nodes, ",")), pick)
+		case req.Selector != "":
+			return r, invalid("selector", fmt.Sprintf("%q", req.Selector), pick)
+		}
+		r.auto, strategy = true, StrategyStaged
+	}
+	if r.staged, err = parseStrategy(strategy); err != nil {
 		return r, err
 	}
 	switch {

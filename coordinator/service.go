@@ -67,7 +67,12 @@ func (c *Coordinator) Plan(ctx context.Context, req *coordinatorv1.CutoverReques
 	if err != nil {
 		return nil, err
 	}
-	return c.fullPreflight(ctx, r, "cutover").resp, nil
+	if r, err = c.resolveAuto(ctx, req, r); err != nil {
+		return nil, err
+	}
+	resp := c.fullPreflight(ctx, r, "cutover").resp
+	resp.Strategy, resp.StrategyReason = r.strategy(), r.strategyReason
+	return resp, nil
 }
 
 // inventoryUnread is a refresh that failed: like a preflight problem,
@@ -101,14 +106,23 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		kind = "rollback"
 	}
 	if held := c.heldOp(); held != nil {
-		if r.staged && r.to == held.to && reverts == "" {
+		if r.staged && !r.auto && r.to == held.to && reverts == "" {
 			return c.continueHeld(held, req, r, stream)
 		}
 		what := fmt.Sprintf("%s cutover to port %d", map[bool]string{false: "an atomic", true: "a staged"}[r.staged], r.to)
+		if r.auto {
+			what = fmt.Sprintf("a cutover to port %d with strategy auto", r.to)
+		}
 		if reverts != "" {
 			what = "the reverse cutover of " + reverts
 		}
 		return refuseBesideHeld(held, what)
+	}
+	if r, err = c.resolveAuto(ctx, req, r); err != nil {
+		return err
+	}
+	if r.auto {
+		_ = stream.Send(&coordinatorv1.OperationEvent{OperationId: r.id, Phase: "preflight", Message: r.strategyReason, UnixNano: time.Now().UnixNano()})
 	}
 	// Preflight at hundreds of nodes takes a while: its progress goes out
 	// on the stream as it happens (a refusal then ends the stream).
@@ -123,7 +137,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		if len(pf.problems) > 0 {
 			return refused(pf)
 		}
-		rep := &coordinatorv1.Report{OperationId: r.id, FromPort: pf.from, ToPort: r.to}
+		rep := &coordinatorv1.Report{OperationId: r.id, FromPort: pf.from, ToPort: r.to, Strategy: r.strategy(), StrategyReason: r.strategyReason}
 		for _, np := range pf.resp.Nodes {
 			rep.Nodes = append(rep.Nodes, &coordinatorv1.NodeResult{Node: np.Node, Port: np.CurrentPort})
 			if err := stream.Send(&coordinatorv1.OperationEvent{OperationId: r.id, Phase: "preflight", Node: np.Node,
@@ -140,7 +154,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	c.mu.Unlock()
 	op := newOperation(r.id, kind, 0, r.to, r.nodes, r.step, c.deadmanFor(r.step), seq)
 	op.report.Kind, op.report.RevertsOperationId = kind, reverts
-	op.report.Strategy = r.strategy()
+	op.report.Strategy, op.report.StrategyReason = r.strategy(), r.strategyReason
 	if r.staged {
 		op.rec.Batches, op.rec.MaxParallel = r.batches, r.maxParallel
 		op.report.Batches = reportBatches(r.batches)

@@ -1,12 +1,20 @@
 package coordinator
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
@@ -19,7 +27,73 @@ import (
 const (
 	StrategyAtomic = "atomic"
 	StrategyStaged = "staged"
+	// StrategyAuto is resolved before preflight (resolveAuto): the report
+	// and the journal name the strategy that ran.
+	StrategyAuto = "auto"
 )
+
+// resolveAuto settles strategy "auto": staged when every node's agent
+// accepts it (its staged preflight finds no problem) and says staged loses
+// less there (PreflightResponse.staged_loses_less: the lab's figures for
+// its backend as configured), else atomic, with why in
+// strategyReason. One Preflight call per node, which changes nothing; the
+// chosen strategy's own preflight follows. An unreachable node counts
+// against staged: the atomic preflight then names it.
+func (c *Coordinator) resolveAuto(ctx context.Context, req *coordinatorv1.CutoverRequest, r request) (request, error) {
+	if !r.auto {
+		return r, nil
+	}
+	type answer struct {
+		pf  *agentv1.PreflightResponse
+		err error
+	}
+	answers := map[string]answer{}
+	var mu sync.Mutex
+	fanOut(r.nodes, func(n string) {
+		cctx, cancel := context.WithTimeout(ctx, r.step)
+		defer cancel()
+		pf, err := c.agent(n).client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to, Strategy: StrategyStaged})
+		mu.Lock()
+		defer mu.Unlock()
+		answers[n] = answer{pf, err}
+	})
+	var against []string
+	why := map[string][]string{}
+	for _, n := range r.nodes {
+		a := answers[n]
+		switch {
+		case a.err != nil:
+			against = append(against, fmt.Sprintf("%s: not answered (%s)", n, status.Convert(a.err).Message()))
+		case len(a.pf.GetProblems()) > 0:
+			against = append(against, fmt.Sprintf("%s: %s", n, a.pf.GetProblems()[0]))
+		case !a.pf.GetStagedLosesLess():
+			note := a.pf.GetStrategyNote()
+			if note == "" {
+				note = "an agent older than strategy auto"
+			}
+			against = append(against, fmt.Sprintf("%s: %s", n, note))
+		default:
+			why[a.pf.GetStrategyNote()] = append(why[a.pf.GetStrategyNote()], n)
+		}
+	}
+	if len(against) == 0 {
+		var parts []string
+		for _, note := range slices.Sorted(maps.Keys(why)) {
+			parts = append(parts, fmt.Sprintf("%s (%s)", note, abbreviate(why[note], 5)))
+		}
+		r.strategyReason = fmt.Sprintf("auto: staged, every node accepts it and loses less with it: %s", strings.Join(parts, "; "))
+		return r, nil
+	}
+	atomic := proto.Clone(req).(*coordinatorv1.CutoverRequest)
+	atomic.Strategy, atomic.OperationId = StrategyAtomic, r.id
+	ra, err := c.validate(atomic)
+	if err != nil {
+		return r, err
+	}
+	ra.auto = true
+	ra.strategyReason = fmt.Sprintf("auto: atomic, staged does not lose less on %d of %d node(s): %s", len(against), len(r.nodes), abbreviate(against, 3))
+	return ra, nil
+}
 
 // defaultBatches is a canary, then everyone else.
 var defaultBatches = []string{"1", "100%"}

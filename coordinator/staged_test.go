@@ -608,3 +608,111 @@ func crashAt(t *testing.T, l *lab, id, step string) *coordinatorv1.Report {
 	}
 	return st
 }
+
+// advisedFake is a fake dataplane whose agent says whether the staged
+// strategy loses less on it (dataplane.StagedAdvisor), as the real
+// backends do for their configuration.
+type advisedFake struct {
+	*dataplane.Fake
+	mu    sync.Mutex
+	loses bool
+	note  string
+}
+
+func (a *advisedFake) StagedLosesLess() (bool, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.loses, a.note
+}
+
+func (a *advisedFake) advise(loses bool, note string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.loses, a.note = loses, note
+}
+
+// TestStrategyAuto: strategy "auto" runs staged when every node's agent
+// accepts it and says it loses less there, and atomic when one does not
+// (it says it loses more, or refuses staged), naming the node and why in
+// the report and the plan; a held operation and the options only one
+// strategy takes are refused with the field, the value and the reason.
+func TestStrategyAuto(t *testing.T) {
+	const n = 4
+	planes := map[string]*advisedFake{}
+	l := realAgentsWith(t, n, func(node string) dataplane.Backend {
+		a := &advisedFake{Fake: dataplane.NewFake("ovs", "vxlan0", fromPort), loses: true, note: "lab: staged lost nothing"}
+		planes[node] = a
+		return a
+	})
+	ports := func(want int) {
+		t.Helper()
+		for node, a := range planes {
+			if got := a.Dump(); got != fmt.Sprintf("port=%d fw=[%d]", want, want) {
+				t.Errorf("%s: %s, want every node on %d alone", node, got, want)
+			}
+		}
+	}
+	run := func(port uint32, id string) *coordinatorv1.Report {
+		t.Helper()
+		rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: port, OperationId: id, Strategy: StrategyAuto})
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", id, err, strings.Join(msgs, "\n"))
+		}
+		if rep.State != succeeded {
+			t.Fatalf("%s: %s %s\n%s", id, rep.State, rep.Error, strings.Join(msgs, "\n"))
+		}
+		return rep
+	}
+
+	rep := run(4889, "auto1")
+	if rep.Strategy != StrategyStaged || !strings.Contains(rep.StrategyReason, "auto: staged") || !strings.Contains(rep.StrategyReason, "lab: staged lost nothing") {
+		t.Fatalf("every node advising staged: strategy %q (%q), want staged with the agents' note", rep.Strategy, rep.StrategyReason)
+	}
+	ports(4889)
+
+	planes["n3"].advise(false, "OVS without standing redirects")
+	p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4989, Strategy: StrategyAuto})
+	if err != nil || p.Strategy != StrategyAtomic || !strings.Contains(p.StrategyReason, "n3: OVS without standing redirects") {
+		t.Fatalf("plan with n3 advising atomic: %v, strategy %q (%q), want atomic naming n3", err, p.GetStrategy(), p.GetStrategyReason())
+	}
+	rep = run(4989, "auto2")
+	if rep.Strategy != StrategyAtomic || !strings.Contains(rep.StrategyReason, "1 of 4 node(s)") || !strings.Contains(rep.StrategyReason, "n3: OVS without standing redirects") {
+		t.Fatalf("n3 advising atomic: strategy %q (%q), want atomic naming n3", rep.Strategy, rep.StrategyReason)
+	}
+	ports(4989)
+
+	planes["n3"].advise(true, "lab: staged lost nothing")
+	planes["n2"].SetStagedRefusal("rp_filter is 1")
+	rep = run(5089, "auto3")
+	if rep.Strategy != StrategyAtomic || !strings.Contains(rep.StrategyReason, "n2: rp_filter is 1") {
+		t.Fatalf("n2 refusing staged: strategy %q (%q), want atomic naming n2's refusal", rep.Strategy, rep.StrategyReason)
+	}
+	ports(5089)
+
+	for _, bad := range []struct {
+		req   *coordinatorv1.CutoverRequest
+		field string
+	}{
+		{&coordinatorv1.CutoverRequest{Port: 5189, Strategy: StrategyAuto, Batches: []string{"1", "100%"}}, "batches"},
+		{&coordinatorv1.CutoverRequest{Port: 5189, Strategy: StrategyAuto, MaxParallel: 2}, "max_parallel"},
+		{&coordinatorv1.CutoverRequest{Port: 5189, Strategy: StrategyAuto, Nodes: []string{"n1"}}, "nodes"},
+		{&coordinatorv1.CutoverRequest{Port: 5189, Strategy: StrategyAuto, Selector: "rack=a"}, "selector"},
+	} {
+		_, _, err := l.cutover(bad.req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), bad.field) || !strings.Contains(err.Error(), "strategy auto picks") {
+			t.Errorf("auto with %s: %v, want InvalidArgument naming %s and why", bad.field, err, bad.field)
+		}
+	}
+	ports(5089) // nothing changed
+
+	// A held operation: auto is refused beside it (it is not a
+	// continuation), naming the held operation.
+	planes["n2"].SetStagedRefusal("")
+	hold, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 5289, OperationId: "held1", Strategy: StrategyStaged, Nodes: []string{"n1"}})
+	if err != nil || hold.State != coordinatorv1.OperationState_OPERATION_STATE_HELD {
+		t.Fatalf("staged subset: %v %v\n%s", err, hold.GetState(), strings.Join(msgs, "\n"))
+	}
+	if _, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 5289, Strategy: StrategyAuto}); err == nil || !strings.Contains(err.Error(), "held1") || !strings.Contains(err.Error(), "strategy auto") {
+		t.Fatalf("auto beside a held operation: %v, want refused naming held1", err)
+	}
+}

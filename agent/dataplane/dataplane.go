@@ -96,6 +96,15 @@ type Keeper interface {
 	Keep(ctx context.Context) (changed bool, err error)
 }
 
+// StagedAdvisor is a Stager that says whether, on this node as
+// configured, the staged strategy loses less than the atomic one (by the
+// lab's figures at N = 32, docs/staged.md), and why. The coordinator's
+// strategy "auto" runs staged only where every node says so.
+type StagedAdvisor interface {
+	Stager
+	StagedLosesLess() (bool, string)
+}
+
 // Stager is a Backend that supports the staged (make-before-break)
 // strategy: every node first receives on both ports, then the senders
 // switch to the new port a batch at a time, then the old port is retired.

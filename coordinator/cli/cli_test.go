@@ -167,7 +167,8 @@ func TestBadInputNoRPC(t *testing.T) {
 		{[]string{"plan", "--port", "4889", "--selector", "Bad_Prefix.com/x=y"}, []string{`--selector "Bad_Prefix.com/x=y"`, "invalid prefix"}},
 		{[]string{"plan", "--port", "4889", "--selector", "a=-x"}, []string{`label value "-x" is invalid`}},
 		{[]string{"plan", "--port", "4889", "--selector", "a=b,a=c"}, []string{`label key "a" given twice`}},
-		{[]string{"cutover", "--port", "4889", "--strategy", "slow"}, []string{`--strategy "slow"`, "atomic", "staged"}},
+		{[]string{"cutover", "--port", "4889", "--strategy", "slow"}, []string{`--strategy "slow"`, "atomic", "staged", "auto"}},
+		{[]string{"cutover", "--port", "4889", "--strategy", "auto", "--batches", "1,100%"}, []string{`--batches "1,100%"`, "only --strategy staged"}},
 		{[]string{"cutover", "--port", "4889", "--batches", "1,100%"}, []string{`--batches "1,100%"`, "only --strategy staged"}},
 		{[]string{"cutover", "--port", "4889", "--strategy", "staged", "--batches", "1,,100%"}, []string{`--batches "1,,100%"`, "batch 2 is empty"}},
 		{[]string{"cutover", "--port", "4889", "--max-parallel", "2"}, []string{"--max-parallel 2", "only --strategy staged"}},
@@ -450,6 +451,27 @@ func TestCutoverStaged(t *testing.T) {
 	}
 	if strings.Contains(stdout, "commit spread") {
 		t.Errorf("a staged report shows a commit spread:\n%s", stdout)
+	}
+}
+
+// TestCutoverAuto: --strategy auto reaches the coordinator as given, and
+// the report says which strategy ran and why.
+func TestCutoverAuto(t *testing.T) {
+	evs := sampleEvents(coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED)
+	rep := evs[len(evs)-1].GetReport()
+	rep.Strategy, rep.StrategyReason = "atomic", "auto: atomic, staged does not lose less on 1 of 3 node(s): n2: OVS without --ovs-standing-redirects"
+	f := &fakeCoord{events: evs}
+	addr, _ := serve(t, f, nil)
+	code, stdout, stderr := run(t, "--coordinator", addr, "--insecure", "cutover", "--port", "4889", "--strategy", "auto")
+	if code != ExitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	want := &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "auto"}
+	if got := f.lastRequest(); !proto.Equal(got, want) {
+		t.Errorf("request %v, want %v", got, want)
+	}
+	if w := "strategy: atomic (auto: atomic, staged does not lose less on 1 of 3 node(s): n2: OVS without --ovs-standing-redirects)"; !strings.Contains(stdout, w) {
+		t.Errorf("stdout lacks %q:\n%s", w, stdout)
 	}
 }
 

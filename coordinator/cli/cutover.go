@@ -21,7 +21,7 @@ func newCutoverCmd(g *Globals) *cobra.Command {
 		dryRun bool
 	)
 	cmd := &cobra.Command{
-		Use:   "cutover --port N [--strategy atomic|staged] [--dry-run] [--nodes a,b | --selector k=v] [--timeout 30s] [--allow-nodeport-range] [--allow-tunnel-port]",
+		Use:   "cutover --port N [--strategy atomic|staged|auto] [--dry-run] [--nodes a,b | --selector k=v] [--timeout 30s] [--allow-nodeport-range] [--allow-tunnel-port]",
 		Short: "Move the overlay to a new VXLAN port on every node at once, verified and reversible",
 		Long: `Run a cutover: preflight, prepare (open the new port everywhere), commit (all
 nodes flip at one instant), verify (read-back and probe mesh), confirm and
@@ -43,6 +43,11 @@ those nodes switch and the operation is HELD (every node listening on both)
 until a later staged cutover to the same port switches more (without
 --nodes/--selector: the rest, then the retirement) or coordctl rollback
 undoes it all; nothing else runs meanwhile.
+
+--strategy auto: staged where every node accepts it and its agent says staged
+loses less there (kernel VXLAN; OVS with --ovs-standing-redirects), else
+atomic; the report says which ran and why. Not with --batches,
+--max-parallel, --nodes or --selector.
 
 --timeout is the per-step deadline on the agents (default: the
 coordinator's); coordctl waits up to 10x --timeout for the whole operation,

@@ -11,7 +11,7 @@ import (
 func newPlanCmd(g *Globals) *cobra.Command {
 	var t targetFlags
 	cmd := &cobra.Command{
-		Use:   "plan --port N [--nodes a,b | --selector k=v] [--allow-nodeport-range] [--allow-tunnel-port]",
+		Use:   "plan --port N [--strategy atomic|staged|auto] [--nodes a,b | --selector k=v] [--allow-nodeport-range] [--allow-tunnel-port]",
 		Short: "Preflight a port change: what would happen on each node, and the problems. Changes nothing",
 		Long: `Run preflight for moving the overlay to --port and show, per node, the port in
 use now, whether the new port is free, which list of actions it would run,

@@ -131,6 +131,9 @@ func padRight(s string, n int) string {
 // full (-o wide).
 func renderPlan(w io.Writer, p *coordinatorv1.PlanResponse, wide bool) {
 	_, _ = fmt.Fprintf(w, "plan: port %d -> %d on %d node(s); nothing was changed\n\n", p.GetCurrentPort(), p.GetTargetPort(), len(p.GetNodes()))
+	if why := p.GetStrategyReason(); why != "" {
+		_, _ = fmt.Fprintf(w, "strategy: %s (%s)\n\n", p.GetStrategy(), why)
+	}
 	groups, byNode := groupActions(p.GetNodes())
 
 	header := []string{"NODE", "CURRENT", "NEW PORT FREE"}

@@ -128,6 +128,9 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 		}
 		_ = t.Flush()
 	}
+	if why := r.GetStrategyReason(); why != "" {
+		_, _ = fmt.Fprintf(w, "\nstrategy: %s (%s)\n", r.GetStrategy(), why)
+	}
 	if r.GetStrategy() == "staged" {
 		// No instant, so no commit spread: the batches are the timeline.
 		renderBatches(w, r)

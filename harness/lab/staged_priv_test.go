@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
 	"github.com/cutover-dev/cutover/harness/lab"
 	"github.com/cutover-dev/cutover/harness/lab/labtest"
 	"github.com/cutover-dev/cutover/harness/testenv"
@@ -61,6 +63,12 @@ func testE2EStaged(t *testing.T, backend string, oldPort int) {
 	defer cancel()
 	e.wantOn(oldPort)
 	e.warmProbes()
+
+	// Strategy auto on the agents' defaults: kernel VXLAN runs staged (it
+	// loses less there), OVS without --ovs-standing-redirects atomic (its
+	// two flow table changes per node), each saying why.
+	e.wantAutoPlan(ctx, map[string]string{lab.BackendOVS: "atomic", lab.BackendKernelVXLAN: "staged"}[backend],
+		map[string]string{lab.BackendOVS: "without --ovs-standing-redirects", lab.BackendKernelVXLAN: "kernel VXLAN"}[backend])
 
 	staged := []string{"cutover", "--port", "4889", "--strategy", "staged", "--batches", "1,50%,100%"}
 	check := e.observeRx(oldPort, 4889)
@@ -491,8 +499,29 @@ func TestE2EStagedOVSStanding(t *testing.T) {
 		flows(fmt.Sprintf("after %v", args), time.Since(start))
 		return rep.GetOperationId()
 	}
-	id := op([]string{"cutover", "--port", "4889", "--strategy", "staged", "--batches", "1,50%,100%"}, 4789, 4889)
+	// Strategy auto runs staged here: every agent has the standing
+	// redirects, so staged loses less on each.
+	e.wantAutoPlan(ctx, "staged", "OVS with standing redirects")
+	id := op([]string{"cutover", "--port", "4889", "--strategy", "auto"}, 4789, 4889)
 	op([]string{"rollback", id}, 4889, 4789)
+}
+
+// wantAutoPlan checks which strategy "auto" picks on the lab (coordctl
+// plan --strategy auto, which changes nothing) and that its reason names
+// why (note).
+func (e *e2eLab) wantAutoPlan(ctx context.Context, strategy, note string) {
+	e.t.Helper()
+	out, code := e.run(ctx, "plan", "--port", "4889", "--strategy", "auto", "-o", "json")
+	if code != 0 {
+		e.t.Fatalf("plan --strategy auto: exit %d\n%s", code, out)
+	}
+	p := &coordinatorv1.PlanResponse{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(out), p); err != nil {
+		e.t.Fatalf("plan: %v\n%s", err, out)
+	}
+	if p.GetStrategy() != strategy || !strings.Contains(p.GetStrategyReason(), note) {
+		e.t.Fatalf("plan --strategy auto: strategy %q (%q), want %s for %q", p.GetStrategy(), p.GetStrategyReason(), strategy, note)
+	}
 }
 
 func TestE2EStagedKernelVXLAN(t *testing.T) {

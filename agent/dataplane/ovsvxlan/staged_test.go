@@ -87,3 +87,23 @@ func TestStagedProblems(t *testing.T) {
 		t.Fatalf("sdn: %q", p)
 	}
 }
+
+// TestStagedLosesLess: what the agent tells strategy auto follows the lab's
+// figures for the configuration: staged only with the standing redirects
+// (no flow table change), never with the openshift-sdn profile.
+func TestStagedLosesLess(t *testing.T) {
+	for _, c := range []struct {
+		sdn, standing bool
+		want          bool
+		note          string
+	}{
+		{false, false, false, "without --ovs-standing-redirects"},
+		{false, true, true, "no flow table change"},
+		{true, true, false, "openshift-sdn"},
+	} {
+		b := &Backend{cfg: Config{SDN: c.sdn, StandingRedirects: c.standing}}
+		if got, note := b.StagedLosesLess(); got != c.want || !strings.Contains(note, c.note) {
+			t.Errorf("sdn %v standing %v: %v %q, want %v and a note with %q", c.sdn, c.standing, got, note, c.want, c.note)
+		}
+	}
+}

@@ -473,9 +473,16 @@ type PreflightResponse struct {
 	// What Info answers, read as the preflight began: one call where
 	// preflight made two (issue 13). Unset from an agent older than the
 	// field: the coordinator then asks Info itself.
-	Info          *InfoResponse `protobuf:"bytes,6,opt,name=info,proto3" json:"info,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Info *InfoResponse `protobuf:"bytes,6,opt,name=info,proto3" json:"info,omitempty"`
+	// Whether on this node, as its backend is configured, the staged
+	// strategy loses less than the atomic one by the lab's figures at N = 32
+	// (docs/staged.md), and why (whatever the request's strategy): what
+	// the coordinator's strategy "auto" decides from. False from an agent
+	// older than the field: atomic.
+	StagedLosesLess bool   `protobuf:"varint,7,opt,name=staged_loses_less,json=stagedLosesLess,proto3" json:"staged_loses_less,omitempty"`
+	StrategyNote    string `protobuf:"bytes,8,opt,name=strategy_note,json=strategyNote,proto3" json:"strategy_note,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PreflightResponse) Reset() {
@@ -548,6 +555,20 @@ func (x *PreflightResponse) GetInfo() *InfoResponse {
 		return x.Info
 	}
 	return nil
+}
+
+func (x *PreflightResponse) GetStagedLosesLess() bool {
+	if x != nil {
+		return x.StagedLosesLess
+	}
+	return false
+}
+
+func (x *PreflightResponse) GetStrategyNote() string {
+	if x != nil {
+		return x.StrategyNote
+	}
+	return ""
 }
 
 type PrepareRequest struct {
@@ -1943,14 +1964,16 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1f\n" +
 	"\vtarget_port\x18\x02 \x01(\rR\n" +
 	"targetPort\x12\x1a\n" +
-	"\bstrategy\x18d \x01(\tR\bstrategy\"\xf4\x01\n" +
+	"\bstrategy\x18d \x01(\tR\bstrategy\"\xc5\x02\n" +
 	"\x11PreflightResponse\x12!\n" +
 	"\fcurrent_port\x18\x01 \x01(\rR\vcurrentPort\x12(\n" +
 	"\x10target_port_free\x18\x02 \x01(\bR\x0etargetPortFree\x12(\n" +
 	"\x10target_port_user\x18\x03 \x01(\tR\x0etargetPortUser\x12\x1a\n" +
 	"\bproblems\x18\x04 \x03(\tR\bproblems\x12\x18\n" +
 	"\aactions\x18\x05 \x03(\tR\aactions\x122\n" +
-	"\x04info\x18\x06 \x01(\v2\x1e.cutover.agent.v1.InfoResponseR\x04info\"\xef\x01\n" +
+	"\x04info\x18\x06 \x01(\v2\x1e.cutover.agent.v1.InfoResponseR\x04info\x12*\n" +
+	"\x11staged_loses_less\x18\a \x01(\bR\x0fstagedLosesLess\x12#\n" +
+	"\rstrategy_note\x18\b \x01(\tR\fstrategyNote\"\xef\x01\n" +
 	"\x0ePrepareRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1b\n" +
 	"\tfrom_port\x18\x02 \x01(\rR\bfromPort\x12\x17\n" +

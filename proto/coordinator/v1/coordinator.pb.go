@@ -322,7 +322,11 @@ type CutoverRequest struct {
 	// "atomic" (default): every node flips at one instant. "staged"
 	// (make-before-break): every node listens on both ports, then senders
 	// switch batch by batch with the probe mesh verified after each, then
-	// the old port is retired (docs/staged.md).
+	// the old port is retired (docs/staged.md). "auto": staged where every
+	// node accepts it and its agent says staged loses less there
+	// (PreflightResponse.staged_loses_less), else atomic; the report and the
+	// plan say which ran and why (strategy, strategy_reason). Not with
+	// batches, max_parallel, nodes or selector.
 	Strategy string `protobuf:"bytes,100,opt,name=strategy,proto3" json:"strategy,omitempty"`
 	// Staged only: the batches' cumulative sizes, a count or a percentage of
 	// the nodes, e.g. ["1", "10%", "100%"]; the last must cover every node.
@@ -534,14 +538,18 @@ func (x *NodePlan) GetActions() []string {
 }
 
 type PlanResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CurrentPort   uint32                 `protobuf:"varint,1,opt,name=current_port,json=currentPort,proto3" json:"current_port,omitempty"`
-	TargetPort    uint32                 `protobuf:"varint,2,opt,name=target_port,json=targetPort,proto3" json:"target_port,omitempty"`
-	Nodes         []*NodePlan            `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Problems      []string               `protobuf:"bytes,4,rep,name=problems,proto3" json:"problems,omitempty"`                     // all problems; empty means the cutover may go
-	PathCheck     *PathCheckResult       `protobuf:"bytes,70,opt,name=path_check,json=pathCheck,proto3" json:"path_check,omitempty"` // the underlay path check on the target port
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	CurrentPort uint32                 `protobuf:"varint,1,opt,name=current_port,json=currentPort,proto3" json:"current_port,omitempty"`
+	TargetPort  uint32                 `protobuf:"varint,2,opt,name=target_port,json=targetPort,proto3" json:"target_port,omitempty"`
+	Nodes       []*NodePlan            `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Problems    []string               `protobuf:"bytes,4,rep,name=problems,proto3" json:"problems,omitempty"`                     // all problems; empty means the cutover may go
+	PathCheck   *PathCheckResult       `protobuf:"bytes,70,opt,name=path_check,json=pathCheck,proto3" json:"path_check,omitempty"` // the underlay path check on the target port
+	// The strategy the plan is for ("atomic" or "staged"), and with the
+	// request's strategy "auto" why that one.
+	Strategy       string `protobuf:"bytes,100,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	StrategyReason string `protobuf:"bytes,101,opt,name=strategy_reason,json=strategyReason,proto3" json:"strategy_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PlanResponse) Reset() {
@@ -607,6 +615,20 @@ func (x *PlanResponse) GetPathCheck() *PathCheckResult {
 		return x.PathCheck
 	}
 	return nil
+}
+
+func (x *PlanResponse) GetStrategy() string {
+	if x != nil {
+		return x.Strategy
+	}
+	return ""
+}
+
+func (x *PlanResponse) GetStrategyReason() string {
+	if x != nil {
+		return x.StrategyReason
+	}
+	return ""
 }
 
 // PathCheckResult is the matrix of an underlay path check: real VXLAN
@@ -1402,9 +1424,11 @@ type Report struct {
 	Strategy string         `protobuf:"bytes,100,opt,name=strategy,proto3" json:"strategy,omitempty"`
 	Batches  []*StagedBatch `protobuf:"bytes,101,rep,name=batches,proto3" json:"batches,omitempty"`
 	// Staged: the wave size as run (CutoverRequest.max_parallel resolved).
-	MaxParallel   uint32 `protobuf:"varint,102,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxParallel uint32 `protobuf:"varint,102,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
+	// With the request's strategy "auto": why strategy is the one that ran.
+	StrategyReason string `protobuf:"bytes,103,opt,name=strategy_reason,json=strategyReason,proto3" json:"strategy_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Report) Reset() {
@@ -1652,6 +1676,13 @@ func (x *Report) GetMaxParallel() uint32 {
 		return x.MaxParallel
 	}
 	return 0
+}
+
+func (x *Report) GetStrategyReason() string {
+	if x != nil {
+		return x.StrategyReason
+	}
+	return ""
 }
 
 // StagedBatch is one batch of a staged operation's sender switch.
@@ -1913,7 +1944,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\fcurrent_port\x18\x02 \x01(\rR\vcurrentPort\x12(\n" +
 	"\x10target_port_free\x18\x03 \x01(\bR\x0etargetPortFree\x12\x1a\n" +
 	"\bproblems\x18\x04 \x03(\tR\bproblems\x12\x18\n" +
-	"\aactions\x18\x05 \x03(\tR\aactions\"\xee\x01\n" +
+	"\aactions\x18\x05 \x03(\tR\aactions\"\xb3\x02\n" +
 	"\fPlanResponse\x12!\n" +
 	"\fcurrent_port\x18\x01 \x01(\rR\vcurrentPort\x12\x1f\n" +
 	"\vtarget_port\x18\x02 \x01(\rR\n" +
@@ -1921,7 +1952,9 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x05nodes\x18\x03 \x03(\v2 .cutover.coordinator.v1.NodePlanR\x05nodes\x12\x1a\n" +
 	"\bproblems\x18\x04 \x03(\tR\bproblems\x12F\n" +
 	"\n" +
-	"path_check\x18F \x01(\v2'.cutover.coordinator.v1.PathCheckResultR\tpathCheck\"\x89\x04\n" +
+	"path_check\x18F \x01(\v2'.cutover.coordinator.v1.PathCheckResultR\tpathCheck\x12\x1a\n" +
+	"\bstrategy\x18d \x01(\tR\bstrategy\x12'\n" +
+	"\x0fstrategy_reason\x18e \x01(\tR\x0estrategyReason\"\x89\x04\n" +
 	"\x0fPathCheckResult\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x12\n" +
 	"\x04vnis\x18\x02 \x03(\rR\x04vnis\x12#\n" +
@@ -1996,8 +2029,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x04lost\x18\x04 \x01(\x04R\x04lost\x12,\n" +
 	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\x12:\n" +
 	"\x1alongest_gap_from_unix_nano\x18\x06 \x01(\x03R\x16longestGapFromUnixNano\x12*\n" +
-	"\x11longest_gap_phase\x18\a \x01(\tR\x0flongestGapPhase\"\xef\n" +
-	"\n" +
+	"\x11longest_gap_phase\x18\a \x01(\tR\x0flongestGapPhase\"\x98\v\n" +
 	"\x06Report\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12<\n" +
 	"\x05state\x18\x02 \x01(\x0e2&.cutover.coordinator.v1.OperationStateR\x05state\x12\x1b\n" +
@@ -2036,7 +2068,8 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x06events\x18T \x03(\v2&.cutover.coordinator.v1.OperationEventR\x06events\x12\x1a\n" +
 	"\bstrategy\x18d \x01(\tR\bstrategy\x12=\n" +
 	"\abatches\x18e \x03(\v2#.cutover.coordinator.v1.StagedBatchR\abatches\x12!\n" +
-	"\fmax_parallel\x18f \x01(\rR\vmaxParallel\"\x7f\n" +
+	"\fmax_parallel\x18f \x01(\rR\vmaxParallel\x12'\n" +
+	"\x0fstrategy_reason\x18g \x01(\tR\x0estrategyReason\"\x7f\n" +
 	"\vStagedBatch\x12\x14\n" +
 	"\x05nodes\x18\x01 \x03(\tR\x05nodes\x12,\n" +
 	"\x12switched_unix_nano\x18\x02 \x01(\x03R\x10switchedUnixNano\x12,\n" +
