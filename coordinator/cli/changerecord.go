@@ -203,6 +203,9 @@ func newRecordView(r *coordinatorv1.Report, now time.Time) *recordView {
 	}
 	if q := r.GetRequest(); q != nil {
 		v.Request = requestKV(q)
+		if why := r.GetStrategyReason(); why != "" {
+			v.Request = append(v.Request, kv{"strategy run", r.GetStrategy() + " (" + why + ")"})
+		}
 	}
 	if p := r.GetPlan(); p != nil {
 		v.Plan = newPlanView(p)
@@ -304,6 +307,9 @@ func requestKV(q *coordinatorv1.CutoverRequest) []kv {
 		step = fmt.Sprintf("%d ms", q.GetTimeoutMillis())
 	}
 	out = append(out, kv{"step timeout", step})
+	if q.GetStrategy() == "auto" {
+		out = append(out, kv{"strategy", "auto (staged where every node accepts it and loses less with it, else atomic)"})
+	}
 	if q.GetStrategy() == "staged" {
 		batches := "1, 100% (default)"
 		if len(q.GetBatches()) > 0 {
