@@ -308,19 +308,8 @@ func stagedStanding(b *testing.B, ctx context.Context, l *lab.Lab, bin string, n
 			b.Fatal(err)
 		}
 	}
-	for _, node := range nodes {
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-			n, _, err := standingFlows(ctx, l, node)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if n == 2 {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("%s: %d standing redirect flows a minute after its agent started with --ovs-standing-redirects, want 2", node, n)
-			}
-		}
+	if err := waitStandingFlows(ctx, l, nodes, time.Minute); err != nil {
+		b.Fatalf("a minute after the agents started with --ovs-standing-redirects: %v", err)
 	}
 	time.Sleep(5 * time.Second)
 	if m, err := l.Mesh(ctx, 10*time.Second); err != nil || !m.AllOK() {
@@ -345,14 +334,8 @@ func stagedStanding(b *testing.B, ctx context.Context, l *lab.Lab, bin string, n
 		b.Logf("staged-standing: the dry run refuses (%v), trying again in 5 s; its last line: %s", err, lines[len(lines)-1])
 	}
 	return func(op time.Duration) {
-		for _, node := range nodes {
-			n, age, err := standingFlows(ctx, l, node)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if n != 2 || age < op {
-				b.Errorf("%s: after the staged operation (%s) %d standing redirect flows, the youngest %s old: want 2, older than the operation (it changed no flow table)", node, op.Round(time.Millisecond), n, age)
-			}
+		if err := standingFlowsOlder(ctx, l, nodes, op); err != nil {
+			b.Errorf("after the staged operation (it must change no flow table): %v", err)
 		}
 	}
 }

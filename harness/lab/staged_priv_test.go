@@ -52,15 +52,7 @@ const stalledAgent = 500 * time.Millisecond
 //     a second later): ABORTED, every node stops listening;
 //  5. a subset held, then continued (testE2EStagedSubset).
 func testE2EStaged(t *testing.T, backend string, oldPort int) {
-	bin := labtest.Binaries(t)
-	cfg := newConfig(t, backend, 4)
-	cfg.StartProcesses = true
-	cfg.AgentBin = filepath.Join(bin, "agent")
-	cfg.CoordinatorBin = filepath.Join(bin, "coordinator")
-	cfg.ProbeInterval = e2eInterval
-	e := &e2eLab{t: t, l: up(t, cfg), cutoverLab: filepath.Join(bin, "cutover-lab")}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	e, ctx := stagedE2ELab(t, backend)
 	e.wantOn(oldPort)
 	e.warmProbes()
 
@@ -319,6 +311,53 @@ func standingFlows(ctx context.Context, l *lab.Lab, node string) (int, time.Dura
 	return n, youngest, nil
 }
 
+// stagedE2ELab brings up the staged end-to-end tests' lab: 4 nodes of
+// backend with the real agents (plus agentArgs) and coordinator, probes
+// every e2eInterval, and a context for the test's 3 minutes.
+func stagedE2ELab(t *testing.T, backend string, agentArgs ...string) (*e2eLab, context.Context) {
+	t.Helper()
+	bin := labtest.Binaries(t)
+	cfg := newConfig(t, backend, 4)
+	cfg.StartProcesses = true
+	cfg.AgentBin = filepath.Join(bin, "agent")
+	cfg.CoordinatorBin = filepath.Join(bin, "coordinator")
+	cfg.ProbeInterval = e2eInterval
+	cfg.ExtraAgentArgs = agentArgs
+	e := &e2eLab{t: t, l: up(t, cfg), cutoverLab: filepath.Join(bin, "cutover-lab")}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return e, ctx
+}
+
+// standingFlowsOlder is nil when each of nodes has its two standing
+// redirect flows (--ovs-standing-redirects), each older than age, and
+// otherwise names the first node where it is not so.
+func standingFlowsOlder(ctx context.Context, l *lab.Lab, nodes []string, age time.Duration) error {
+	for _, n := range nodes {
+		k, youngest, err := standingFlows(ctx, l, n)
+		if err != nil {
+			return err
+		}
+		if k != 2 || youngest < age {
+			return fmt.Errorf("%s has %d standing redirect flows, the youngest %s old; want 2, older than %s", n, k, youngest, age.Round(time.Millisecond))
+		}
+	}
+	return nil
+}
+
+// waitStandingFlows waits up to within until each of nodes has its two
+// standing redirect flows (the agents put them in place as they start).
+func waitStandingFlows(ctx context.Context, l *lab.Lab, nodes []string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := standingFlowsOlder(ctx, l, nodes, 0)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // startUntil starts cutover-lab with args (a coordctl command, the lab's
 // --dir added) and reads its output until a line satisfies until; the
 // caller reads the rest from the scanner and waits for the command.
@@ -443,43 +482,10 @@ func TestE2EStagedOVS(t *testing.T) {
 func TestE2EStagedOVSStanding(t *testing.T) {
 	testenv.RequirePrivileged(t, append(ovsBins, "go")...)
 	t.Parallel()
-	bin := labtest.Binaries(t)
-	cfg := newConfig(t, lab.BackendOVS, 4)
-	cfg.StartProcesses = true
-	cfg.AgentBin = filepath.Join(bin, "agent")
-	cfg.CoordinatorBin = filepath.Join(bin, "coordinator")
-	cfg.ProbeInterval = e2eInterval
-	cfg.ExtraAgentArgs = []string{"--ovs-standing-redirects"}
-	e := &e2eLab{t: t, l: up(t, cfg), cutoverLab: filepath.Join(bin, "cutover-lab")}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	flows := func(what string, olderThan time.Duration) {
-		t.Helper()
-		for _, n := range e.l.Nodes() {
-			k, age, err := standingFlows(ctx, e.l, n.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if k != 2 || age < olderThan {
-				t.Fatalf("%s: %s has %d standing redirect flows, the youngest %s old; want 2, older than %s", what, n.Name, k, age, olderThan.Round(time.Millisecond))
-			}
-		}
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		ok := true
-		for _, n := range e.l.Nodes() {
-			k, _, err := standingFlows(ctx, e.l, n.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ok = ok && k == 2
-		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			flows("30 s after the agents started", 0)
-		}
+	e, ctx := stagedE2ELab(t, lab.BackendOVS, "--ovs-standing-redirects")
+	nodes := names(e.l)
+	if err := waitStandingFlows(ctx, e.l, nodes, 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
 	e.wantOn(4789)
 	e.warmProbes()
@@ -496,7 +502,9 @@ func TestE2EStagedOVSStanding(t *testing.T) {
 		e.wantStagedLoss(rep)
 		e.wantOn(to)
 		e.wantOneTunnel()
-		flows(fmt.Sprintf("after %v", args), time.Since(start))
+		if err := standingFlowsOlder(ctx, e.l, nodes, time.Since(start)); err != nil {
+			t.Fatalf("after %v: %v", args, err)
+		}
 		return rep.GetOperationId()
 	}
 	// Strategy auto runs staged here: every agent has the standing

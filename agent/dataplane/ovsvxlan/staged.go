@@ -289,15 +289,10 @@ func (b *Backend) usedOFPorts(ctx context.Context) (map[int64]bool, error) {
 }
 
 // rxNumbers picks the receive ports' OpenFlow port numbers, n and n+1:
-// those of a pair of our redirects to vxlan0's ofport already in place
-// (the standing ones) when no interface has either number, else two free
-// ones.
-func (b *Backend) rxNumbers(ctx context.Context, ofport int64) (int64, error) {
+// those of a pair of our redirects already in place (have: the standing
+// ones) when no interface has either number, else two free ones.
+func (b *Backend) rxNumbers(ctx context.Context, have map[int64]bool) (int64, error) {
 	used, err := b.usedOFPorts(ctx)
-	if err != nil {
-		return 0, err
-	}
-	have, _, err := b.redirected(ctx, ofport)
 	if err != nil {
 		return 0, err
 	}
@@ -377,10 +372,18 @@ func (b *Backend) Listen(ctx context.Context, s dataplane.Snapshot) error {
 	case t.rx != 0 && t.rx != s.ToPort, t.old != 0 && t.old != s.FromPort:
 		return fmt.Errorf("listen: %s: not what this operation makes; not listening", b.where(t))
 	}
+	// Our redirects, read once: adding the receive ports below changes no
+	// flow (a second dump costs as much as a flow change's call on a busy
+	// userspace datapath).
+	ofport := t.ofport
+	have, others, err := b.redirected(ctx, ofport)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
 	var args []string
 	n := t.rxOFP
 	if t.rx == 0 {
-		if n, err = b.rxNumbers(ctx, t.ofport); err != nil {
+		if n, err = b.rxNumbers(ctx, have); err != nil {
 			return fmt.Errorf("listen: %w", err)
 		}
 		args = b.addRx(sd, RxName(b.cfg.Interface), s.ToPort, n)
@@ -405,9 +408,10 @@ func (b *Backend) Listen(ctx context.Context, s dataplane.Snapshot) error {
 			return fmt.Errorf("listen: added %s, read back %s", RxName(b.cfg.Interface), b.where(t))
 		}
 	}
-	have, others, err := b.redirected(ctx, t.ofport)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+	if t.ofport != ofport { // vxlan0 recreated meanwhile
+		if have, others, err = b.redirected(ctx, t.ofport); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
 	}
 	// The redirects wanted: both receive ports' numbers (the old port's
 	// one reserved until the switch adds it). Any other flow of ours is
