@@ -515,7 +515,7 @@ func runScaleSim(b *testing.B, n int, way simWay) simScaleResult {
 	calls.Clear()
 	cpu0, acpu0 := cpuTime(), procCPU(agents)
 	t0 := time.Now()
-	st, err := client.Cutover(ctx, &coordinatorv1.CutoverRequest{Port: 4889, OperationId: fmt.Sprintf("sim-%d", n), TimeoutMillis: time.Minute.Milliseconds()})
+	st, err := client.Cutover(ctx, &coordinatorv1.CutoverRequest{Port: 4889, OperationId: fmt.Sprintf("sim-%d", n), Strategy: StrategyAtomic, TimeoutMillis: time.Minute.Milliseconds()})
 	if err != nil {
 		b.Fatal(err)
 	}

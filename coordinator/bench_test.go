@@ -199,7 +199,7 @@ func runScale(b *testing.B, n int, timerWake bool) scaleResult {
 		if i%2 == 1 {
 			port = 4789 + 1 // alternate away and back without the tunnel-port guard
 		}
-		st, err := client.Cutover(ctx, &coordinatorv1.CutoverRequest{Port: port, OperationId: fmt.Sprintf("bench-%d-%d", n, i), AllowUnprobed: true})
+		st, err := client.Cutover(ctx, &coordinatorv1.CutoverRequest{Port: port, OperationId: fmt.Sprintf("bench-%d-%d", n, i), Strategy: StrategyAtomic, AllowUnprobed: true})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -89,6 +89,12 @@ type Config struct {
 	PathInterval    time.Duration
 	PathSampleAbove int
 	PathPeersK      int
+	// DefaultStrategy is what a request that names no strategy runs over
+	// the whole overlay: "auto" (staged where it loses less, issue 15:
+	// the lab's figures at N = 32) or "atomic" (one instant, always). A
+	// request that names nodes or a selector and no strategy runs atomic
+	// either way: auto covers every node (docs/staged.md).
+	DefaultStrategy string
 }
 
 // Default returns the defaults.
@@ -120,6 +126,7 @@ func Default() Config {
 		PathInterval:     50 * time.Millisecond,
 		PathSampleAbove:  16,
 		PathPeersK:       4,
+		DefaultStrategy:  StrategyAuto,
 	}
 }
 
@@ -165,6 +172,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.ProbePeersK, "probe-peers-k", c.ProbePeersK, "peers each node probes in the mesh sent with Prepare and checked by verify: every node sends to and is probed by this many others (0: all)")
 	fs.VarPF(invertedBool{&c.NoProbeVerify}, "probe-verify", "", "verify after the change that every sampled pair answers probes over the overlay (false: results are flagged as unverified, never a clean success)").NoOptDefVal = "true"
 	fs.DurationVar(&c.VerifyBudget, "verify-budget", c.VerifyBudget, "how long verify waits for every sampled probe pair to answer after the flip (capped by the step timeout)")
+	fs.StringVar(&c.DefaultStrategy, "default-strategy", c.DefaultStrategy, "what a cutover that names no strategy runs over the whole overlay: auto (staged where every node accepts it and loses less with it, else atomic) or atomic (every node at one instant)")
 	fs.VarPF(invertedBool{&c.NoPathCheck}, "path-check", "", "check in every preflight that the underlay passes real VXLAN frames on the target port between the nodes (false: results are flagged as unchecked)").NoOptDefVal = "true"
 	fs.DurationVar(&c.PathWindow, "path-check-window", c.PathWindow, "how long each agent holds the target port and exchanges frames in the path check")
 	fs.DurationVar(&c.PathInterval, "path-check-interval", c.PathInterval, "the path check resends unanswered frames this often")
@@ -254,6 +262,9 @@ func (c Config) Validate() error {
 	}
 	if c.PathInterval < time.Millisecond || c.PathInterval*2 > c.PathWindow {
 		errs = append(errs, fmt.Errorf("--path-check-interval %s: want at least 1ms and at most half --path-check-window (%s)", c.PathInterval, c.PathWindow))
+	}
+	if c.DefaultStrategy != StrategyAuto && c.DefaultStrategy != StrategyAtomic {
+		errs = append(errs, fmt.Errorf("--default-strategy %q: want auto or atomic (staged is asked for by name: it takes batches and subsets)", c.DefaultStrategy))
 	}
 	if c.PathSampleAbove < 2 {
 		errs = append(errs, fmt.Errorf("--path-check-sample-above %d: want at least 2", c.PathSampleAbove))

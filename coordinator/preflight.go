@@ -40,6 +40,9 @@ type request struct {
 	// and strategyReason says why).
 	auto           bool
 	strategyReason string
+	// byDefault: the request named no strategy and the coordinator's
+	// --default-strategy auto made it auto.
+	byDefault bool
 	// staged is the staged strategy; batches its batches (nil: atomic).
 	staged      bool
 	batches     [][]string
@@ -135,6 +138,12 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 	}
 	var err error
 	strategy := req.Strategy
+	if strategy == "" && c.cfg.DefaultStrategy == StrategyAuto && len(req.Batches) == 0 && req.MaxParallel == 0 && len(req.Nodes) == 0 && req.Selector == "" {
+		// The coordinator's default: auto over the whole overlay. With
+		// batches or waves (staged's alone) the request says what it
+		// means, and a subset runs atomic, as it always has.
+		r.byDefault, strategy = true, StrategyAuto
+	}
 	if strategy == StrategyAuto {
 		// auto picks one strategy for the whole overlay: what only one
 		// of them takes is named with it.

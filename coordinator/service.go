@@ -111,7 +111,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		}
 		what := fmt.Sprintf("%s cutover to port %d", map[bool]string{false: "an atomic", true: "a staged"}[r.staged], r.to)
 		if r.auto {
-			what = fmt.Sprintf("a cutover to port %d with strategy auto", r.to)
+			what = fmt.Sprintf("a cutover to port %d with strategy %s", r.to, r.autoName())
 		}
 		if reverts != "" {
 			what = "the reverse cutover of " + reverts

@@ -57,31 +57,42 @@ func (c *Coordinator) resolveAuto(ctx context.Context, req *coordinatorv1.Cutove
 		defer mu.Unlock()
 		answers[n] = answer{pf, err}
 	})
-	var against []string
-	why := map[string][]string{}
+	// Nodes are grouped by what they said: 10,000 nodes of one backend
+	// give one reason, not 10,000.
+	against, why := map[string][]string{}, map[string][]string{}
+	count := 0
 	for _, n := range r.nodes {
 		a := answers[n]
 		switch {
 		case a.err != nil:
-			against = append(against, fmt.Sprintf("%s: not answered (%s)", n, status.Convert(a.err).Message()))
+			k := "not answered: " + status.Convert(a.err).Message()
+			against[k] = append(against[k], n)
 		case len(a.pf.GetProblems()) > 0:
-			against = append(against, fmt.Sprintf("%s: %s", n, a.pf.GetProblems()[0]))
+			against[a.pf.GetProblems()[0]] = append(against[a.pf.GetProblems()[0]], n)
 		case !a.pf.GetStagedLosesLess():
 			note := a.pf.GetStrategyNote()
 			if note == "" {
 				note = "an agent older than strategy auto"
 			}
-			against = append(against, fmt.Sprintf("%s: %s", n, note))
+			against[note] = append(against[note], n)
 		default:
 			why[a.pf.GetStrategyNote()] = append(why[a.pf.GetStrategyNote()], n)
+			continue
 		}
+		count++
 	}
-	if len(against) == 0 {
+	grouped := func(m map[string][]string) string {
 		var parts []string
-		for _, note := range slices.Sorted(maps.Keys(why)) {
-			parts = append(parts, fmt.Sprintf("%s (%s)", note, abbreviate(why[note], 5)))
+		for _, note := range slices.Sorted(maps.Keys(m)) {
+			parts = append(parts, fmt.Sprintf("%s (%s)", note, abbreviate(m[note], 5)))
 		}
-		r.strategyReason = fmt.Sprintf("auto: staged, every node accepts it and loses less with it: %s", strings.Join(parts, "; "))
+		if len(parts) > 3 {
+			parts = append(parts[:3], fmt.Sprintf("… (%d more reasons)", len(parts)-3))
+		}
+		return strings.Join(parts, "; ")
+	}
+	if count == 0 {
+		r.strategyReason = fmt.Sprintf("%s: staged, every node accepts it and loses less with it: %s", r.autoName(), grouped(why))
 		return r, nil
 	}
 	atomic := proto.Clone(req).(*coordinatorv1.CutoverRequest)
@@ -90,9 +101,17 @@ func (c *Coordinator) resolveAuto(ctx context.Context, req *coordinatorv1.Cutove
 	if err != nil {
 		return r, err
 	}
-	ra.auto = true
-	ra.strategyReason = fmt.Sprintf("auto: atomic, staged does not lose less on %d of %d node(s): %s", len(against), len(r.nodes), abbreviate(against, 3))
+	ra.auto, ra.byDefault = true, r.byDefault
+	ra.strategyReason = fmt.Sprintf("%s: atomic, staged does not lose less on %d of %d node(s): %s", r.autoName(), count, len(r.nodes), grouped(against))
 	return ra, nil
+}
+
+// autoName is how a reason names auto: asked for, or the default.
+func (r request) autoName() string {
+	if r.byDefault {
+		return "auto (the coordinator's --default-strategy)"
+	}
+	return "auto"
 }
 
 // defaultBatches is a canary, then everyone else.

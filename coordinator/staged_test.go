@@ -392,7 +392,8 @@ func TestRealAgentsStagedSubset(t *testing.T) {
 		code codes.Code
 		want []string
 	}{
-		{"atomic", &coordinatorv1.CutoverRequest{Port: 4889}, codes.FailedPrecondition, []string{"sub1 is held", "an atomic cutover to port 4889", "coordctl rollback sub1"}},
+		{"atomic", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "atomic"}, codes.FailedPrecondition, []string{"sub1 is held", "an atomic cutover to port 4889", "coordctl rollback sub1"}},
+		{"no strategy", &coordinatorv1.CutoverRequest{Port: 4889}, codes.FailedPrecondition, []string{"sub1 is held", "strategy auto (the coordinator's --default-strategy)", "coordctl rollback sub1"}},
 		{"another port", &coordinatorv1.CutoverRequest{Port: 4999, Strategy: "staged"}, codes.FailedPrecondition, []string{"sub1 is held", "2 of 5 send 4889 (n1,n2)", "3 still send 4789 (n3,n4,n5)"}},
 		{"already switched", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", Nodes: []string{"n1"}}, codes.InvalidArgument, []string{"nodes n1", "already send port 4889", "n3,n4,n5"}},
 		{"other id", &coordinatorv1.CutoverRequest{Port: 4889, Strategy: "staged", OperationId: "sub9"}, codes.InvalidArgument, []string{`operation_id "sub9"`, "continues it"}},
@@ -672,11 +673,11 @@ func TestStrategyAuto(t *testing.T) {
 
 	planes["n3"].advise(false, "OVS without standing redirects")
 	p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4989, Strategy: StrategyAuto})
-	if err != nil || p.Strategy != StrategyAtomic || !strings.Contains(p.StrategyReason, "n3: OVS without standing redirects") {
+	if err != nil || p.Strategy != StrategyAtomic || !strings.Contains(p.StrategyReason, "OVS without standing redirects (n3)") {
 		t.Fatalf("plan with n3 advising atomic: %v, strategy %q (%q), want atomic naming n3", err, p.GetStrategy(), p.GetStrategyReason())
 	}
 	rep = run(4989, "auto2")
-	if rep.Strategy != StrategyAtomic || !strings.Contains(rep.StrategyReason, "1 of 4 node(s)") || !strings.Contains(rep.StrategyReason, "n3: OVS without standing redirects") {
+	if rep.Strategy != StrategyAtomic || !strings.Contains(rep.StrategyReason, "1 of 4 node(s)") || !strings.Contains(rep.StrategyReason, "OVS without standing redirects (n3)") {
 		t.Fatalf("n3 advising atomic: strategy %q (%q), want atomic naming n3", rep.Strategy, rep.StrategyReason)
 	}
 	ports(4989)
@@ -684,7 +685,7 @@ func TestStrategyAuto(t *testing.T) {
 	planes["n3"].advise(true, "lab: staged lost nothing")
 	planes["n2"].SetStagedRefusal("rp_filter is 1")
 	rep = run(5089, "auto3")
-	if rep.Strategy != StrategyAtomic || !strings.Contains(rep.StrategyReason, "n2: rp_filter is 1") {
+	if rep.Strategy != StrategyAtomic || !strings.Contains(rep.StrategyReason, "rp_filter is 1 (n2)") {
 		t.Fatalf("n2 refusing staged: strategy %q (%q), want atomic naming n2's refusal", rep.Strategy, rep.StrategyReason)
 	}
 	ports(5089)
@@ -714,5 +715,61 @@ func TestStrategyAuto(t *testing.T) {
 	}
 	if _, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 5289, Strategy: StrategyAuto}); err == nil || !strings.Contains(err.Error(), "held1") || !strings.Contains(err.Error(), "strategy auto") {
 		t.Fatalf("auto beside a held operation: %v, want refused naming held1", err)
+	}
+}
+
+// TestDefaultStrategy: a request that names no strategy runs the
+// coordinator's --default-strategy: auto (the default) over the whole
+// overlay, atomic for a subset, and atomic whatever the agents advise when
+// the coordinator is set to atomic. A bad value is refused naming the flag.
+func TestDefaultStrategy(t *testing.T) {
+	const n = 3
+	planes := map[string]*advisedFake{}
+	l := realAgentsWith(t, n, func(node string) dataplane.Backend {
+		a := &advisedFake{Fake: dataplane.NewFake("ovs", "vxlan0", fromPort), loses: true, note: "lab: staged lost nothing"}
+		planes[node] = a
+		return a
+	})
+	run := func(req *coordinatorv1.CutoverRequest) *coordinatorv1.Report {
+		t.Helper()
+		rep, msgs, err := l.cutover(req)
+		if err != nil || rep.State != succeeded {
+			t.Fatalf("%s: %v %v\n%s", req.OperationId, err, rep.GetState(), strings.Join(msgs, "\n"))
+		}
+		return rep
+	}
+	rep := run(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "def1"})
+	if rep.Strategy != StrategyStaged || !strings.Contains(rep.StrategyReason, "auto (the coordinator's --default-strategy): staged") {
+		t.Fatalf("no strategy, every node advising staged: %q (%q), want staged by the default", rep.Strategy, rep.StrategyReason)
+	}
+	p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4989})
+	if err != nil || p.Strategy != StrategyStaged || !strings.Contains(p.StrategyReason, "--default-strategy") {
+		t.Fatalf("plan with no strategy: %v, %q (%q), want staged by the default", err, p.GetStrategy(), p.GetStrategyReason())
+	}
+	// A subset names nodes: auto covers every node, so it runs atomic.
+	rep = run(&coordinatorv1.CutoverRequest{Port: 4989, OperationId: "def2", Nodes: []string{"n1", "n2", "n3"}})
+	if rep.Strategy != StrategyAtomic || rep.StrategyReason != "" {
+		t.Fatalf("no strategy with nodes: %q (%q), want atomic", rep.Strategy, rep.StrategyReason)
+	}
+
+	l.crash()
+	l.cfg = func(c *Config) { c.DefaultStrategy = StrategyAtomic }
+	l.start()
+	rep = run(&coordinatorv1.CutoverRequest{Port: 5089, OperationId: "def3"})
+	if rep.Strategy != StrategyAtomic || rep.StrategyReason != "" {
+		t.Fatalf("--default-strategy atomic: %q (%q), want atomic although every node advises staged", rep.Strategy, rep.StrategyReason)
+	}
+	for node, a := range planes {
+		if got := a.Dump(); got != "port=5089 fw=[5089]" {
+			t.Errorf("%s: %s, want 5089 alone", node, got)
+		}
+	}
+
+	for _, bad := range []string{"staged", "", "Auto"} {
+		cfg := Default()
+		cfg.DefaultStrategy = bad
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--default-strategy %q", bad)) || !strings.Contains(err.Error(), "want auto or atomic") {
+			t.Errorf("--default-strategy %q: %v, want refused naming the flag, the value and the choices", bad, err)
+		}
 	}
 }

@@ -65,7 +65,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 step "bringing up $NODES nodes (lab $NAME)"
-"$LAB" up --name "$NAME" --nodes "$NODES" --probe-interval 10ms | grep -v ' pid '
+# The coordinator runs the product's --default-strategy (auto): on this OVS
+# lab it picks atomic and says why (OVS without --ovs-standing-redirects).
+"$LAB" up --name "$NAME" --nodes "$NODES" --probe-interval 10ms --default-strategy auto | grep -v ' pid '
 
 # Let the probe mesh settle (first packets resolve ARP through the tunnel).
 sleep 2

@@ -307,6 +307,9 @@ func requestKV(q *coordinatorv1.CutoverRequest) []kv {
 		step = fmt.Sprintf("%d ms", q.GetTimeoutMillis())
 	}
 	out = append(out, kv{"step timeout", step})
+	if q.GetStrategy() == "" {
+		out = append(out, kv{"strategy", "none named: the coordinator's --default-strategy (auto, unless set to atomic)"})
+	}
 	if q.GetStrategy() == "auto" {
 		out = append(out, kv{"strategy", "auto (staged where every node accepts it and loses less with it, else atomic)"})
 	}

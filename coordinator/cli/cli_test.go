@@ -459,7 +459,7 @@ func TestCutoverStaged(t *testing.T) {
 func TestCutoverAuto(t *testing.T) {
 	evs := sampleEvents(coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED)
 	rep := evs[len(evs)-1].GetReport()
-	rep.Strategy, rep.StrategyReason = "atomic", "auto: atomic, staged does not lose less on 1 of 3 node(s): n2: OVS without --ovs-standing-redirects"
+	rep.Strategy, rep.StrategyReason = "atomic", "auto: atomic, staged does not lose less on 1 of 3 node(s): OVS without --ovs-standing-redirects (n2)"
 	f := &fakeCoord{events: evs}
 	addr, _ := serve(t, f, nil)
 	code, stdout, stderr := run(t, "--coordinator", addr, "--insecure", "cutover", "--port", "4889", "--strategy", "auto")
@@ -470,7 +470,7 @@ func TestCutoverAuto(t *testing.T) {
 	if got := f.lastRequest(); !proto.Equal(got, want) {
 		t.Errorf("request %v, want %v", got, want)
 	}
-	if w := "strategy: atomic (auto: atomic, staged does not lose less on 1 of 3 node(s): n2: OVS without --ovs-standing-redirects)"; !strings.Contains(stdout, w) {
+	if w := "strategy: atomic (auto: atomic, staged does not lose less on 1 of 3 node(s): OVS without --ovs-standing-redirects (n2))"; !strings.Contains(stdout, w) {
 		t.Errorf("stdout lacks %q:\n%s", w, stdout)
 	}
 }
@@ -492,5 +492,28 @@ func TestLargeReport(t *testing.T) {
 	code, stdout, stderr := run(t, "--coordinator", addr, "--insecure", "cutover", "--port", "4889", "-o", "json")
 	if code != ExitOK || !strings.Contains(stdout, "node-11999.rack-39.example") {
 		t.Fatalf("exit %d, stderr %s, stdout %d bytes", code, stderr, len(stdout))
+	}
+}
+
+// TestCutoverStrategyUnset: without --strategy the request names none (the
+// coordinator's --default-strategy decides); --strategy atomic is sent by
+// name, so that a coordinator defaulting to auto still runs one instant.
+func TestCutoverStrategyUnset(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--strategy", "atomic"}, "atomic"},
+	} {
+		f := &fakeCoord{events: sampleEvents(coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED)}
+		addr, _ := serve(t, f, nil)
+		code, stdout, stderr := run(t, append([]string{"--coordinator", addr, "--insecure", "cutover", "--port", "4889"}, tc.args...)...)
+		if code != ExitOK {
+			t.Fatalf("%v: exit %d\n%s\n%s", tc.args, code, stdout, stderr)
+		}
+		if got := f.lastRequest(); !proto.Equal(got, &coordinatorv1.CutoverRequest{Port: 4889, Strategy: tc.want}) {
+			t.Errorf("%v: request %v, want strategy %q", tc.args, got, tc.want)
+		}
 	}
 }

@@ -22,7 +22,7 @@ func newCutoverCmd(g *Globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "cutover --port N [--strategy atomic|staged|auto] [--dry-run] [--nodes a,b | --selector k=v] [--timeout 30s] [--allow-nodeport-range] [--allow-tunnel-port]",
-		Short: "Move the overlay to a new VXLAN port on every node at once, verified and reversible",
+		Short: "Move the overlay to a new VXLAN port on every node, verified and reversible",
 		Long: `Run a cutover: preflight, prepare (open the new port everywhere), commit (all
 nodes flip at one instant), verify (read-back and probe mesh), confirm and
 finalize. On a failure before commit every node is put back as it was
@@ -48,6 +48,10 @@ undoes it all; nothing else runs meanwhile.
 loses less there (kernel VXLAN; OVS with --ovs-standing-redirects), else
 atomic; the report says which ran and why. Not with --batches,
 --max-parallel, --nodes or --selector.
+
+Without --strategy the coordinator's --default-strategy decides: auto (its
+default) over the whole overlay; with --nodes/--selector, atomic. Name
+--strategy atomic for one commit instant whatever the overlay.
 
 --timeout is the per-step deadline on the agents (default: the
 coordinator's); coordctl waits up to 10x --timeout for the whole operation,

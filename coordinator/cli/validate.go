@@ -35,7 +35,7 @@ func (t *targetFlags) add(cmd *cobra.Command) {
 	f.BoolVar(&t.allowTunnelPort, "allow-tunnel-port", false, "allow another tunnel's well-known port (Geneve 6081, flannel 8472)")
 	f.BoolVar(&t.allowUnprobed, "allow-unprobed", false, "accept nodes without a probe address: left out of the probe mesh, the result is flagged (exit 7), never a clean success")
 	f.BoolVar(&t.allowPathProblems, "allow-path-problems", false, "go ahead although the underlay path check found problems (blocked pairs, VNI drops, MTU) on the new port: the result is flagged (exit 7), never a clean success")
-	f.StringVar(&t.strategy, "strategy", "atomic", `"atomic": every node flips at one instant; "staged": every node listens on both ports, senders switch in batches with the probe mesh verified after each, then the old port is retired (docs/staged.md); "auto": staged where every node accepts it and its agent says staged loses less there, else atomic (the report says which and why)`)
+	f.StringVar(&t.strategy, "strategy", "", `unset: the coordinator's --default-strategy (auto, unless it is set to atomic); "atomic": every node flips at one instant; "staged": every node listens on both ports, senders switch in batches with the probe mesh verified after each, then the old port is retired (docs/staged.md); "auto": staged where every node accepts it and its agent says staged loses less there, else atomic (the report says which and why)`)
 	f.StringVar(&t.batches, "batches", "", `staged only: cumulative batch sizes, a node count or a percentage, e.g. 1,10%,100% (default 1,100%: a canary, then the rest)`)
 	f.IntVar(&t.maxParallel, "max-parallel", 0, `staged only: at most this many nodes listen, switch or retire at a time (0: a tenth of the nodes, rounded up)`)
 }
@@ -55,8 +55,8 @@ func (t *targetFlags) request() (*coordinatorv1.CutoverRequest, error) {
 		AllowPathProblems:  t.allowPathProblems,
 	}
 	switch t.strategy {
-	case "atomic":
-	case "staged", "auto":
+	case "":
+	case "atomic", "staged", "auto":
 		req.Strategy = t.strategy
 	default:
 		return nil, usageError("--strategy %q: want atomic (every node at one instant), staged (listen on both, switch senders in batches, retire) or auto (staged where it loses less, else atomic)", t.strategy)

@@ -54,6 +54,14 @@ type Config struct {
 	// OVS can carry (docs/lab.md); probePeers spreads a sample evenly.
 	ProbePeers int `json:"probe_peers"`
 
+	// DefaultStrategy is the coordinator's --default-strategy: what a
+	// cutover that names no strategy runs. Default "atomic", not the
+	// product's "auto": the lab's tests of the atomic change (faults,
+	// lateness, the benchmarks) send none, and auto would run staged on a
+	// kernel VXLAN lab. "auto" runs the product's default (make demo, the
+	// staged e2e tests).
+	DefaultStrategy string `json:"default_strategy,omitempty"`
+
 	// Parallel bounds how many nodes are set up at once; default
 	// 2×CPUs, at least 4. Starting a userspace OVS is mostly waiting.
 	Parallel int `json:"parallel"`
@@ -104,6 +112,9 @@ func (c Config) Default() Config {
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = DefaultProbeInterval
 	}
+	if c.DefaultStrategy == "" {
+		c.DefaultStrategy = "atomic"
+	}
 	if c.ProbeTimeout == 0 {
 		c.ProbeTimeout = max(200*time.Millisecond, 20*c.ProbeInterval)
 	}
@@ -137,6 +148,9 @@ func (c Config) Validate() error {
 	// socket limit; say so here rather than half way through Up.
 	if d, err := filepath.Abs(c.Dir); err == nil && len(d)+len("/n64/ovs/ovs-vswitchd.ctl") >= 100 {
 		return &ConfigError{"Dir", c.Dir, "too long: unix socket paths under it would exceed 108 bytes; use a shorter path"}
+	}
+	if c.DefaultStrategy != "atomic" && c.DefaultStrategy != "auto" {
+		return &ConfigError{"DefaultStrategy", c.DefaultStrategy, `must be "atomic" or "auto" (the coordinator's --default-strategy)`}
 	}
 	if c.Parallel < 1 {
 		return &ConfigError{"Parallel", fmt.Sprint(c.Parallel), "must be ≥ 1"}
@@ -187,5 +201,6 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ProbeInterval, "probe-interval", DefaultProbeInterval, "interval between two probes to the same peer (1ms..1m)")
 	fs.DurationVar(&c.ProbeTimeout, "probe-timeout", 0, "an unanswered probe counts as lost after this (default max(200ms, 20×interval))")
 	fs.IntVar(&c.ProbePeers, "probe-peers", 0, "peers each node probes, spread evenly (0: all)")
+	fs.StringVar(&c.DefaultStrategy, "default-strategy", "atomic", "the coordinator's --default-strategy: atomic (the lab's default) or auto (the product's)")
 	fs.IntVar(&c.Parallel, "parallel", 0, "nodes set up at once (default 2×CPUs, at least 4)")
 }

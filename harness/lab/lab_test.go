@@ -31,6 +31,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Dir = "/" }, "Dir"},
 		{func(c *Config) { c.Dir = "/" + strings.Repeat("x", 90) }, "Dir"},
 		{func(c *Config) { c.Parallel = -1 }, "Parallel"},
+		{func(c *Config) { c.DefaultStrategy = "staged" }, "DefaultStrategy"},
 	} {
 		c := ok
 		tc.mut(&c)

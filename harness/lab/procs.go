@@ -94,6 +94,7 @@ func coordinatorArgs(cfg Config, inventory, pkiDir string) []string {
 		// that load is not judged a late node; the late-commit tests pass
 		// the product's values again (later flags win).
 		"--commit-late-budget", "600ms", "--commit-late-allowance", "400ms",
+		"--default-strategy", cfg.DefaultStrategy,
 	}
 	// The coordinator hands the agents the lab's probe sample with Prepare
 	// and verifies it; a lab without probes has nothing to verify with.

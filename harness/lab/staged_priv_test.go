@@ -210,7 +210,7 @@ func testE2EStagedSubset(ctx context.Context, e *e2eLab, oldPort int) {
 	wantMesh(t, e.l, nil, 3*time.Second)
 	out, err := e.command(ctx, "cutover", "--port", "4889").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "is held") {
-		t.Errorf("an atomic cutover while %s is held: %v, want refused as held\n%s", hold.GetOperationId(), err, out)
+		t.Errorf("a cutover naming no strategy (the default, auto) while %s is held: %v, want refused as held\n%s", hold.GetOperationId(), err, out)
 	}
 	if st := e.report(ctx, 0, "ctl", "status"); st.GetState() != coordinatorv1.OperationState_OPERATION_STATE_HELD || st.GetOperationId() != hold.GetOperationId() {
 		t.Errorf("status after the refusal: %s %s, want %s HELD", st.GetOperationId(), st.GetState(), hold.GetOperationId())
@@ -323,6 +323,9 @@ func stagedE2ELab(t *testing.T, backend string, agentArgs ...string) (*e2eLab, c
 	cfg.CoordinatorBin = filepath.Join(bin, "coordinator")
 	cfg.ProbeInterval = e2eInterval
 	cfg.ExtraAgentArgs = agentArgs
+	// The product's default (auto), not the lab's: wantAutoPlan checks
+	// what a cutover that names no strategy runs.
+	cfg.DefaultStrategy = "auto"
 	e := &e2eLab{t: t, l: up(t, cfg), cutoverLab: filepath.Join(bin, "cutover-lab")}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
@@ -508,27 +511,34 @@ func TestE2EStagedOVSStanding(t *testing.T) {
 		return rep.GetOperationId()
 	}
 	// Strategy auto runs staged here: every agent has the standing
-	// redirects, so staged loses less on each.
+	// redirects, so staged loses less on each. The cutover names no
+	// strategy: the coordinator's default (auto) picks it.
 	e.wantAutoPlan(ctx, "staged", "OVS with standing redirects")
-	id := op([]string{"cutover", "--port", "4889", "--strategy", "auto"}, 4789, 4889)
+	id := op([]string{"cutover", "--port", "4889"}, 4789, 4889)
 	op([]string{"rollback", id}, 4889, 4789)
 }
 
 // wantAutoPlan checks which strategy "auto" picks on the lab (coordctl
-// plan --strategy auto, which changes nothing) and that its reason names
-// why (note).
+// plan, which changes nothing) and that its reason names why (note): asked
+// for by name, and as the coordinator's default when no strategy is named
+// (the lab runs the product's --default-strategy auto).
 func (e *e2eLab) wantAutoPlan(ctx context.Context, strategy, note string) {
 	e.t.Helper()
-	out, code := e.run(ctx, "plan", "--port", "4889", "--strategy", "auto", "-o", "json")
-	if code != 0 {
-		e.t.Fatalf("plan --strategy auto: exit %d\n%s", code, out)
-	}
-	p := &coordinatorv1.PlanResponse{}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(out), p); err != nil {
-		e.t.Fatalf("plan: %v\n%s", err, out)
-	}
-	if p.GetStrategy() != strategy || !strings.Contains(p.GetStrategyReason(), note) {
-		e.t.Fatalf("plan --strategy auto: strategy %q (%q), want %s for %q", p.GetStrategy(), p.GetStrategyReason(), strategy, note)
+	for _, args := range [][]string{{"--strategy", "auto"}, nil} {
+		out, code := e.run(ctx, append([]string{"plan", "--port", "4889", "-o", "json"}, args...)...)
+		if code != 0 {
+			e.t.Fatalf("plan %v: exit %d\n%s", args, code, out)
+		}
+		p := &coordinatorv1.PlanResponse{}
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(out), p); err != nil {
+			e.t.Fatalf("plan %v: %v\n%s", args, err, out)
+		}
+		if p.GetStrategy() != strategy || !strings.Contains(p.GetStrategyReason(), note) {
+			e.t.Fatalf("plan %v: strategy %q (%q), want %s for %q", args, p.GetStrategy(), p.GetStrategyReason(), strategy, note)
+		}
+		if args == nil && !strings.Contains(p.GetStrategyReason(), "--default-strategy") {
+			e.t.Fatalf("plan without --strategy: reason %q does not say it is the coordinator's default", p.GetStrategyReason())
+		}
 	}
 }
 

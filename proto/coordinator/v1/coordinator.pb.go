@@ -319,7 +319,9 @@ type CutoverRequest struct {
 	// pairs, VNI-specific drops, MTU): they become warnings of the result
 	// (Report.warnings), never a clean success.
 	AllowPathProblems bool `protobuf:"varint,70,opt,name=allow_path_problems,json=allowPathProblems,proto3" json:"allow_path_problems,omitempty"`
-	// "atomic" (default): every node flips at one instant. "staged"
+	// Empty: the coordinator's --default-strategy ("auto" unless set to
+	// "atomic") over the whole overlay; atomic when nodes or selector are
+	// given. "atomic": every node flips at one instant. "staged"
 	// (make-before-break): every node listens on both ports, then senders
 	// switch batch by batch with the probe mesh verified after each, then
 	// the old port is retired (docs/staged.md). "auto": staged where every
