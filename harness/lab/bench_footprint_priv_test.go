@@ -28,7 +28,8 @@ type footprintFigure struct {
 	// --probe-linger after it, or for good with 3 static --probe-peers);
 	// "idle": the DaemonSet's defaults between operations (the mesh on, no
 	// static peers: the sample a cutover handed out has lingered out);
-	// "off": --probe-listen unset.
+	// "off": --probe-listen unset; "probing-1ms": 2 peers every 1 ms, the
+	// lab benchmarks' rate (how much of this machine their probes take).
 	Probes       string  `json:"probes"`
 	Nodes        int     `json:"nodes"`
 	ProbePeers   int     `json:"probe_peers"`
@@ -41,6 +42,9 @@ type footprintFigure struct {
 	// The median of utime (the agent's own code) and of stime (the kernel
 	// on its behalf: its syscalls, and on this lab the VXLAN path and the
 	// veth peer's receive that its sends run) on their own.
+	// CPUSumPct is every agent's together: how much of the machine the
+	// lab's agents take at this rate.
+	CPUSumPct      float64 `json:"cpu_sum_pct_of_core"`
 	UserMedianPct  float64 `json:"user_median_pct_of_core"`
 	SysMedianPct   float64 `json:"sys_median_pct_of_core"`
 	TargetRSSMB    float64 `json:"target_rss_mb"`
@@ -62,7 +66,7 @@ func BenchmarkAgentFootprint(b *testing.B) {
 	bin := labtest.Binaries(b)
 	window := envDur("COT_FOOTPRINT_WINDOW", 20*time.Second)
 	var figs []footprintFigure
-	for _, probes := range []string{"probing", "idle", "off"} {
+	for _, probes := range []string{"probing", "idle", "off", "probing-1ms"} {
 		b.Run("probes="+probes, func(b *testing.B) {
 			for b.Loop() {
 				figs = append(figs, measureFootprint(b, bin, probes, 8, window))
@@ -86,6 +90,9 @@ func measureFootprint(b *testing.B, bin, probes string, n int, window time.Durat
 		Name: fmt.Sprintf("f%d", os.Getpid()%100000), Nodes: n, Backend: lab.BackendKernelVXLAN, Dir: filepath.Join(d, "lab"),
 		StartProcesses: true, AgentBin: filepath.Join(bin, "agent"), CoordinatorBin: filepath.Join(bin, "coordinator"),
 		ProbeInterval: 10 * time.Millisecond, ProbePeers: 3, NoProbes: probes == "off",
+	}
+	if probes == "probing-1ms" {
+		cfg.ProbeInterval, cfg.ProbePeers = time.Millisecond, 2
 	}
 	if probes == "idle" {
 		// No static peers (the DaemonSet has none): the coordinator's
@@ -143,9 +150,9 @@ func measureFootprint(b *testing.B, bin, probes string, n int, window time.Durat
 		}
 	}
 	f := footprintFigure{
-		Probes: probes, Nodes: n, ProbePeers: 3, IntervalMS: 10, WindowS: elapsed.Seconds(),
+		Probes: probes, Nodes: n, ProbePeers: cfg.ProbePeers, IntervalMS: float64(cfg.ProbeInterval) / 1e6, WindowS: elapsed.Seconds(),
 		RSSMedianMB: median(rssMax), RSSMaxMB: maxOf(rssMax), CPUMedianPct: median(cpuPct), CPUMaxPct: maxOf(cpuPct),
-		UserMedianPct: median(userPct), SysMedianPct: median(sysPct),
+		UserMedianPct: median(userPct), SysMedianPct: median(sysPct), CPUSumPct: sum(cpuPct),
 		TargetRSSMB: 30, TargetCPUPct: 0.5,
 		SharedCoreNote: fmt.Sprintf("%d agents and their kernels share %d cores; CPU is per agent process (utime+stime)", n, runtime.NumCPU()),
 	}
@@ -155,8 +162,8 @@ func measureFootprint(b *testing.B, bin, probes string, n int, window time.Durat
 	if probes == "idle" {
 		f.ProbePeers = 0 // between operations
 	}
-	b.Logf("agent at rest, probes %s, N=%d, %s window: RSS median %.1f MB max %.1f MB (target <= 30); CPU median %.2f%% max %.2f%% of a core (target <= 0.5%%; user %.2f%%, sys %.2f%% median)",
-		probes, n, elapsed.Round(time.Second), f.RSSMedianMB, f.RSSMaxMB, f.CPUMedianPct, f.CPUMaxPct, f.UserMedianPct, f.SysMedianPct)
+	b.Logf("agent at rest, probes %s, N=%d, %s window: RSS median %.1f MB max %.1f MB (target <= 30); CPU median %.2f%% max %.2f%% of a core (target <= 0.5%%; user %.2f%%, sys %.2f%% median), all %d agents %.1f%%",
+		probes, n, elapsed.Round(time.Second), f.RSSMedianMB, f.RSSMaxMB, f.CPUMedianPct, f.CPUMaxPct, f.UserMedianPct, f.SysMedianPct, n, f.CPUSumPct)
 	return f
 }
 
@@ -217,6 +224,14 @@ func median(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	return s[len(s)/2]
+}
+
+func sum(v []float64) float64 {
+	var t float64
+	for _, x := range v {
+		t += x
+	}
+	return t
 }
 
 func maxOf(v []float64) float64 {
