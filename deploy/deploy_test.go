@@ -524,6 +524,11 @@ func TestOpenShiftOverlayFits311(t *testing.T) {
 	if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--leader-lock=configmap") {
 		t.Errorf("coordinator args %q: no --leader-lock=configmap", d.Spec.Template.Spec.Containers[0].Args)
 	}
+	// openshift-sdn refuses staged: the default auto would end atomic
+	// after a staged preflight of every agent.
+	if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--default-strategy=atomic") {
+		t.Errorf("coordinator args %q: no --default-strategy=atomic", d.Spec.Template.Spec.Containers[0].Args)
+	}
 	served311 := map[string]bool{"v1": true, "apps/v1": true, "policy/v1beta1": true, "rbac.authorization.k8s.io/v1": true, "security.openshift.io/v1": true}
 	for _, o := range objs {
 		if !served311[o.GetAPIVersion()] {
