@@ -43,6 +43,11 @@ type request struct {
 	// byDefault: the request named no strategy and the coordinator's
 	// --default-strategy auto made it auto.
 	byDefault bool
+	// unreached (auto settled atomic) are the nodes whose agent did not
+	// answer auto's staged preflight at all (unavailable, or its deadline
+	// passed): the atomic preflight counts them unreachable without a
+	// second wait of up to a step each.
+	unreached map[string]error
 	// staged is the staged strategy; batches its batches (nil: atomic).
 	staged      bool
 	batches     [][]string
@@ -308,9 +313,13 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		defer cancel()
 		// Info rides in the preflight's answer: one call per node, not
 		// two (issue 13). An agent older than that field is asked Info.
-		nc.pf, nc.err = ac.client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to, Strategy: r.strategy()})
-		if nc.info = nc.pf.GetInfo(); nc.err == nil && nc.info == nil {
-			nc.info, nc.err = ac.client.Info(cctx, &agentv1.InfoRequest{})
+		if err, ok := r.unreached[n]; ok {
+			nc.err = err
+		} else {
+			nc.pf, nc.err = ac.client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to, Strategy: r.strategy()})
+			if nc.info = nc.pf.GetInfo(); nc.err == nil && nc.info == nil {
+				nc.info, nc.err = ac.client.Info(cctx, &agentv1.InfoRequest{})
+			}
 		}
 		took := time.Since(start)
 		mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -60,6 +61,7 @@ func (c *Coordinator) resolveAuto(ctx context.Context, req *coordinatorv1.Cutove
 	// Nodes are grouped by what they said: 10,000 nodes of one backend
 	// give one reason, not 10,000.
 	against, why := map[string][]string{}, map[string][]string{}
+	unreached := map[string]error{}
 	count := 0
 	for _, n := range r.nodes {
 		a := answers[n]
@@ -67,6 +69,9 @@ func (c *Coordinator) resolveAuto(ctx context.Context, req *coordinatorv1.Cutove
 		case a.err != nil:
 			k := "not answered: " + status.Convert(a.err).Message()
 			against[k] = append(against[k], n)
+			if c := status.Code(a.err); c == codes.Unavailable || c == codes.DeadlineExceeded {
+				unreached[n] = a.err
+			}
 		case len(a.pf.GetProblems()) > 0:
 			against[a.pf.GetProblems()[0]] = append(against[a.pf.GetProblems()[0]], n)
 		case !a.pf.GetStagedLosesLess():
@@ -101,7 +106,7 @@ func (c *Coordinator) resolveAuto(ctx context.Context, req *coordinatorv1.Cutove
 	if err != nil {
 		return r, err
 	}
-	ra.auto, ra.byDefault = true, r.byDefault
+	ra.auto, ra.byDefault, ra.unreached = true, r.byDefault, unreached
 	ra.strategyReason = fmt.Sprintf("%s: atomic, staged does not lose less on %d of %d node(s): %s", r.autoName(), count, len(r.nodes), grouped(against))
 	return ra, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -772,4 +773,27 @@ func TestDefaultStrategy(t *testing.T) {
 			t.Errorf("--default-strategy %q: %v, want refused naming the flag, the value and the choices", bad, err)
 		}
 	}
+}
+
+// TestDefaultStrategyUnreachableAskedOnce: under the default (auto), an
+// agent that does not answer auto's staged preflight is counted
+// unreachable by the atomic preflight that follows without being asked
+// again: a black-holed node costs the refusal one step's wait, not two.
+// An agent that answered is asked again (its atomic preflight).
+func TestDefaultStrategyUnreachableAskedOnce(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.fakes["n2"].SetFault("Preflight", fakeagent.Fault{Err: unavailable})
+	_, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "unr1"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), "agent restarting") {
+		t.Fatalf("cutover with n2 unreachable: %v, want preflight refused naming it unreachable", err)
+	}
+	if got := l.fakes["n2"].ReadCalls("Preflight"); got != 1 {
+		t.Errorf("n2 was asked Preflight %d times, want once (auto's staged preflight)", got)
+	}
+	for _, n := range []string{"n1", "n3"} {
+		if got := l.fakes[n].ReadCalls("Preflight"); got != 2 {
+			t.Errorf("%s was asked Preflight %d times, want twice (auto's staged preflight, then the atomic one)", n, got)
+		}
+	}
+	l.nobodyGot("Prepare")
 }

@@ -53,6 +53,7 @@ type Agent struct {
 	op         *agentv1.OperationStatus
 	calls      []string
 	faults     map[string]Fault
+	readCalls  map[string]int
 	probeRst   int
 	fight      bool // after a commit, the next Info finds the old port back
 	fightArmed bool
@@ -79,7 +80,7 @@ type Agent struct {
 
 // New returns a ready agent for node on port.
 func New(node string, port uint32) *Agent {
-	return &Agent{node: node, port: port, ready: true, busyPorts: map[uint32]string{}, faults: map[string]Fault{},
+	return &Agent{node: node, port: port, ready: true, busyPorts: map[uint32]string{}, faults: map[string]Fault{}, readCalls: map[string]int{},
 		probeAddr: defaultProbeAddr(node), probeSince: map[string]int64{}, dark: map[string]bool{}, never: map[string]bool{}}
 }
 
@@ -159,6 +160,14 @@ func (a *Agent) SetStall(d time.Duration) { a.mu.Lock(); a.stall = d; a.mu.Unloc
 // a commit (a CNI reconciler fighting the change): the commit reads back
 // fine, the next Info sees the old port.
 func (a *Agent) SetFightBack(on bool) { a.mu.Lock(); a.fight = on; a.mu.Unlock() }
+
+// ReadCalls is how many times method, one that changes nothing
+// (Preflight, PathCheck, ...), was called, faulted calls included.
+func (a *Agent) ReadCalls(method string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.readCalls[method]
+}
 
 // CallLog returns the mutating calls received, in order ("Prepare op1").
 func (a *Agent) CallLog() []string { a.mu.Lock(); defer a.mu.Unlock(); return slices.Clone(a.calls) }
@@ -274,6 +283,7 @@ func (a *Agent) SetOldInfo(on bool) { a.mu.Lock(); a.oldInfo = on; a.mu.Unlock()
 // faultRO is fault without recording the call (read-only methods).
 func (a *Agent) faultRO(ctx context.Context, method string) (error, error) {
 	a.mu.Lock()
+	a.readCalls[method]++
 	f := a.faults[method]
 	a.mu.Unlock()
 	if f.Delay > 0 {
