@@ -39,7 +39,8 @@ const (
 // its backend as configured), else atomic, with why in
 // strategyReason. One Preflight call per node, which changes nothing; the
 // chosen strategy's own preflight follows. An unreachable node counts
-// against staged: the atomic preflight then names it.
+// against staged: the atomic preflight then names it, without asking it
+// again when it did not answer at all (request.unreached).
 func (c *Coordinator) resolveAuto(ctx context.Context, req *coordinatorv1.CutoverRequest, r request) (request, error) {
 	if !r.auto {
 		return r, nil
