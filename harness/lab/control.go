@@ -232,6 +232,23 @@ func (l *Lab) DropRequests(ctx context.Context, node string) error {
 	return nil
 }
 
+// AbortDeadCoordinatorConns destroys the hub's TCP connections to the
+// agents' port (ss -K) and reports how many there were. Call it once the
+// coordinator was killed: its connections live on in the kernel as
+// orphans that keep retransmitting what it had queued, and where
+// DropRequests held that back, a Heal would deliver the dead coordinator's
+// last calls (a Commit) to the agents, after the fact. The sockets are
+// aborted (a reset the drop rule keeps from the agents), so nothing of
+// theirs is delivered.
+func (l *Lab) AbortDeadCoordinatorConns(ctx context.Context) (int, error) {
+	out, err := run(ctx, "", "ip", "netns", "exec", HubNetns(l.Name()), "ss", "-K", "-t", "-n", "dport", "=", ":"+strconv.Itoa(AgentPort))
+	if err != nil {
+		return 0, fmt.Errorf("lab: abort the dead coordinator's connections: %w", err)
+	}
+	// ss prints a header, then each socket it destroyed.
+	return max(0, len(strings.Split(strings.TrimSpace(out), "\n"))-1), nil
+}
+
 // Heal removes what Partition or DropRequests added; healing a node not partitioned is not
 // an error.
 func (l *Lab) Heal(ctx context.Context, node string) error {

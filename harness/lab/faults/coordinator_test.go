@@ -95,6 +95,16 @@ func TestCoordinatorKilled(t *testing.T) {
 				_ = lab.Thaw(held)
 			}
 			if tc.dropRequests {
+				// The dead coordinator's connections outlive it as orphans
+				// that retransmit its queued Commit: aborted here, or the
+				// heal below delivers it (a CI run saw every agent commit
+				// the dead coordinator's instant 13-24 ms after the heal,
+				// and the restarted coordinator rightly converge on it).
+				k, err := e.l.AbortDeadCoordinatorConns(e.ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("aborted %d connection(s) of the dead coordinator", k)
 				// Every phase is read before any node is healed: once healed,
 				// the dead coordinator's Commit still in its kernel's send
 				// queue may be delivered (a CI run saw n1 commit 11 ms after
