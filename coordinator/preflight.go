@@ -36,8 +36,8 @@ type request struct {
 	allowUnprobed bool   // targets without a probe address are left out, the result flagged
 	// allowPathProblems turns the path check's problems into warnings.
 	allowPathProblems bool
-	// auto: the request's strategy was "auto" (resolveAuto settled staged
-	// and strategyReason says why).
+	// auto: the request's strategy was "auto", named or by default
+	// (resolveAuto settles staged or atomic; strategyReason says why).
 	auto           bool
 	strategyReason string
 	// byDefault: the request named no strategy and the coordinator's

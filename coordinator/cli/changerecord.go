@@ -307,13 +307,12 @@ func requestKV(q *coordinatorv1.CutoverRequest) []kv {
 		step = fmt.Sprintf("%d ms", q.GetTimeoutMillis())
 	}
 	out = append(out, kv{"step timeout", step})
-	if q.GetStrategy() == "" {
+	switch q.GetStrategy() {
+	case "":
 		out = append(out, kv{"strategy", "none named: the coordinator's --default-strategy (auto, unless set to atomic)"})
-	}
-	if q.GetStrategy() == "auto" {
+	case "auto":
 		out = append(out, kv{"strategy", "auto (staged where every node accepts it and loses less with it, else atomic)"})
-	}
-	if q.GetStrategy() == "staged" {
+	case "staged":
 		batches := "1, 100% (default)"
 		if len(q.GetBatches()) > 0 {
 			batches = strings.Join(q.GetBatches(), ", ")
