@@ -153,7 +153,9 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 	}
 
 	counted := metrics.UnaryInterceptor()
-	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(counted))
+	// Fixed flow-control windows (callstream.ServerOptions): no
+	// bandwidth-delay pings beside every call the coordinator sends.
+	srv := grpc.NewServer(append(callstream.ServerOptions(), grpc.Creds(creds), grpc.ChainUnaryInterceptor(counted))...)
 	// The coordinator's calls come over one stream per connection
 	// (pkg/callstream), each through the same handler and interceptor.
 	calls := callstream.NewServer(&agentv1.AgentService_ServiceDesc, svc, counted)

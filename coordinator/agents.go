@@ -31,12 +31,14 @@ type agentConn struct {
 // calls fail fast while a channel waits to reconnect, so an agent that
 // restarted would otherwise look unreachable to the rollback's retries for
 // long after it is back. A handful of agents reconnecting every second
-// costs nothing. Options given by the caller come after and win.
+// costs nothing. The flow-control windows are fixed (callstream.
+// DialOptions: no bandwidth-delay pings beside every answer). Options
+// given by the caller come after and win.
 func dialAgents(inv Inventory, opts []grpc.DialOption, callOpts callstream.Options) (map[string]*agentConn, error) {
-	opts = append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+	opts = append(append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 		MinConnectTimeout: 5 * time.Second,
-	})}, opts...)
+	})}, callstream.DialOptions()...), opts...)
 	out := map[string]*agentConn{}
 	for _, s := range inv.Agents {
 		cc, err := grpc.NewClient("passthrough:///"+s.Address, opts...)

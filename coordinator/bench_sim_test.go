@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	"github.com/cutover-dev/cutover/pkg/callstream"
 	"github.com/cutover-dev/cutover/pkg/pki"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
@@ -201,7 +203,7 @@ func simAgentHost(count string) int {
 		node := simNode(i)
 		h := &handoff{addr: l.Addr(), conns: make(chan net.Conn, 16)}
 		agents[node] = h
-		s := grpc.NewServer()
+		s := grpc.NewServer(callstream.ServerOptions()...) // as the agent serves
 		fakeagent.Register(s, simAgent(node))
 		go func() { _ = s.Serve(h) }()
 	}
@@ -387,6 +389,7 @@ func simPKI(b *testing.B) ([]grpc.ServerOption, grpc.DialOption) {
 // inProcessAgents serves n simulated agents on in-memory listeners and
 // returns them with the dial option that reaches them.
 func inProcessAgents(b *testing.B, n int, opts ...grpc.ServerOption) ([]AgentSpec, grpc.DialOption) {
+	opts = append(callstream.ServerOptions(), opts...) // as the agent serves
 	lis := make(map[string]*bufconn.Listener, n)
 	var specs []AgentSpec
 	for i := range n {
@@ -514,6 +517,7 @@ func runScaleSim(b *testing.B, n int, way simWay) simScaleResult {
 	resetPeakRSS()
 	calls.Clear()
 	cpu0, acpu0 := cpuTime(), procCPU(agents)
+	stopProfile := profileOperation(b)
 	t0 := time.Now()
 	st, err := client.Cutover(ctx, &coordinatorv1.CutoverRequest{Port: 4889, OperationId: fmt.Sprintf("sim-%d", n), Strategy: StrategyAtomic, TimeoutMillis: time.Minute.Milliseconds()})
 	if err != nil {
@@ -537,6 +541,7 @@ func runScaleSim(b *testing.B, n int, way simWay) simScaleResult {
 	if err != nil {
 		b.Fatal(err)
 	}
+	stopProfile()
 	cpu, acpu := cpuTime()-cpu0, procCPU(agents)-acpu0
 	if rep.State != succeeded {
 		b.Fatalf("cutover %s: %s (commit margin %v)", rep.State, rep.Error, time.Duration(rep.CommitMarginNanos))
@@ -584,4 +589,27 @@ func runScaleSim(b *testing.B, n int, way simWay) simScaleResult {
 	}
 	row.PFPrepComVer = row.PreflightMs + row.PrepareMs + row.CommitMs + row.VerifyMs
 	return row
+}
+
+// profileOperation writes a CPU profile of the operation alone (not the
+// agents' setup) to $COT_SCALE_SIM_CPUPROFILE when it is set: how
+// docs/benchmarks.md's "Where the time goes" was taken. Off by default.
+func profileOperation(b *testing.B) (stop func()) {
+	path := os.Getenv("COT_SCALE_SIM_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -7,14 +7,17 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cutover-dev/cutover/agent"
 	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/harness/h2tap"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -169,4 +172,54 @@ func loopbackProbeAddr(t *testing.T, node string) string {
 	addr := pc.LocalAddr().String()
 	_ = pc.Close()
 	return addr
+}
+
+// TestAgentConnsCarryNoPings: the coordinator's connections to real
+// agents, as both sides set them up, carry no HTTP/2 pings through a
+// whole cutover (callstream.DialOptions, ServerOptions: with gRPC's
+// bandwidth-delay estimation on either side, answers or calls would each
+// set off a ping, its acknowledgement and a window update).
+func TestAgentConnsCarryNoPings(t *testing.T) {
+	const n = 3
+	l, _ := realAgents(t, n)
+	l.c.Close()
+	var mu sync.Mutex
+	taps := map[string]*h2tap.Conn{}
+	l.extra = []Option{WithDialOptions(grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		lis, ok := l.lis[addr]
+		if !ok {
+			return nil, fmt.Errorf("no test listener at %s", addr)
+		}
+		c, err := lis.DialContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		tap := h2tap.New(c)
+		mu.Lock()
+		taps[addr] = tap
+		mu.Unlock()
+		return tap, nil
+	}))}
+	l.start()
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "pings"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != succeeded {
+		t.Fatalf("state %s %s\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(taps) != n {
+		t.Fatalf("%d agent connection(s) recorded; want %d", len(taps), n)
+	}
+	for addr, tap := range taps {
+		sent, received, err := tap.Since(h2tap.Mark{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sent[http2.FrameData] < 5 || sent[http2.FramePing] != 0 || received[http2.FramePing] != 0 {
+			t.Errorf("agent at %s: the coordinator sent %v and received %v; want calls (data frames) and no pings", addr, sent, received)
+		}
+	}
 }
