@@ -154,10 +154,10 @@ var fanWorkers = &workers{idle: fanWorkerIdle, work: make(chan func())}
 const fanWorkerIdle = 10 * time.Second
 
 // workers runs each function at once on a goroutine of its own: an idle
-// one if there is, else a new one. Never fewer goroutines than functions
-// running, so one call never waits for another (a round's unreachable
-// agents time out together, not one after another, which a rollback's
-// fan-out must not).
+// one if there is, else a new one. There are never fewer goroutines than
+// functions running, so no call waits for another: a round's unreachable
+// agents time out together, not one after another (a bounded pool would
+// make a rollback's fan-out wait for them in series).
 //
 // Why keep them (issue 13): a new goroutine's stack grows, copied each
 // time, through the gRPC call, protobuf and fmt; a kept one has grown
