@@ -324,9 +324,13 @@ func TestProbeResetRidesInPrepare(t *testing.T) {
 			t.Errorf("%s: counters zeroed %d times, want %d", n, got, want)
 		}
 	}
-	// Reads after commit (verify, the final read) are the same for all
-	// three; the old agent's reset is one call more.
-	if a, b := l.fakes["n1"].ProbeStatsCalls(), l.fakes["n3"].ProbeStatsCalls(); b != a+1 {
-		t.Errorf("ProbeStats calls: n1 %d, old-Prepare n3 %d; want n3 = n1 + 1 (its reset alone)", a, b)
+	// The old agent's reset is a ProbeStats call of its own; the others'
+	// rode in Prepare. (The reads after commit are not compared: the mesh
+	// verifier polls a sender again while its pairs are not yet
+	// conclusive, and a CI run read n1 once more than n3.)
+	for n, want := range map[string]int{"n1": 0, "n2": 0, "n3": 1} {
+		if got := l.fakes[n].ProbeStatsResetCalls(); got != want {
+			t.Errorf("%s: ProbeStats calls that reset %d, want %d", n, got, want)
+		}
 	}
 }

@@ -42,27 +42,28 @@ type Fault struct {
 type Agent struct {
 	agentv1.UnimplementedAgentServiceServer
 
-	mu         sync.Mutex
-	node       string
-	port       uint32
-	ready      bool
-	notReady   []string
-	busyPorts  map[uint32]string
-	labels     map[string]string
-	skew       time.Duration // agent clock − real clock
-	op         *agentv1.OperationStatus
-	calls      []string
-	faults     map[string]Fault
-	readCalls  map[string]int
-	probeRst   int
-	fight      bool // after a commit, the next Info finds the old port back
-	fightArmed bool
-	peers      []*agentv1.PeerProbeStats
-	stall      time.Duration // the mesh's max_stall_micros
-	probeReads int
-	oldInfo    bool // Info ignores probe_stats (SetOldInfo)
-	oldPrep    bool // Prepare ignores reset_probe_stats (SetOldPrepare)
-	probeCalls int
+	mu              sync.Mutex
+	node            string
+	port            uint32
+	ready           bool
+	notReady        []string
+	busyPorts       map[uint32]string
+	labels          map[string]string
+	skew            time.Duration // agent clock − real clock
+	op              *agentv1.OperationStatus
+	calls           []string
+	faults          map[string]Fault
+	readCalls       map[string]int
+	probeRst        int
+	fight           bool // after a commit, the next Info finds the old port back
+	fightArmed      bool
+	peers           []*agentv1.PeerProbeStats
+	stall           time.Duration // the mesh's max_stall_micros
+	probeReads      int
+	oldInfo         bool // Info ignores probe_stats (SetOldInfo)
+	oldPrep         bool // Prepare ignores reset_probe_stats (SetOldPrepare)
+	probeCalls      int
+	probeResetCalls int // ProbeStats calls with reset
 	// The probe mesh (probe.go): the address Info reports (empty: off,
 	// for probeOff), the peers the last Prepare handed over and since when
 	// (agent clock), and the peers that go dark at the commit or never

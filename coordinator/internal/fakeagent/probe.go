@@ -105,12 +105,23 @@ func (a *Agent) ProbeStats(_ context.Context, r *agentv1.ProbeStatsRequest) (*ag
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.probeCalls++
+	if r.Reset_ {
+		a.probeResetCalls++
+	}
 	return a.probeStatsLocked(r.Reset_), nil
 }
 
 // ProbeStatsCalls counts ProbeStats calls, resets included; figures read
 // by Info (probe_stats) are not among them.
 func (a *Agent) ProbeStatsCalls() int { a.mu.Lock(); defer a.mu.Unlock(); return a.probeCalls }
+
+// ProbeStatsResetCalls counts the ProbeStats calls that reset the
+// counters (not the resets a Prepare carried).
+func (a *Agent) ProbeStatsResetCalls() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.probeResetCalls
+}
 
 // ProbeResets counts the probe counters' resets: by ProbeStats, or by a
 // Prepare that carried reset_probe_stats.
