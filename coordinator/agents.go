@@ -187,6 +187,7 @@ func (w *workers) loop(f func()) {
 	defer t.Stop()
 	for {
 		f()
+		f = nil // an idle worker holds nothing of the call it ran
 		t.Reset(w.idle)
 		select {
 		case f = <-w.work:

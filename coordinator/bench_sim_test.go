@@ -518,6 +518,7 @@ func runScaleSim(b *testing.B, n int, way simWay) simScaleResult {
 	calls.Clear()
 	cpu0, acpu0 := cpuTime(), procCPU(agents)
 	stopProfile := profileOperation(b)
+	defer stopProfile() // a refused operation returns early
 	t0 := time.Now()
 	st, err := client.Cutover(ctx, &coordinatorv1.CutoverRequest{Port: 4889, OperationId: fmt.Sprintf("sim-%d", n), Strategy: StrategyAtomic, TimeoutMillis: time.Minute.Milliseconds()})
 	if err != nil {
@@ -594,6 +595,8 @@ func runScaleSim(b *testing.B, n int, way simWay) simScaleResult {
 // profileOperation writes a CPU profile of the operation alone (not the
 // agents' setup) to $COT_SCALE_SIM_CPUPROFILE when it is set: how
 // docs/benchmarks.md's "Where the time goes" was taken. Off by default.
+// Every row writes the same file: pick one row with -bench. stop may be
+// called more than once.
 func profileOperation(b *testing.B) (stop func()) {
 	path := os.Getenv("COT_SCALE_SIM_CPUPROFILE")
 	if path == "" {
@@ -606,10 +609,13 @@ func profileOperation(b *testing.B) (stop func()) {
 	if err := pprof.StartCPUProfile(f); err != nil {
 		b.Fatal(err)
 	}
+	var once sync.Once
 	return func() {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			b.Fatal(err)
-		}
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				b.Error(err)
+			}
+		})
 	}
 }
