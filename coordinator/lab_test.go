@@ -109,17 +109,20 @@ func (l *lab) testConfig() Config {
 	return cfg
 }
 
+// dial reaches the agent listening at addr in the lab.
+func (l *lab) dial(ctx context.Context, addr string) (net.Conn, error) {
+	if lis, ok := l.lis[addr]; ok {
+		return lis.DialContext(ctx)
+	}
+	return nil, fmt.Errorf("no test listener at %s", addr)
+}
+
 // start builds a coordinator over the lab's state dir and resumes the
 // journal (a restart, when one ran before).
 func (l *lab) start() {
 	t := l.t
 	t.Helper()
-	dial := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-		if lis, ok := l.lis[addr]; ok {
-			return lis.DialContext(ctx)
-		}
-		return nil, fmt.Errorf("no test listener at %s", addr)
-	})
+	dial := grpc.WithContextDialer(l.dial)
 	var opts []Option
 	opts = append(opts, WithDialOptions(dial, grpc.WithTransportCredentials(insecure.NewCredentials())),
 		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))

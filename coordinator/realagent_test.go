@@ -186,11 +186,7 @@ func TestAgentConnsCarryNoPings(t *testing.T) {
 	var mu sync.Mutex
 	taps := map[string]*h2tap.Conn{}
 	l.extra = []Option{WithDialOptions(grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-		lis, ok := l.lis[addr]
-		if !ok {
-			return nil, fmt.Errorf("no test listener at %s", addr)
-		}
-		c, err := lis.DialContext(ctx)
+		c, err := l.dial(ctx, addr)
 		if err != nil {
 			return nil, err
 		}

@@ -70,7 +70,7 @@ func (c *Coordinator) resolveAuto(ctx context.Context, req *coordinatorv1.Cutove
 		case a.err != nil:
 			k := "not answered: " + status.Convert(a.err).Message()
 			against[k] = append(against[k], n)
-			if c := status.Code(a.err); c == codes.Unavailable || c == codes.DeadlineExceeded {
+			if code := status.Code(a.err); code == codes.Unavailable || code == codes.DeadlineExceeded {
 				unreached[n] = a.err
 			}
 		case len(a.pf.GetProblems()) > 0:
