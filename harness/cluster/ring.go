@@ -1,0 +1,89 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cutover-dev/cutover/pkg/netns"
+)
+
+// Ring is a ping from every node to the next one's pod gateway across the
+// overlay: the traffic a cutover must carry, measured apart from Cutover's
+// own probe mesh.
+type Ring struct {
+	pairs []*ringPair
+}
+
+type ringPair struct {
+	from, to string
+	cmd      *exec.Cmd
+	out      bytes.Buffer
+	done     chan error
+}
+
+// RingPair is one direction's count.
+type RingPair struct {
+	From, To       string
+	Sent, Received int
+}
+
+// Lost is Sent minus Received.
+func (p RingPair) Lost() int { return p.Sent - p.Received }
+
+// StartRing starts the ring, one ping every interval per pair.
+func (c *Cluster) StartRing(interval time.Duration) (*Ring, error) {
+	r := &Ring{}
+	for i, n := range c.Nodes {
+		to := c.Nodes[(i+1)%len(c.Nodes)]
+		if to == n {
+			break
+		}
+		p := &ringPair{from: n.Name, to: to.Name, done: make(chan error, 1)}
+		p.cmd = exec.Command("nsenter", "--net="+filepath.Join(netns.Dir, n.Netns), "--",
+			"ping", "-q", "-n", "-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "1", GatewayIP(to.Index).String())
+		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := p.cmd.Start(); err != nil {
+			_, _ = r.Stop()
+			return nil, err
+		}
+		go func() { p.done <- p.cmd.Wait() }()
+		r.pairs = append(r.pairs, p)
+	}
+	return r, nil
+}
+
+var pingStatsRE = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
+
+// Stop ends every ping (SIGINT, so it prints its statistics) and returns
+// the counts.
+func (r *Ring) Stop() ([]RingPair, error) {
+	var out []RingPair
+	var errs []error
+	for _, p := range r.pairs {
+		_ = p.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		m := pingStatsRE.FindStringSubmatch(p.out.String())
+		if m == nil {
+			errs = append(errs, fmt.Errorf("ring %s->%s: no statistics in %q", p.from, p.to, strings.TrimSpace(p.out.String())))
+			continue
+		}
+		sent, _ := strconv.Atoi(m[1])
+		recv, _ := strconv.Atoi(m[2])
+		out = append(out, RingPair{From: p.from, To: p.to, Sent: sent, Received: recv})
+	}
+	return out, errors.Join(errs...)
+}
