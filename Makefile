@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: images release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged bench-lab-staged-n32 bench-ovs-port-stall bench-coordinator-ab
+.PHONY: images release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged bench-lab-staged-n32 bench-ovs-port-stall bench-coordinator-ab cluster-tools cluster-e2e
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -55,10 +55,11 @@ lab: build ## build the shipped binaries and cutover-lab (the local lab's CLI, d
 # of the package, 5-12 in one run one test at a time).
 LAB_PKGS := ./harness/lab/...
 
-test: lint lab kube-tools ## the full suite: lint, unit tier, privileged tier when root (CI is root), Kubernetes tier, lab end to end
-	$(GO) test -race -count=1 -timeout 40m $$($(GO) list $(PKGS) | grep -v '/harness/lab')
+test: lint lab kube-tools ## the full suite: lint, unit tier, privileged tier when root (CI is root), Kubernetes tier, lab end to end, real cluster
+	$(GO) test -race -count=1 -timeout 40m $$($(GO) list $(PKGS) | grep -v -e '/harness/lab' -e '/harness/cluster')
 	$(GO) test -race -count=1 -p 1 -parallel 1 -timeout 40m $(LAB_PKGS)
 	hack/fuzz-smoke.sh $(FUZZ_EXECS)
+	$(MAKE) cluster-e2e
 
 FUZZ_EXECS ?= 50000
 fuzz-smoke: ## run every Fuzz* target for FUZZ_EXECS executions each beyond its seed corpus
@@ -154,3 +155,14 @@ kube-tools: ## build (once per machine, cached) kube-apiserver and kustomize for
 
 clean:
 	rm -rf $(BIN)
+
+# The real-cluster tier (harness/cluster): kubelets, containerd, kube-proxy,
+# the control plane, all built once per machine (hack/kube-tools.sh cluster),
+# and Cutover installed from its release manifests with its own images.
+cluster-tools: ## build (once per machine) the real-cluster tier's Kubernetes binaries and containerd
+	hack/kube-tools.sh cluster >/dev/null
+
+CLUSTER_RESULTS ?= $(CURDIR)/results/cluster_e2e.json
+cluster-e2e: cluster-tools ## as root: a real 3-node cluster, Cutover installed from its release and driven by kubectl cutover: results/cluster_e2e.json
+	mkdir -p results
+	COT_CLUSTER_RESULTS=$(CLUSTER_RESULTS) flock /tmp/cutover-priv.lock $(GO) test -count=1 -p 1 -timeout 30m -v ./harness/cluster/

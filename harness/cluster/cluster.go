@@ -123,13 +123,16 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := Teardown(cfg.Name); err != nil {
 		return nil, fmt.Errorf("cluster: leftovers of an earlier %q: %w", cfg.Name, err)
 	}
-	c = &Cluster{cfg: cfg, Hub: cfg.Name + "-hub"}
+	cl := &Cluster{cfg: cfg, Hub: cfg.Name + "-hub"}
+	// A failed Up stops what it started; the named results are set by the
+	// time this runs, so it holds its own reference.
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, c.Down())
+			err = errors.Join(err, cl.Down())
 			c = nil
 		}
 	}()
+	c = cl
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}

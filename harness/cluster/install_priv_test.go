@@ -1,0 +1,238 @@
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cutover-dev/cutover/harness/cluster"
+	"github.com/cutover-dev/cutover/harness/kubetest"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// e2e is one installed cluster under test.
+type e2e struct {
+	t   *testing.T
+	c   *cluster.Cluster
+	im  e2eImages
+	dir string
+	bin string // kubectl-cutover and coordctl, on the plugin's PATH
+}
+
+func startCluster(t *testing.T, im e2eImages) *e2e {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, err := cluster.Up(ctx, cluster.Config{Name: "cote2e", Dir: filepath.Join(dir, "cluster"),
+		Images: []string{im.pause, im.agent, im.coordinator}, PauseImage: im.pauseR, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			keepLogs(t, c)
+		}
+		if err := c.Down(); err != nil {
+			t.Errorf("cluster down: %v", err)
+		}
+	})
+	return &e2e{t: t, c: c, im: im, dir: dir, bin: filepath.Join(im.dir, "bin")}
+}
+
+// keepLogs copies the cluster's logs where a CI run keeps them.
+func keepLogs(t *testing.T, c *cluster.Cluster) {
+	if d := os.Getenv("COT_CLUSTER_LOGS"); d != "" {
+		_ = os.MkdirAll(d, 0o755)
+		_, _ = exec.Command("sh", "-c", fmt.Sprintf("cp -r %s/*.log %s/ 2>/dev/null; for n in %s/n*; do mkdir -p %s/$(basename $n); cp $n/*.log %s/$(basename $n)/; done", c.Dir(), d, c.Dir(), d, d)).CombinedOutput()
+	}
+}
+
+func (e *e2e) kubectl(args ...string) string {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := e.c.Kubectl(ctx, args...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// plugin runs `kubectl cutover ARGS` (the kubectl-cutover plugin found on
+// PATH, as a user installs it) and returns output and exit code.
+func (e *e2e) plugin(timeout time.Duration, args ...string) (string, int) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := e.c.Command(ctx, append([]string{cluster.KubectlPath(), "cutover"}, args...)...)
+	cmd.Env = append(cmd.Env, "PATH="+e.bin+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			e.t.Fatalf("kubectl cutover %s: %v", strings.Join(args, " "), err)
+		}
+		code = ee.ExitCode()
+	}
+	e.t.Logf("kubectl cutover %s: exit %d\n%s", strings.Join(args, " "), code, out)
+	return string(out), code
+}
+
+// install does what docs/install.md says for the flannel overlay with
+// pre-made Secrets: certificates from coordctl certs, the three Secrets,
+// the release manifest (images pinned by digest) applied with kubectl.
+func (e *e2e) install(overlay string) {
+	t := e.t
+	var ips []string
+	for _, n := range e.c.Nodes {
+		ips = append(ips, n.IP().String())
+	}
+	pkiDir := filepath.Join(e.dir, "pki")
+	if out, err := exec.Command(filepath.Join(e.bin, "coordctl"), "certs", "--dir", pkiDir,
+		"--agent", "agent="+strings.Join(ips, ","), "--coordinator-ip", strings.Join(ips, ",")).CombinedOutput(); err != nil {
+		t.Fatalf("coordctl certs: %v\n%s", err, out)
+	}
+	e.kubectl("create", "namespace", "cutover")
+	for _, s := range []struct{ name, crt string }{{"cutover-agent-tls", "agent-agent"}, {"cutover-coordinator-tls", "coordinator"}, {"cutover-admin-tls", "admin"}} {
+		e.kubectl("-n", "cutover", "create", "secret", "generic", s.name,
+			"--from-file=ca.crt="+filepath.Join(pkiDir, "ca.pem"),
+			"--from-file=tls.crt="+filepath.Join(pkiDir, s.crt+".pem"),
+			"--from-file=tls.key="+filepath.Join(pkiDir, s.crt+"-key.pem"))
+	}
+	manifest := e.render(overlay)
+	e.kubectl("apply", "-f", manifest)
+	e.waitRollout()
+}
+
+// render is the release manifest of overlay with this test's images, as
+// make release writes it.
+func (e *e2e) render(overlay string) string {
+	t := e.t
+	d := filepath.Join(e.dir, "render-"+overlay)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// kustomize takes no absolute resource paths: a copy of deploy/ beside
+	// the kustomization, as make release-manifests does.
+	if out, err := exec.Command("cp", "-r", filepath.Join(repoRoot(t), "deploy"), d).CombinedOutput(); err != nil {
+		t.Fatalf("copy deploy/: %v: %s", err, out)
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [deploy/overlays/%s]\nimages:\n- {name: %s, newTag: %q}\n- {name: %s, newTag: %q}\n",
+		overlay, agentRepo, e.im.version, coordRepo, e.im.version)
+	if err := os.WriteFile(filepath.Join(d, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(kubetest.KustomizePath(), "build", d).Output()
+	if err != nil {
+		t.Fatalf("kustomize build: %v", err)
+	}
+	f := filepath.Join(d, "cutover.yaml")
+	if err := os.WriteFile(f, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (e *e2e) waitRollout() {
+	e.kubectl("-n", "cutover", "rollout", "status", "ds/cutover-agent", "--timeout=180s")
+	e.kubectl("-n", "cutover", "rollout", "status", "deploy/cutover-coordinator", "--timeout=180s")
+}
+
+// ports reads every node's VXLAN port from the node's kernel.
+func (e *e2e) kernelPorts() map[string]int {
+	e.t.Helper()
+	out := map[string]int{}
+	for _, n := range e.c.Nodes {
+		p, err := n.KernelPort(context.Background())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out[n.Name] = p
+	}
+	return out
+}
+
+func (e *e2e) wantKernelPorts(want int) {
+	e.t.Helper()
+	for n, p := range e.kernelPorts() {
+		if p != want {
+			e.t.Errorf("node %s: flannel.1 dstport %d, want %d (read from the node's kernel)", n, p, want)
+		}
+	}
+}
+
+// flannelConfig is the kube-flannel-cfg ConfigMap flannel's manifest
+// installs, Backend.Port set.
+func (e *e2e) flannelConfig(port int) {
+	e.kubectl("create", "namespace", "kube-flannel")
+	nc := fmt.Sprintf(`{"Network": %q, "EnableNFTables": false, "Backend": {"Type": "vxlan", "Port": %d}}`, cluster.PodCIDR.String(), port)
+	e.kubectl("-n", "kube-flannel", "create", "configmap", "kube-flannel-cfg", "--from-literal=net-conf.json="+nc)
+}
+
+func (e *e2e) flannelPort() int {
+	e.t.Helper()
+	cs, err := e.c.Clientset()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cm, err := cs.CoreV1().ConfigMaps("kube-flannel").Get(context.Background(), "kube-flannel-cfg", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var nc struct{ Backend struct{ Port int } }
+	if err := json.Unmarshal([]byte(cm.Data["net-conf.json"]), &nc); err != nil {
+		e.t.Fatal(err)
+	}
+	return nc.Backend.Port
+}
+
+// TestInstallKernelVXLAN installs Cutover from its release manifests onto a
+// real cluster whose nodes run a flannel-style kernel VXLAN overlay, and
+// drives it through kubectl cutover as docs/install.md says.
+func TestInstallKernelVXLAN(t *testing.T) {
+	cluster.Require(t)
+	im := buildImages(t, "v0.0.0-e2e")
+	e := startCluster(t, im)
+	ctx := context.Background()
+	if err := e.c.KernelOverlay(ctx, 8472); err != nil {
+		t.Fatal(err)
+	}
+	e.flannelConfig(8472)
+	e.install("flannel")
+	t.Log(e.kubectl("-n", "cutover", "get", "pods", "-o", "wide"))
+
+	out, code := e.plugin(2*time.Minute, "plan", "--port", "4889")
+	if code != 0 {
+		t.Fatalf("kubectl cutover plan --port 4889: exit %d, want 0\n%s", code, out)
+	}
+	ring, err := e.c.StartRing(10 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code = e.plugin(3*time.Minute, "cutover", "--port", "4889")
+	pairs, rerr := ring.Stop()
+	if code != 0 {
+		t.Fatalf("kubectl cutover cutover --port 4889: exit %d, want 0\n%s", code, out)
+	}
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	t.Logf("ring during the cutover: %+v", pairs)
+	e.wantKernelPorts(4889)
+	if p := e.flannelPort(); p != 4889 {
+		t.Errorf("kube-flannel-cfg Backend.Port %d after the cutover, want 4889", p)
+	}
+	out, code = e.plugin(3*time.Minute, "rollback")
+	if code != 0 {
+		t.Fatalf("kubectl cutover rollback: exit %d, want 0\n%s", code, out)
+	}
+	e.wantKernelPorts(8472)
+}
