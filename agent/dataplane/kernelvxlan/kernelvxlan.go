@@ -222,8 +222,9 @@ func (b *Backend) checkTarget(c *dataplane.Check, to uint16, current int) bool {
 		c.Problems = append(c.Problems, fmt.Sprintf("port %d: cannot tell whether it is free: %v", to, err))
 	case !free && holder.Kind == "vxlan" && (holder.Device == vxlan.OldName(b.cfg.Device) || holder.Device == vxlan.TmpName(b.cfg.Device)):
 		// The old device of our own last cutover, kept until its
-		// Finalize, or a device prebuilt for an operation rolled back:
-		// Prebuild and Recreate remove them before building on the port.
+		// Finalize (a Finalize not yet run or that failed), or what an
+		// undo that failed half way left: Prebuild and Recreate remove
+		// them before building on the port.
 		c.Actions = append(c.Actions, fmt.Sprintf("remove %s (left by the last operation on %s, on port %d)", holder.Device, b.cfg.Device, to))
 	case !free:
 		c.TargetHolder = holder.String()
@@ -462,11 +463,17 @@ func (b *Backend) Revert(_ context.Context, s dataplane.Snapshot) (dataplane.Sta
 	if o.moved {
 		b.forget(&st, s.ToPort)
 	}
-	// What the change left (a prebuilt device never committed, the device
-	// that was on the target port) stays until the next operation's
-	// Prebuild or Recreate, or its Finalize: deleting a link holds the
-	// kernel's RTNL lock for tens of milliseconds, and a rollback is when
-	// the other nodes' windows must not wait for it. Preflight knows both.
+	// What the change left goes too: the device that was on the target
+	// port (renamed away by the move back, still up: its socket holds the
+	// port) and a prebuilt device never committed. Left for the next
+	// operation, they made a retry to the same port fail its path check
+	// ("not free": the check binds the port) and kept a Cutover device on
+	// a node the operation was over for (issue 35). The deletion holds the
+	// kernel's RTNL lock for tens of milliseconds, after this node's move
+	// back: on separate kernels no other node waits for it.
+	if err := b.cfg.VXLAN.Cleanup(b.cfg.Device); err != nil {
+		return st, fmt.Errorf("revert %s: back on port %d, but what the change left on port %d stays: %w (roll back again to retry)", b.cfg.Device, s.FromPort, s.ToPort, err)
+	}
 	if b.cfg.Firewall != nil {
 		if err := b.cfg.Firewall.Close(s.ToPort, sd.ToRulesPresent); err != nil {
 			return st, err
