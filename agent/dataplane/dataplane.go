@@ -96,6 +96,17 @@ type Keeper interface {
 	Keep(ctx context.Context) (changed bool, err error)
 }
 
+// PortKeeper is a Backend that keeps the overlay's current port, read
+// back from the dataplane, open in the node firewall between operations
+// (Firewall.KeepOpen): the agent calls it at start and then every minute,
+// so a node that rebooted or joined after a cutover, behind a default-deny
+// firewall, is not cut off. removeStale is passed only while no operation
+// is in flight.
+type PortKeeper interface {
+	Backend
+	KeepPortOpen(ctx context.Context, removeStale bool) (Kept, error)
+}
+
 // StagedAdvisor is a Stager that says whether, on this node as
 // configured, the staged strategy loses less than the atomic one (by the
 // lab's figures at N = 32, docs/staged.md), and why. The coordinator's

@@ -426,3 +426,16 @@ func (b *Backend) Ready(ctx context.Context) []string {
 	}
 	return append(out, b.cfg.Firewall.Problems()...)
 }
+
+// KeepPortOpen implements dataplane.PortKeeper: the port the device is on
+// now, read back, kept open in the firewall.
+func (b *Backend) KeepPortOpen(ctx context.Context, removeStale bool) (dataplane.Kept, error) {
+	st, err := b.Read(ctx)
+	if err != nil {
+		return dataplane.Kept{}, err
+	}
+	if st.Port == 0 {
+		return dataplane.Kept{}, fmt.Errorf("keep the overlay port open: %s reads back no port", b.Device())
+	}
+	return b.cfg.Firewall.KeepOpen(st.Port, removeStale)
+}
