@@ -555,3 +555,23 @@ func (b *Backend) KeepPortOpen(ctx context.Context, removeStale bool) (dataplane
 	}
 	return b.cfg.Firewall.KeepOpen(st.Port, removeStale)
 }
+
+// CleanupNode implements dataplane.NodeCleaner: the twin devices of the
+// device (the prebuilt or receiving one, cotx…; the old one, cotd…), and
+// the firewall rules the agent marked as its own. The device itself stays.
+func (b *Backend) CleanupNode(context.Context) ([]string, error) {
+	var out []string
+	for _, n := range []string{vxlan.TmpName(b.cfg.Device), vxlan.OldName(b.cfg.Device)} {
+		if _, err := b.cfg.VXLAN.Snapshot(n); err == nil {
+			out = append(out, "device "+n)
+		}
+	}
+	if err := b.cfg.VXLAN.Cleanup(b.cfg.Device); err != nil {
+		return nil, fmt.Errorf("cleanup %s: %w", b.cfg.Device, err)
+	}
+	rules, err := b.cfg.Firewall.RemoveKept()
+	for _, r := range rules {
+		out = append(out, "rule "+r)
+	}
+	return out, err
+}

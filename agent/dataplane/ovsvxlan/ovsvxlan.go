@@ -439,3 +439,35 @@ func (b *Backend) KeepPortOpen(ctx context.Context, removeStale bool) (dataplane
 	}
 	return b.cfg.Firewall.KeepOpen(st.Port, removeStale)
 }
+
+// CleanupNode implements dataplane.NodeCleaner: the staged strategy's
+// receive ports and every flow with Cutover's cookies (the redirects,
+// standing ones included), then the firewall rules the agent marked as its
+// own. vxlan0, br0 and the SDN's flows stay.
+func (b *Backend) CleanupNode(ctx context.Context) ([]string, error) {
+	var out []string
+	if b.stagedReady() == nil {
+		b.staged.Lock()
+		t, err := b.readTunnels(ctx)
+		if err == nil && (t.rx != 0 || t.old != 0) {
+			out = append(out, "receive ports of "+b.cfg.Interface)
+		}
+		if err == nil {
+			_, err = b.cfg.Vsctl(ctx, "--if-exists", "del-port", b.cfg.Bridge, RxName(b.cfg.Interface),
+				"--", "--if-exists", "del-port", b.cfg.Bridge, rxOld(b.cfg.Interface))
+		}
+		if err == nil {
+			err = b.delOurs(ctx, CookieIn, CookieOut)
+		}
+		b.staged.Unlock()
+		if err != nil {
+			return out, fmt.Errorf("cleanup %s: %w", b.cfg.Interface, err)
+		}
+		out = append(out, fmt.Sprintf("flows with cookies %#x, %#x on %s", CookieIn, CookieOut, b.cfg.Bridge))
+	}
+	rules, err := b.cfg.Firewall.RemoveKept()
+	for _, r := range rules {
+		out = append(out, "rule "+r)
+	}
+	return out, err
+}
