@@ -17,6 +17,7 @@ import (
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/operation"
 	"github.com/cutover-dev/cutover/harness/testenv"
+	"github.com/cutover-dev/cutover/pkg/iptables"
 	"github.com/cutover-dev/cutover/pkg/version"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
@@ -308,6 +309,56 @@ func TestKeeperKeptFromStart(t *testing.T) {
 cutover_agent_standing_checks_total{result="written"} 1
 `
 		err := testutil.GatherAndCompare(a.reg, strings.NewReader(want), "cutover_agent_standing_checks_total")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// portKeeperFake keeps the overlay port open (dataplane.PortKeeper) over
+// a real Firewall on an iptables fake without the port's rule.
+type portKeeperFake struct {
+	*dataplane.Fake
+	fw    *dataplane.Firewall
+	stale chan bool
+}
+
+func (k portKeeperFake) KeepPortOpen(_ context.Context, removeStale bool) (dataplane.Kept, error) {
+	kept, err := k.fw.KeepOpen(4789, removeStale)
+	k.stale <- removeStale
+	return kept, err
+}
+
+// TestPortKeptOpenFromStart (issue 33): the agent opens the overlay's
+// current port at start, before any operation, with no operation in
+// flight (stale marks may go), and counts it as opened.
+func TestPortKeptOpenFromStart(t *testing.T) {
+	ipt := iptables.NewFake("")
+	fw := &dataplane.Firewall{IPT: ipt, CreateChain: true, JumpFrom: "INPUT",
+		Templates: []iptables.Rule{{Table: "filter", Chain: "OS_FIREWALL_ALLOW", Proto: "udp", StateNew: true, Target: "ACCEPT"}}}
+	k := portKeeperFake{Fake: newFake(), fw: fw, stale: make(chan bool, 16)}
+	a := startAgent(t, testConfig(t), k)
+	select {
+	case stale := <-k.stale:
+		if !stale {
+			t.Error("KeepPortOpen at start without an operation: removeStale false")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("KeepPortOpen not called within 10 s of the agent's start")
+	}
+	if !strings.Contains(ipt.Dump(), "--dport 4789 -m comment --comment "+dataplane.KeepComment) {
+		t.Fatalf("no marked rule for 4789:\n%s", ipt.Dump())
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		const want = `
+# HELP cutover_agent_port_keep_checks_total Checks that the overlay's current port is open in the node firewall (at start, then every minute), by result: found (its rule was there), opened (the agent added its marked rule), error.
+# TYPE cutover_agent_port_keep_checks_total counter
+cutover_agent_port_keep_checks_total{result="opened"} 1
+`
+		err := testutil.GatherAndCompare(a.reg, strings.NewReader(want), "cutover_agent_port_keep_checks_total")
 		if err == nil {
 			break
 		}

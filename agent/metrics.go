@@ -29,6 +29,7 @@ type Metrics struct {
 	pathChecks     *prometheus.CounterVec
 	pathSilent     prometheus.Gauge
 	standing       *prometheus.CounterVec
+	portKept       *prometheus.CounterVec
 }
 
 var _ operation.Observer = (*Metrics)(nil)
@@ -86,9 +87,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cutover_agent_standing_checks_total",
 			Help: "Checks of what the backend keeps between operations (the OVS standing redirect flows, --ovs-standing-redirects), by result: in_place, written (put back: removed by something else, stale, or in another interface's way; each is a flow table change), error.",
 		}, []string{"result"}),
+		portKept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cutover_agent_port_keep_checks_total",
+			Help: "Checks that the overlay's current port is open in the node firewall (at start, then every minute), by result: found (its rule was there), opened (the agent added its marked rule), error.",
+		}, []string{"result"}),
 	}
 	reg.MustRegister(m.currentPort, m.phase, m.applyDuration, m.commitLateness, m.rpcRequests,
-		m.deadmanReverts, m.tlsRejections, m.tlsReloads, m.buildInfo, m.pathChecks, m.pathSilent, m.standing)
+		m.deadmanReverts, m.tlsRejections, m.tlsReloads, m.buildInfo, m.pathChecks, m.pathSilent, m.standing, m.portKept)
 	for _, r := range []string{"ok", "port_in_use", "error"} {
 		m.pathChecks.WithLabelValues(r)
 	}
@@ -151,6 +156,18 @@ func (m *Metrics) StandingChecked(changed bool, err error) {
 		m.standing.WithLabelValues("written").Inc()
 	default:
 		m.standing.WithLabelValues("in_place").Inc()
+	}
+}
+
+// PortKept counts a check of the overlay port's firewall opening.
+func (m *Metrics) PortKept(opened bool, err error) {
+	switch {
+	case err != nil:
+		m.portKept.WithLabelValues("error").Inc()
+	case opened:
+		m.portKept.WithLabelValues("opened").Inc()
+	default:
+		m.portKept.WithLabelValues("found").Inc()
 	}
 }
 

@@ -238,6 +238,9 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 				if k, ok := be.(dataplane.Keeper); ok {
 					go keepBackend(setupCtx, k, keepEvery, cfg.CallTimeout, metrics, log)
 				}
+				if k, ok := be.(dataplane.PortKeeper); ok {
+					go keepPortOpen(setupCtx, m, k, keepEvery, cfg.CallTimeout, metrics, log)
+				}
 			}
 		}
 		machc <- m
@@ -369,6 +372,39 @@ func keepBackend(ctx context.Context, k dataplane.Keeper, every, timeout time.Du
 		case changed:
 			log.Info("backend: standing state put in place", "backend", k.Name())
 		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// keepPortOpen has k keep the overlay's current port open in the firewall
+// now and every every (issue 33). Stale marked rules of other ports go
+// only while m has no operation in flight: an undo may go back to them.
+// Nothing is removed when the agent stops: in a DaemonSet rolling update
+// the old pod stops before the new one starts, and the port must stay open
+// between them (`cutover-agent cleanup` removes the rules on uninstall).
+func keepPortOpen(ctx context.Context, m *operation.Machine, k dataplane.PortKeeper, every, timeout time.Duration, metrics *Metrics, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	first := true
+	for {
+		rec, _ := m.Status("")
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		kept, err := k.KeepPortOpen(cctx, !rec.Phase.InFlight())
+		cancel()
+		metrics.PortKept(len(kept.Opened) > 0, err)
+		switch {
+		case err != nil:
+			log.Warn("firewall: cannot keep the overlay port open; retrying", "err", err, "retry_in", every)
+		case len(kept.Opened) > 0:
+			log.Info("firewall: overlay port opened (it had no rule)", "port", kept.Port, "added", kept.Opened, "removed_stale", kept.Removed)
+		case first || len(kept.Removed) > 0:
+			log.Info("firewall: overlay port found open", "port", kept.Port, "rules", kept.Found, "removed_stale", kept.Removed)
+		}
+		first = false
 		select {
 		case <-ctx.Done():
 			return

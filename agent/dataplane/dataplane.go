@@ -96,6 +96,28 @@ type Keeper interface {
 	Keep(ctx context.Context) (changed bool, err error)
 }
 
+// PortKeeper is a Backend that keeps the overlay's current port, read
+// back from the dataplane, open in the node firewall between operations
+// (Firewall.KeepOpen): the agent calls it at start and then every minute,
+// so a node that rebooted or joined after a cutover, behind a default-deny
+// firewall, is not cut off. removeStale is passed only while no operation
+// is in flight.
+type PortKeeper interface {
+	Backend
+	KeepPortOpen(ctx context.Context, removeStale bool) (Kept, error)
+}
+
+// NodeCleaner is a Backend that can remove everything Cutover made on the
+// node (uninstall: `cutover-agent cleanup`): the firewall rules it marked
+// as its own, and its leftover devices, ports and flows; never the
+// overlay's own device or interface, and never a rule without its mark.
+// The caller makes sure no operation is in flight. It returns what it
+// removed, in words.
+type NodeCleaner interface {
+	Backend
+	CleanupNode(ctx context.Context) ([]string, error)
+}
+
 // StagedAdvisor is a Stager that says whether, on this node as
 // configured, the staged strategy loses less than the atomic one (by the
 // lab's figures at N = 32, docs/staged.md), and why. The coordinator's

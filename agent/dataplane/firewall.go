@@ -2,6 +2,9 @@ package dataplane
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 
 	"github.com/cutover-dev/cutover/pkg/iptables"
 	"github.com/cutover-dev/cutover/pkg/nftables"
@@ -100,6 +103,15 @@ func (f *Firewall) Close(port uint16, keep map[string]bool) error {
 			return fmt.Errorf("firewall: close %s: %w", r, err)
 		}
 	}
+	// The agent's own marked rule for the port (KeepOpen) goes with it:
+	// Finalize closing the old port, an undo closing the target.
+	for _, t := range f.Templates {
+		if r := keepRule(t, port); !keep[r.String()] {
+			if err := f.IPT.DeleteRule(r); err != nil && !iptables.IsNotFound(err) {
+				return fmt.Errorf("firewall: close %s: %w", r, err)
+			}
+		}
+	}
 	return f.closeNFT(port, keep)
 }
 
@@ -134,4 +146,135 @@ func (f *Firewall) Actions(from, to uint16) (prepare, finalize []string) {
 		finalize = append(finalize, fmt.Sprintf("iptables -t %s -D%s", r.Table, r.String()[2:]))
 	}
 	return prepare, finalize
+}
+
+// KeepComment marks the rules the agent adds on its own to keep the
+// overlay's current port open (KeepOpen): a node that rebooted or joined
+// after a cutover, behind a default-deny firewall, has no rule for the port
+// the overlay now uses (Prepare opened it on the nodes of that operation,
+// and a reboot lost it). The mark is what lets the agent, Finalize and
+// `cutover-agent cleanup` remove only these and never a rule someone else
+// wrote; it has no spaces, so iptables-save prints it bare.
+const KeepComment = "cutover-keep-overlay-port"
+
+// keepRule is template t for port, marked as kept by the agent.
+func keepRule(t iptables.Rule, port uint16) iptables.Rule {
+	t.DPort, t.Comment = port, KeepComment
+	return t
+}
+
+// Kept is what KeepOpen found and did, as iptables-save lines.
+type Kept struct {
+	Port    uint16
+	Found   []string // the port's rules already there (Prepare's, an operator's, the SDN's, or ours)
+	Opened  []string // marked rules added now
+	Removed []string // marked rules of other ports removed now
+}
+
+// KeepOpen makes sure port is open: for each template, when the plain rule
+// (the form Prepare writes) or the marked one is installed, nothing is
+// added; else the marked rule is (with its chain and jump, as Open does,
+// when CreateChain). With removeStale, the marked rules of other ports go:
+// the overlay left them (callers pass it only when no operation is in
+// flight, whose undo may go back to such a port). Rules without the mark
+// are never removed. A nil *Firewall keeps nothing.
+func (f *Firewall) KeepOpen(port uint16, removeStale bool) (Kept, error) {
+	k := Kept{Port: port}
+	if f == nil {
+		return k, nil
+	}
+	for _, t := range f.Templates {
+		plain, mark := t, keepRule(t, port)
+		plain.DPort = port
+		found := false
+		for _, r := range []iptables.Rule{plain, mark} {
+			ok, err := f.IPT.HasRule(r)
+			if err != nil && !iptables.IsNotFound(err) {
+				return k, fmt.Errorf("firewall: check %s: %w", r, err)
+			}
+			if ok {
+				k.Found = append(k.Found, r.String())
+				found = true
+				break
+			}
+		}
+		if !found {
+			if f.CreateChain {
+				if err := f.IPT.EnsureChain(t.Table, t.Chain); err != nil {
+					return k, fmt.Errorf("firewall: create chain %s/%s: %w", t.Table, t.Chain, err)
+				}
+				if f.JumpFrom != "" && t.Table == "filter" && t.Chain != f.JumpFrom {
+					if err := f.IPT.EnsureJump(t.Table, f.JumpFrom, t.Chain); err != nil {
+						return k, fmt.Errorf("firewall: jump from %s to %s/%s: %w", f.JumpFrom, t.Table, t.Chain, err)
+					}
+				}
+			}
+			if err := f.IPT.EnsureRule(mark); err != nil {
+				return k, fmt.Errorf("firewall: keep port %d open: %s: %w", port, mark, err)
+			}
+			k.Opened = append(k.Opened, mark.String())
+		}
+	}
+	if removeStale {
+		removed, err := f.removeMarked(port)
+		k.Removed = removed
+		if err != nil {
+			return k, err
+		}
+	}
+	return k, nil
+}
+
+// RemoveKept removes every marked rule KeepOpen added, whatever its port
+// (cleanup: the node is leaving Cutover), and returns them.
+func (f *Firewall) RemoveKept() ([]string, error) {
+	if f == nil {
+		return nil, nil
+	}
+	return f.removeMarked(0)
+}
+
+var dportRE = regexp.MustCompile(`--dport (\d+)\b`)
+
+// removeMarked deletes the marked rules of every port but except (0: all)
+// from the templates' chains. A rule is removed only when it is, byte for
+// byte, a template with the mark for its port.
+func (f *Firewall) removeMarked(except uint16) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, t := range f.Templates {
+		if seen[t.Table+"/"+t.Chain] {
+			continue
+		}
+		lines, err := f.IPT.ListRules(t.Table, t.Chain)
+		if iptables.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return out, fmt.Errorf("firewall: list %s/%s: %w", t.Table, t.Chain, err)
+		}
+		seen[t.Table+"/"+t.Chain] = true
+		for _, l := range lines {
+			m := dportRE.FindStringSubmatch(l)
+			if m == nil || !strings.Contains(l, KeepComment) {
+				continue
+			}
+			p, err := strconv.ParseUint(m[1], 10, 16)
+			if err != nil || uint16(p) == except {
+				continue
+			}
+			for _, tt := range f.Templates {
+				if tt.Table != t.Table || tt.Chain != t.Chain {
+					continue
+				}
+				if r := keepRule(tt, uint16(p)); r.String() == strings.TrimSpace(l) {
+					if err := f.IPT.DeleteRule(r); err != nil {
+						return out, fmt.Errorf("firewall: remove %s: %w", r, err)
+					}
+					out = append(out, r.String())
+				}
+			}
+		}
+	}
+	return out, nil
 }

@@ -22,7 +22,8 @@ func main() {
 }
 
 // run returns the exit code: 0 after a clean stop, 2 for bad flags, 1 for
-// any other failure.
+// any other failure. "cleanup" (with the agent's own flags) removes what
+// Cutover made on the node and exits (agent.Cleanup).
 func run(args []string) int {
 	cfg := agent.Default()
 	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
@@ -40,8 +41,12 @@ func run(args []string) int {
 		fmt.Println(version.Version)
 		return 0
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "agent: unexpected argument %q: the agent takes flags only (see --help)\n", fs.Arg(0))
+	cleanup := false
+	switch {
+	case fs.NArg() == 1 && fs.Arg(0) == "cleanup":
+		cleanup = true
+	case fs.NArg() > 0:
+		fmt.Fprintf(os.Stderr, "agent: unexpected argument %q: the agent takes flags only, or the subcommand cleanup (see --help)\n", fs.Arg(0))
 		return 2
 	}
 	if err := cfg.Validate(); err != nil {
@@ -50,6 +55,18 @@ func run(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if cleanup {
+		rep, err := agent.Cleanup(ctx, cfg, nil)
+		for _, r := range rep.Removed {
+			fmt.Println("removed " + r)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
+			return 1
+		}
+		fmt.Println("cleanup done: nothing Cutover made is left on this node")
+		return 0
+	}
 	if err := agent.Run(ctx, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "agent: %v\n", err)
 		return 1

@@ -222,8 +222,9 @@ func (b *Backend) checkTarget(c *dataplane.Check, to uint16, current int) bool {
 		c.Problems = append(c.Problems, fmt.Sprintf("port %d: cannot tell whether it is free: %v", to, err))
 	case !free && holder.Kind == "vxlan" && (holder.Device == vxlan.OldName(b.cfg.Device) || holder.Device == vxlan.TmpName(b.cfg.Device)):
 		// The old device of our own last cutover, kept until its
-		// Finalize, or a device prebuilt for an operation rolled back:
-		// Prebuild and Recreate remove them before building on the port.
+		// Finalize (a Finalize not yet run or that failed), or what an
+		// undo that failed half way left: Prebuild and Recreate remove
+		// them before building on the port.
 		c.Actions = append(c.Actions, fmt.Sprintf("remove %s (left by the last operation on %s, on port %d)", holder.Device, b.cfg.Device, to))
 	case !free:
 		c.TargetHolder = holder.String()
@@ -462,11 +463,17 @@ func (b *Backend) Revert(_ context.Context, s dataplane.Snapshot) (dataplane.Sta
 	if o.moved {
 		b.forget(&st, s.ToPort)
 	}
-	// What the change left (a prebuilt device never committed, the device
-	// that was on the target port) stays until the next operation's
-	// Prebuild or Recreate, or its Finalize: deleting a link holds the
-	// kernel's RTNL lock for tens of milliseconds, and a rollback is when
-	// the other nodes' windows must not wait for it. Preflight knows both.
+	// What the change left goes too: the device that was on the target
+	// port (renamed away by the move back, still up: its socket holds the
+	// port) and a prebuilt device never committed. Left for the next
+	// operation, they made a retry to the same port fail its path check
+	// ("not free": the check binds the port) and kept a Cutover device on
+	// a node the operation was over for (issue 35). The deletion holds the
+	// kernel's RTNL lock for tens of milliseconds, after this node's move
+	// back: on separate kernels no other node waits for it.
+	if err := b.cfg.VXLAN.Cleanup(b.cfg.Device); err != nil {
+		return st, fmt.Errorf("revert %s: back on port %d, but what the change left on port %d stays: %w (roll back again to retry)", b.cfg.Device, s.FromPort, s.ToPort, err)
+	}
 	if b.cfg.Firewall != nil {
 		if err := b.cfg.Firewall.Close(s.ToPort, sd.ToRulesPresent); err != nil {
 			return st, err
@@ -534,4 +541,37 @@ func (b *Backend) Ready(context.Context) []string {
 		out = append(out, err.Error())
 	}
 	return append(out, b.cfg.Firewall.Problems()...)
+}
+
+// KeepPortOpen implements dataplane.PortKeeper: the port the device is on
+// now, read back, kept open in the firewall.
+func (b *Backend) KeepPortOpen(ctx context.Context, removeStale bool) (dataplane.Kept, error) {
+	st, err := b.Read(ctx)
+	if err != nil {
+		return dataplane.Kept{}, err
+	}
+	if st.Port == 0 {
+		return dataplane.Kept{}, fmt.Errorf("keep the overlay port open: %s reads back no port", b.Device())
+	}
+	return b.cfg.Firewall.KeepOpen(st.Port, removeStale)
+}
+
+// CleanupNode implements dataplane.NodeCleaner: the twin devices of the
+// device (the prebuilt or receiving one, cotx…; the old one, cotd…), and
+// the firewall rules the agent marked as its own. The device itself stays.
+func (b *Backend) CleanupNode(context.Context) ([]string, error) {
+	var out []string
+	for _, n := range []string{vxlan.TmpName(b.cfg.Device), vxlan.OldName(b.cfg.Device)} {
+		if _, err := b.cfg.VXLAN.Snapshot(n); err == nil {
+			out = append(out, "device "+n)
+		}
+	}
+	if err := b.cfg.VXLAN.Cleanup(b.cfg.Device); err != nil {
+		return nil, fmt.Errorf("cleanup %s: %w", b.cfg.Device, err)
+	}
+	rules, err := b.cfg.Firewall.RemoveKept()
+	for _, r := range rules {
+		out = append(out, "rule "+r)
+	}
+	return out, err
 }

@@ -590,9 +590,10 @@ func TestPreparePrebuilds(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			// Revert leaves it (deleting a link holds RTNL while the
-			// other nodes revert); the next Prepare replaces it.
-			if left := len(r.vx.Prebuilt) != 0; left != (end == "revert") {
+			// Commit adopted it; Abort and Revert removed it (a
+			// leftover on the target port failed a retry's path check,
+			// issue 35).
+			if len(r.vx.Prebuilt) != 0 {
 				t.Fatalf("after %s: prebuilt devices %v", end, r.vx.Prebuilt)
 			}
 		})

@@ -426,3 +426,48 @@ func (b *Backend) Ready(ctx context.Context) []string {
 	}
 	return append(out, b.cfg.Firewall.Problems()...)
 }
+
+// KeepPortOpen implements dataplane.PortKeeper: the port the device is on
+// now, read back, kept open in the firewall.
+func (b *Backend) KeepPortOpen(ctx context.Context, removeStale bool) (dataplane.Kept, error) {
+	st, err := b.Read(ctx)
+	if err != nil {
+		return dataplane.Kept{}, err
+	}
+	if st.Port == 0 {
+		return dataplane.Kept{}, fmt.Errorf("keep the overlay port open: %s reads back no port", b.Device())
+	}
+	return b.cfg.Firewall.KeepOpen(st.Port, removeStale)
+}
+
+// CleanupNode implements dataplane.NodeCleaner: the staged strategy's
+// receive ports and every flow with Cutover's cookies (the redirects,
+// standing ones included), then the firewall rules the agent marked as its
+// own. vxlan0, br0 and the SDN's flows stay.
+func (b *Backend) CleanupNode(ctx context.Context) ([]string, error) {
+	var out []string
+	if b.stagedReady() == nil {
+		b.staged.Lock()
+		t, err := b.readTunnels(ctx)
+		if err == nil && (t.rx != 0 || t.old != 0) {
+			out = append(out, "receive ports of "+b.cfg.Interface)
+		}
+		if err == nil {
+			_, err = b.cfg.Vsctl(ctx, "--if-exists", "del-port", b.cfg.Bridge, RxName(b.cfg.Interface),
+				"--", "--if-exists", "del-port", b.cfg.Bridge, rxOld(b.cfg.Interface))
+		}
+		if err == nil {
+			err = b.delOurs(ctx, CookieIn, CookieOut)
+		}
+		b.staged.Unlock()
+		if err != nil {
+			return out, fmt.Errorf("cleanup %s: %w", b.cfg.Interface, err)
+		}
+		out = append(out, fmt.Sprintf("flows with cookies %#x, %#x on %s", CookieIn, CookieOut, b.cfg.Bridge))
+	}
+	rules, err := b.cfg.Firewall.RemoveKept()
+	for _, r := range rules {
+		out = append(out, "rule "+r)
+	}
+	return out, err
+}
