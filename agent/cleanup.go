@@ -2,8 +2,11 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"syscall"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/operation"
@@ -46,10 +49,29 @@ func Cleanup(ctx context.Context, cfg Config, be dataplane.Backend) (CleanupRepo
 		}
 	}
 	if _, err := os.Stat(cfg.StateDir); err == nil {
-		if err := os.RemoveAll(cfg.StateDir); err != nil {
+		if err := removeStateDir(cfg.StateDir); err != nil {
 			return rep, fmt.Errorf("cleanup: remove the state directory: %w", err)
 		}
 		rep.Removed = append(rep.Removed, "state directory "+cfg.StateDir)
 	}
 	return rep, nil
+}
+
+// removeStateDir removes dir's contents, then dir itself unless it is a
+// mount point (a hostPath on a disk of its own, or a bind mount: rmdir
+// says EBUSY), which then stays, empty.
+func removeStateDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, syscall.EBUSY) {
+		return err
+	}
+	return nil
 }

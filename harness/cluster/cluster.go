@@ -484,3 +484,9 @@ func (c *Cluster) Down() error {
 
 // Dir is Config.Dir: the control plane's logs, and a directory per node.
 func (c *Cluster) Dir() string { return c.cfg.Dir }
+
+// UserKubeconfig writes a kubeconfig for user name in groups (no
+// system:masters): what RBAC grants it is what it may do.
+func (c *Cluster) UserKubeconfig(name string, groups ...string) (string, error) {
+	return c.pki.kubeconfig("user-"+name, name, groups, c.apiURL())
+}

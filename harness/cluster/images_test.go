@@ -15,6 +15,7 @@ type e2eImages struct {
 	dir                        string
 	version                    string
 	agent, coordinator, pause  string // tarballs
+	agentV2                    string // the upgrade's agent tarball, once built
 	agentRef, coordRef, pauseR string
 }
 

@@ -19,10 +19,14 @@ import (
 // e2e is one installed cluster under test.
 type e2e struct {
 	t   *testing.T
+	res e2eResults
 	c   *cluster.Cluster
 	im  e2eImages
 	dir string
 	bin string // kubectl-cutover and coordctl, on the plugin's PATH
+	// manifest is the applied release manifest; lastPort the overlay's.
+	manifest string
+	lastPort int
 }
 
 func startCluster(t *testing.T, im e2eImages) *e2e {
@@ -107,8 +111,8 @@ func (e *e2e) install(overlay string) {
 			"--from-file=tls.crt="+filepath.Join(pkiDir, s.crt+".pem"),
 			"--from-file=tls.key="+filepath.Join(pkiDir, s.crt+"-key.pem"))
 	}
-	manifest := e.render(overlay)
-	e.kubectl("apply", "-f", manifest)
+	e.manifest = e.render(overlay)
+	e.kubectl("apply", "-f", e.manifest)
 	e.waitRollout()
 }
 
@@ -196,7 +200,11 @@ func (e *e2e) flannelPort() int {
 
 // TestInstallKernelVXLAN installs Cutover from its release manifests onto a
 // real cluster whose nodes run a flannel-style kernel VXLAN overlay, and
-// drives it through kubectl cutover as docs/install.md says.
+// drives it through kubectl cutover as docs/install.md says: every change
+// under a ping ring across the overlay, every port read back from the
+// nodes' kernels, between changes what an admin does to a running install
+// (restarts, a leader lost, an agent upgrade, a node rebooted), bad input,
+// and the uninstall.
 func TestInstallKernelVXLAN(t *testing.T) {
 	cluster.Require(t)
 	im := buildImages(t, "v0.0.0-e2e")
@@ -206,33 +214,168 @@ func TestInstallKernelVXLAN(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.flannelConfig(8472)
+	installStart := time.Now()
 	e.install("flannel")
+	e.res.TierUpMs = benchMs(e.c.StartupTime)
+	e.res.InstallMs = benchMs(time.Since(installStart))
 	t.Log(e.kubectl("-n", "cutover", "get", "pods", "-o", "wide"))
+	// The coordinator's two replicas never share a node.
+	if nodes := e.podNodes("app.kubernetes.io/name=cutover-coordinator"); len(nodes) != 2 || nodes[0] == nodes[1] {
+		t.Fatalf("coordinator replicas on nodes %v, want 2 different nodes", nodes)
+	}
 
-	out, code := e.plugin(2*time.Minute, "plan", "--port", "4889")
-	if code != 0 {
-		t.Fatalf("kubectl cutover plan --port 4889: exit %d, want 0\n%s", code, out)
+	step := func(name string, fn func(t *testing.T)) {
+		if !t.Run(name, fn) {
+			t.FailNow() // each step starts from the state the last one left
+		}
+	}
+	step("plan", func(t *testing.T) {
+		out, code := e.plugin(2*time.Minute, "plan", "--port", "4889")
+		if code != 0 || !strings.Contains(out, "may go") {
+			t.Fatalf("kubectl cutover plan --port 4889: exit %d, want 0 and \"may go\"\n%s", code, out)
+		}
+		e.wantKernelPorts(8472) // plan changes nothing (I3)
+	})
+	step("cutover", func(t *testing.T) { e.change(t, "cutover", 4889) })
+	step("rollback", func(t *testing.T) { e.change(t, "rollback", 8472) })
+	step("coordinator rollout restart", func(t *testing.T) {
+		e.kubectl("-n", "cutover", "rollout", "restart", "deploy/cutover-coordinator")
+		e.waitRollout()
+		e.waitLeader(t, "")
+		e.change(t, "cutover", 4889)
+	})
+	step("leader pod deleted", func(t *testing.T) {
+		old := e.waitLeader(t, "")
+		e.kubectl("-n", "cutover", "delete", "pod", old, "--wait=false")
+		e.waitLeader(t, old)
+		e.waitRollout()
+		e.change(t, "cutover", 8472)
+	})
+	step("agent rolling update", func(t *testing.T) {
+		v2 := buildAgentImage(t, e.im, "v0.0.0-e2e2")
+		e.im.agentV2 = v2
+		for _, n := range e.c.Nodes {
+			if err := n.ImportImage(ctx, v2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.kubectl("-n", "cutover", "set", "image", "ds/cutover-agent", "agent="+agentRepo+":v0.0.0-e2e2")
+		e.waitRollout()
+		out := e.kubectl("-n", "cutover", "get", "pods", "-l", "app.kubernetes.io/name=cutover-agent", "-o", "jsonpath={range .items[*]}{.spec.containers[0].image}{\"\\n\"}{end}")
+		if strings.Count(out, ":v0.0.0-e2e2") != len(e.c.Nodes) {
+			t.Fatalf("agent pods after the rolling update run:\n%s\nwant every one on v0.0.0-e2e2", out)
+		}
+		e.change(t, "cutover", 4889)
+	})
+	step("node rebooted behind a default-deny firewall", func(t *testing.T) { e.reboot(t, e.c.Nodes[1], 4889) })
+	step("bad input changes nothing", func(t *testing.T) { e.badInput(t, 4889) })
+	step("uninstall", func(t *testing.T) { e.uninstall(t) })
+	e.saveResults(t)
+}
+
+// change runs kubectl cutover VERB (cutover --port to, or rollback) under
+// the ring and checks the exit code, every node's port from its kernel,
+// flannel's ConfigMap, and that the overlay carried the ring throughout.
+func (e *e2e) change(t *testing.T, verb string, to int) {
+	t.Helper()
+	args := []string{verb}
+	if verb == "cutover" {
+		args = append(args, "--port", fmt.Sprint(to))
+		if to == 8472 {
+			// flannel's default is another tunnel's port to the coordinator's
+			// preflight: going back to it by a cutover is asked for by name.
+			args = append(args, "--allow-tunnel-port")
+		}
 	}
 	ring, err := e.c.StartRing(10 * time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, code = e.plugin(3*time.Minute, "cutover", "--port", "4889")
+	begin := time.Now()
+	out, code := e.plugin(3*time.Minute, args...)
+	took := time.Since(begin)
+	time.Sleep(200 * time.Millisecond) // the ring's last replies
 	pairs, rerr := ring.Stop()
 	if code != 0 {
-		t.Fatalf("kubectl cutover cutover --port 4889: exit %d, want 0\n%s", code, out)
+		t.Fatalf("kubectl cutover %s: exit %d, want 0\n%s", strings.Join(args, " "), code, out)
 	}
 	if rerr != nil {
 		t.Fatal(rerr)
 	}
-	t.Logf("ring during the cutover: %+v", pairs)
-	e.wantKernelPorts(4889)
-	if p := e.flannelPort(); p != 4889 {
-		t.Errorf("kube-flannel-cfg Backend.Port %d after the cutover, want 4889", p)
+	e.wantKernelPortsT(t, to)
+	if p := e.flannelPort(); p != to {
+		t.Errorf("kube-flannel-cfg Backend.Port %d after %s, want %d", p, verb, to)
 	}
-	out, code = e.plugin(3*time.Minute, "rollback")
-	if code != 0 {
-		t.Fatalf("kubectl cutover rollback: exit %d, want 0\n%s", code, out)
+	row := ringRow{Step: t.Name(), Verb: verb, To: to, Ms: benchMs(took)}
+	for _, p := range pairs {
+		row.Sent += p.Sent
+		row.Lost += p.Lost()
 	}
-	e.wantKernelPorts(8472)
+	e.res.Changes = append(e.res.Changes, row)
+	t.Logf("ring during %s: %d of %d lost (%+v)", verb, row.Lost, row.Sent, pairs)
+	// The default strategy on kernel VXLAN is staged: make before break,
+	// nothing may be lost.
+	if row.Lost > 0 {
+		t.Errorf("the overlay lost %d of %d ring packets during kubectl cutover %s (staged: want 0)", row.Lost, row.Sent, strings.Join(args, " "))
+	}
+}
+
+func (e *e2e) wantKernelPortsT(t *testing.T, want int) {
+	t.Helper()
+	for _, n := range e.c.Nodes {
+		p, err := n.KernelPort(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p != want {
+			t.Errorf("node %s: flannel.1 dstport %d, want %d (read from the node's kernel)", n.Name, p, want)
+		}
+	}
+}
+
+// podNodes lists the nodes of the pods matching selector.
+func (e *e2e) podNodes(selector string) []string {
+	out := e.kubectl("-n", "cutover", "get", "pods", "-l", selector, "-o", "jsonpath={.items[*].spec.nodeName}")
+	return strings.Fields(out)
+}
+
+// waitLeader waits until the coordinator Lease names a running pod other
+// than not, and returns it.
+func (e *e2e) waitLeader(t *testing.T, not string) string {
+	t.Helper()
+	cs, err := e.c.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		l, err := cs.CoordinationV1().Leases("cutover").Get(context.Background(), "cutover-coordinator", metav1.GetOptions{})
+		if err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" && *l.Spec.HolderIdentity != not {
+			p, perr := cs.CoreV1().Pods("cutover").Get(context.Background(), *l.Spec.HolderIdentity, metav1.GetOptions{})
+			if perr == nil && p.Status.Phase == "Running" && p.DeletionTimestamp == nil {
+				return p.Name
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no coordinator leads 2 minutes on (the previous leader was %q)", not)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func benchMs(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+type ringRow struct {
+	Step string  `json:"step"`
+	Verb string  `json:"verb"`
+	To   int     `json:"toPort"`
+	Ms   float64 `json:"ms"`
+	Sent int     `json:"ringSent"`
+	Lost int     `json:"ringLost"`
+}
+
+type e2eResults struct {
+	TierUpMs  float64   `json:"tierUpMs"`
+	InstallMs float64   `json:"installMs"`
+	Changes   []ringRow `json:"changes"`
 }

@@ -49,6 +49,11 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "agent: unexpected argument %q: the agent takes flags only, or the subcommand cleanup (see --help)\n", fs.Arg(0))
 		return 2
 	}
+	if cleanup && cfg.TLS.CA == "" && cfg.TLS.Cert == "" && cfg.TLS.Key == "" {
+		// cleanup serves nothing: an admin on the node runs it with the
+		// dataplane flags alone, without the agent's certificates.
+		cfg.Insecure = true
+	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(os.Stderr, "agent: invalid flags:\n%v\n", err)
 		return 2
