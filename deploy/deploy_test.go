@@ -796,3 +796,49 @@ spec: {secretName: x, uris: cutover://role/agent, issuerRef: {name: cutover-ca}}
 		}
 	})
 }
+
+// TestMonitoringReleaseLabel renders the kustomization docs/observability.md
+// gives for a Prometheus that selects on `release` (kube-prometheus-stack's
+// default), against this tree: the label lands on both PodMonitors and the
+// PrometheusRule, and on nothing else.
+func TestMonitoringReleaseLabel(t *testing.T) {
+	b, err := os.ReadFile("../docs/observability.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	_, after, ok := strings.Cut(doc, "## Getting the rules and PodMonitors loaded")
+	m := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindStringSubmatch(after)
+	if !ok || m == nil {
+		t.Fatal("docs/observability.md: no yaml block under \"## Getting the rules and PodMonitors loaded\"")
+	}
+	dir := t.TempDir()
+	here, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := filepath.Rel(dir, here) // kustomize takes no absolute roots
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The remote references, as a user writes them, point at this tree.
+	k := regexp.MustCompile(`github\.com/cutover-dev/cutover/deploy/([a-z/-]+)\?ref=[^\]\s,]+`).ReplaceAllString(m[1], root+"/$1")
+	if k == m[1] {
+		t.Fatalf("the documented kustomization names no github.com/cutover-dev/cutover/deploy/...?ref= path:\n%s", m[1])
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var labelled []string
+	for _, o := range render(t, dir) {
+		if o.GetLabels()["release"] == "" {
+			continue
+		}
+		labelled = append(labelled, o.GetKind()+"/"+o.GetName()+"="+o.GetLabels()["release"])
+	}
+	sort.Strings(labelled)
+	want := "PodMonitor/cutover-agent=kube-prometheus-stack PodMonitor/cutover-coordinator=kube-prometheus-stack PrometheusRule/cutover=kube-prometheus-stack"
+	if got := strings.Join(labelled, " "); got != want {
+		t.Errorf("objects with a release label: %s\nwant: %s", got, want)
+	}
+}
