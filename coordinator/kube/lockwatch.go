@@ -16,12 +16,16 @@ import (
 // holder stopped renewing it for longer than its lease duration.
 type NoLeaderError struct {
 	Lock      string        // "lease NS/NAME" or "configmap NS/NAME"
+	Missing   bool          // the object does not exist
 	Holder    string        // "" when the lock is free
 	Unchanged time.Duration // how long the record has not changed, on this replica's clock
 	Duration  time.Duration // the holder's lease duration
 }
 
 func (e *NoLeaderError) Error() string {
+	if e.Missing {
+		return fmt.Sprintf("%s does not exist: no coordinator has taken it (can the replicas create it? deploy/base/rbac.yaml; --leader-lock must match what the API server serves)", e.Lock)
+	}
 	if e.Holder == "" {
 		return fmt.Sprintf("%s has no holder (released by a leader that stopped, or never taken): no coordinator leads", e.Lock)
 	}
@@ -73,7 +77,7 @@ func (w *LockWatch) Leader(ctx context.Context) (string, error) {
 	rec, raw, err := lock.Get(ctx)
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", &NoLeaderError{Lock: lockName(w.cfg)}
+		return "", &NoLeaderError{Lock: lockName(w.cfg), Missing: true}
 	case err != nil:
 		return "", fmt.Errorf("reading %s: %w", lockName(w.cfg), err)
 	}

@@ -33,7 +33,7 @@ func TestLockWatch(t *testing.T) {
 
 			_, err := w.Leader(ctx)
 			var nl *NoLeaderError
-			if !errors.As(err, &nl) || nl.Holder != "" || !strings.Contains(err.Error(), want+" has no holder") {
+			if !errors.As(err, &nl) || !nl.Missing || !strings.Contains(err.Error(), want+" does not exist") {
 				t.Fatalf("missing lock: %v, want a NoLeaderError naming %s", err, want)
 			}
 
@@ -66,7 +66,7 @@ func TestLockWatch(t *testing.T) {
 
 			// Released (what a leader that shuts down writes).
 			write("", now)
-			if _, err := w.Leader(ctx); !errors.As(err, &nl) || nl.Holder != "" {
+			if _, err := w.Leader(ctx); !errors.As(err, &nl) || nl.Holder != "" || nl.Missing || !strings.Contains(err.Error(), want+" has no holder") {
 				t.Fatalf("released lock: %v", err)
 			}
 		})

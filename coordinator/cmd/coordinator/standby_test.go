@@ -63,7 +63,7 @@ func TestStandbyReadyOnlyWithALiveLeader(t *testing.T) {
 			b.start(ctx)
 			waitFor(t, "B unready: no lock yet", 10*time.Second, func() bool {
 				code, body := b.readyz()
-				return code == http.StatusServiceUnavailable && strings.Contains(body, want+" has no holder")
+				return code == http.StatusServiceUnavailable && strings.Contains(body, want+" does not exist")
 			})
 			if code, body := b.readyz(); !strings.Contains(body, "sb-"+lock+" is a standby and no replica leads") {
 				t.Errorf("B /readyz without a lock: %d %q, want it to say that no replica leads", code, body)
