@@ -137,7 +137,7 @@ func (c *Config) lockRecord(ctx context.Context, cs kubernetes.Interface) (strin
 		}
 		leaseErr = apiError(err, "get", "leases.coordination.k8s.io", c.Namespace, c.Lease,
 			"is the coordinator deployed (deploy/, docs/deploy.md) and --cutover-namespace/--lease right?")
-		if c.Lock == LockLease || !(apierrors.IsNotFound(err) || apierrors.IsForbidden(err)) {
+		if c.Lock == LockLease || (!apierrors.IsNotFound(err) && !apierrors.IsForbidden(err)) {
 			return "", nil, leaseErr
 		}
 	}
