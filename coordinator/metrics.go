@@ -27,6 +27,7 @@ type Metrics struct {
 	tlsReloads    *prometheus.CounterVec
 	pathChecks    *prometheus.CounterVec
 	pathBlocked   prometheus.Gauge
+	leader        prometheus.Gauge
 
 	mu        sync.Mutex
 	reloaders map[pki.Files]*pki.Reloader // one per identity: API server and agent client share it
@@ -90,11 +91,17 @@ func NewMetrics() *Metrics {
 		Name: "cutover_coordinator_path_check_blocked_pairs",
 		Help: "Directed node pairs the last underlay path check found blocked on the checked port (nothing passed).",
 	})
+	// Per replica, so that "no replica leads" is max(...) == 0 over the
+	// scraped replicas (the CutoverNoCoordinatorLeader alert).
+	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cutover_coordinator_leader",
+		Help: "1 while this coordinator leads (serves the API itself and commands the agents), 0 while it is a standby.",
+	})
 	m.tlsReloads.WithLabelValues("ok")
 	m.tlsReloads.WithLabelValues("error")
 	m.pathChecks.WithLabelValues("passed")
 	m.pathChecks.WithLabelValues("problems")
-	m.Registry.MustRegister(m.lateCommits, m.tlsReloads, m.pathChecks, m.pathBlocked)
+	m.Registry.MustRegister(m.lateCommits, m.tlsReloads, m.pathChecks, m.pathBlocked, m.leader)
 	m.Registry.MustRegister(m.phase, m.phaseDuration, m.commitSpread, m.effectSpread, m.commitMargin, m.agentsReady, m.operations, m.tlsRejected, m.agentTLSRej)
 	for _, o := range []string{"succeeded", "aborted", "rolled-back", "failed", "held"} {
 		m.operations.WithLabelValues(o)

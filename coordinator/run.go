@@ -132,9 +132,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 // Server is one coordinator process's endpoints: the API on every
 // --listen address, and /healthz /readyz /metrics. The Coordinator behind
 // the API changes with leadership: in cluster mode a standby has none; it
-// forwards every API call to the leader and is ready (SetForward), or,
-// without forwarding, refuses with UNAVAILABLE naming the leader and is
-// not ready.
+// forwards every API call to the leader and is ready while a live leader
+// exists (SetForward), or, without forwarding, refuses with UNAVAILABLE
+// naming the leader and is not ready.
 type Server struct {
 	coordinatorv1.UnimplementedCoordinatorServiceServer
 
@@ -152,8 +152,8 @@ type Server struct {
 	c       *Coordinator // nil: standby (or not started)
 	resumed bool
 	self    string
-	leader  func() string // the leader's identity, for a standby's errors
-	fwd     *forwarder    // nil: a standby refuses instead of forwarding
+	leader  func() (string, error) // the live leader's identity, or why none leads
+	fwd     *forwarder             // nil: a standby refuses instead of forwarding
 }
 
 // Listen binds every --listen address and --metrics-listen, with the
@@ -274,8 +274,10 @@ func (s *Server) Stop() {
 }
 
 // SetStandby names this instance and tells a standby how to find the
-// leader, for its refusals and its /readyz.
-func (s *Server) SetStandby(self string, leader func() string) {
+// leader, for its refusals and its /readyz: leader returns the identity of
+// the replica that leads now, or an error saying why none does (the lock
+// is free, or its holder stopped renewing it).
+func (s *Server) SetStandby(self string, leader func() (string, error)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.self, s.leader = self, leader
@@ -288,6 +290,7 @@ func (s *Server) Lead(ctx context.Context, c *Coordinator) {
 	s.mu.Lock()
 	s.c, s.resumed = c, false
 	s.mu.Unlock()
+	s.metrics.leader.Set(1)
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	resumed := make(chan struct{})
 	go func() {
@@ -305,6 +308,7 @@ func (s *Server) Lead(ctx context.Context, c *Coordinator) {
 	s.mu.Lock()
 	s.c, s.resumed = nil, false
 	s.mu.Unlock()
+	s.metrics.leader.Set(0)
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	c.cancel()
 	<-resumed
@@ -312,36 +316,47 @@ func (s *Server) Lead(ctx context.Context, c *Coordinator) {
 }
 
 // ready is /readyz: leading and the journal resumed, or a standby that
-// forwards to the leader. Both replicas of a Deployment must be Ready, or
-// a rolling update replaces the standby with another unready standby and
-// can never take the leader down (docs/deploy.md, "Upgrades").
+// forwards to a live leader. Both replicas of a Deployment must be Ready
+// in normal operation, or a rolling update replaces the standby with
+// another unready standby and can never take the leader down
+// (docs/deploy.md, "Upgrades"); but a standby with no live leader to
+// forward to serves nothing, and says so.
 func (s *Server) ready() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.c == nil && s.fwd != nil:
+		if _, msg, ok := s.standbyLocked(); !ok {
+			return errors.New(msg)
+		}
 		return nil
 	case s.c == nil:
-		return errors.New(s.standbyLocked())
+		_, msg, _ := s.standbyLocked()
+		return errors.New(msg)
 	case !s.resumed:
 		return errors.New("journal: resuming interrupted operations")
 	}
 	return nil
 }
 
-func (s *Server) standbyLocked() string {
+// standbyLocked says who leads, for a standby: the leader's identity and
+// ok when another replica leads, else why not in msg.
+func (s *Server) standbyLocked() (leader, msg string, ok bool) {
 	if s.leader == nil {
-		return "the coordinator is not serving yet"
+		return "", "the coordinator is not serving yet", false
 	}
 	who := s.self
 	if who == "" {
 		who = "this coordinator"
 	}
-	l := s.leader()
-	if l == "" || l == s.self {
-		return fmt.Sprintf("%s is a standby and no leader is known yet (leader election in progress): retry in a few seconds", who)
+	l, err := s.leader()
+	switch {
+	case err != nil:
+		return "", fmt.Sprintf("%s is a standby and no replica leads: %v", who, err), false
+	case l == "" || l == s.self:
+		return "", fmt.Sprintf("%s is a standby and no leader is known yet (leader election in progress): retry in a few seconds", who), false
 	}
-	return fmt.Sprintf("%s is a standby; the leader is %s", who, l)
+	return l, fmt.Sprintf("%s is a standby; the leader is %s", who, l), true
 }
 
 // active returns the Coordinator serving the API or, on a standby that
@@ -351,10 +366,7 @@ func (s *Server) active(ctx context.Context) (*Coordinator, coordinatorv1.Coordi
 	c, fwd, self := s.c, s.fwd, s.self
 	var msg, leader string
 	if c == nil {
-		msg = s.standbyLocked()
-		if s.leader != nil {
-			leader = s.leader()
-		}
+		leader, msg, _ = s.standbyLocked()
 	}
 	s.mu.Unlock()
 	if c != nil {
@@ -419,8 +431,8 @@ func (f *forwarder) close() {
 	}
 }
 
-// SetForward makes a standby Ready and forward every API call to the
-// leader, whose API address leaderAddr resolves from its identity, over
+// SetForward makes a standby forward every API call to the leader, and
+// Ready while a live one leads, whose API address leaderAddr resolves from its identity, over
 // ForwardDialOptions. Forwarding rather than redirecting: coordctl then
 // works through any replica, `kubectl port-forward` to either pod and the
 // Service alike, without reaching the leader's node IP itself.

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -101,6 +103,9 @@ func checkAgent(ds *appsv1.DaemonSet) error {
 		return t.Operator == corev1.TolerationOpExists && t.Key == "" && t.Effect == ""
 	}) {
 		bad("agent: no toleration {operator: Exists}: nodes with taints would run no agent and fail preflight")
+	}
+	if ps.NodeSelector[corev1.LabelOSStable] != "linux" {
+		bad("agent: nodeSelector %s=%q, want linux: the agent is a Linux binary driving a Linux dataplane", corev1.LabelOSStable, ps.NodeSelector[corev1.LabelOSStable])
 	}
 	if len(ps.Containers) != 1 {
 		return fmt.Errorf("agent: %d containers, want 1", len(ps.Containers))
@@ -221,8 +226,9 @@ func TestAgentCheckFailsOnBadDaemonSet(t *testing.T) {
 	ds.Spec.Template.Spec.HostNetwork = false
 	ds.Spec.Template.Spec.Tolerations = nil
 	ds.Spec.Template.Spec.Containers[0].LivenessProbe = nil
+	ds.Spec.Template.Spec.NodeSelector = nil
 	err := checkAgent(&ds)
-	for _, want := range []string{"hostNetwork", "operator: Exists", "liveness"} {
+	for _, want := range []string{"hostNetwork", "operator: Exists", "liveness", `nodeSelector kubernetes.io/os="", want linux`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("check did not flag %s: %v", want, err)
 		}
@@ -230,26 +236,114 @@ func TestAgentCheckFailsOnBadDaemonSet(t *testing.T) {
 }
 
 func TestCoordinatorDeployment(t *testing.T) {
+	need := coordinatorNeeds(t)
 	for _, k := range kustomizations {
 		t.Run(strings.ReplaceAll(k, "/", "_"), func(t *testing.T) {
 			var d appsv1.Deployment
 			find(t, render(t, k), "Deployment", "cutover-coordinator", &d)
-			ps := d.Spec.Template.Spec
-			if !ps.HostNetwork {
-				t.Error("coordinator: hostNetwork must be true")
-			}
-			if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
-				t.Errorf("coordinator: replicas %v, want 2 (one leader, one standby)", d.Spec.Replicas)
-			}
-			if ps.SecurityContext == nil || ps.SecurityContext.RunAsNonRoot == nil || !*ps.SecurityContext.RunAsNonRoot {
-				t.Error("coordinator: must run as non-root")
-			}
-			if !slices.ContainsFunc(ps.Tolerations, func(t corev1.Toleration) bool {
-				return t.Key == "node-role.kubernetes.io/control-plane"
-			}) {
-				t.Error("coordinator: must tolerate the control-plane taint")
+			if err := checkCoordinator(&d, need); err != nil {
+				t.Error(err)
 			}
 		})
+	}
+}
+
+// coordinatorFigures is where the coordinator's resources come from.
+const coordinatorFigures = "../results/coordinator_scale_sim.json"
+
+// needs is what the coordinator must be allowed: the peak RSS of an
+// operation on 1,000 agents (the most the manifests are sized for; a few
+// hundred nodes stay under it) in any way the benchmark ran it, and the
+// GOMAXPROCS it ran with.
+type needs struct {
+	memory resource.Quantity
+	cpu    resource.Quantity
+}
+
+func coordinatorNeeds(t *testing.T) needs {
+	t.Helper()
+	b, err := os.ReadFile(coordinatorFigures)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Setup   string `json:"setup"`
+		Results []struct {
+			Agents int     `json:"agents"`
+			RSS    float64 `json:"process_max_rss_mb"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("%s: %v", coordinatorFigures, err)
+	}
+	var rss float64
+	for _, r := range f.Results {
+		if r.Agents == 1000 {
+			rss = max(rss, r.RSS)
+		}
+	}
+	m := regexp.MustCompile(`GOMAXPROCS=(\d+)`).FindStringSubmatch(f.Setup)
+	if rss == 0 || m == nil {
+		t.Fatalf("%s: no 1,000-agent peak RSS (%v) or no GOMAXPROCS in its setup %q", coordinatorFigures, rss, f.Setup)
+	}
+	return needs{memory: *resource.NewQuantity(int64(math.Ceil(rss))<<20, resource.BinarySI), cpu: resource.MustParse(m[1])}
+}
+
+// checkCoordinator holds the coordinator Deployment to what it runs on
+// and needs: host network, two replicas, non-root, the control-plane
+// taint tolerated, Linux nodes only, and limits at least what the
+// benchmarks measured at 1,000 agents.
+func checkCoordinator(d *appsv1.Deployment, need needs) error {
+	var errs []error
+	bad := func(f string, a ...any) { errs = append(errs, fmt.Errorf(f, a...)) }
+	ps := d.Spec.Template.Spec
+	if !ps.HostNetwork {
+		bad("coordinator: hostNetwork must be true")
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		bad("coordinator: replicas %v, want 2 (one leader, one standby)", d.Spec.Replicas)
+	}
+	if ps.SecurityContext == nil || ps.SecurityContext.RunAsNonRoot == nil || !*ps.SecurityContext.RunAsNonRoot {
+		bad("coordinator: must run as non-root")
+	}
+	if !slices.ContainsFunc(ps.Tolerations, func(t corev1.Toleration) bool {
+		return t.Key == "node-role.kubernetes.io/control-plane"
+	}) {
+		bad("coordinator: must tolerate the control-plane taint")
+	}
+	if ps.NodeSelector[corev1.LabelOSStable] != "linux" {
+		bad("coordinator: nodeSelector %s=%q, want linux: the image is a Linux binary", corev1.LabelOSStable, ps.NodeSelector[corev1.LabelOSStable])
+	}
+	if len(ps.Containers) != 1 {
+		return errors.Join(append(errs, fmt.Errorf("coordinator: %d containers, want 1", len(ps.Containers)))...)
+	}
+	res := ps.Containers[0].Resources
+	for _, r := range []struct {
+		name corev1.ResourceName
+		need resource.Quantity
+	}{{corev1.ResourceMemory, need.memory}, {corev1.ResourceCPU, need.cpu}} {
+		limit, ok := res.Limits[r.name]
+		if !ok || limit.Cmp(r.need) < 0 {
+			bad("coordinator: %s limit %s, want at least %s (an operation on 1,000 agents, %s)", r.name, limit.String(), r.need.String(), coordinatorFigures)
+		}
+		if req, ok := res.Requests[r.name]; !ok || req.Cmp(limit) > 0 {
+			bad("coordinator: %s request %s: want one, at most the limit %s", r.name, req.String(), limit.String())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func TestCoordinatorCheckFailsOnBadDeployment(t *testing.T) {
+	var d appsv1.Deployment
+	find(t, render(t, "base"), "Deployment", "cutover-coordinator", &d)
+	d.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelOSStable: "windows"}
+	d.Spec.Template.Spec.Containers[0].Resources.Limits = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")}
+	err := checkCoordinator(&d, coordinatorNeeds(t))
+	for _, want := range []string{`nodeSelector kubernetes.io/os="windows", want linux`, "memory limit 256Mi, want at least 641Mi", "cpu limit 1, want at least 2"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("check did not flag %s: %v", want, err)
+		}
 	}
 }
 
@@ -701,4 +795,50 @@ spec: {secretName: x, uris: cutover://role/agent, issuerRef: {name: cutover-ca}}
 			t.Error("agent service account may list pods; it should have no API access")
 		}
 	})
+}
+
+// TestMonitoringReleaseLabel renders the kustomization docs/observability.md
+// gives for a Prometheus that selects on `release` (kube-prometheus-stack's
+// default), against this tree: the label lands on both PodMonitors and the
+// PrometheusRule, and on nothing else.
+func TestMonitoringReleaseLabel(t *testing.T) {
+	b, err := os.ReadFile("../docs/observability.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	_, after, ok := strings.Cut(doc, "## Getting the rules and PodMonitors loaded")
+	m := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindStringSubmatch(after)
+	if !ok || m == nil {
+		t.Fatal("docs/observability.md: no yaml block under \"## Getting the rules and PodMonitors loaded\"")
+	}
+	dir := t.TempDir()
+	here, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := filepath.Rel(dir, here) // kustomize takes no absolute roots
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The remote references, as a user writes them, point at this tree.
+	k := regexp.MustCompile(`github\.com/cutover-dev/cutover/deploy/([a-z/-]+)\?ref=[^\]\s,]+`).ReplaceAllString(m[1], root+"/$1")
+	if k == m[1] {
+		t.Fatalf("the documented kustomization names no github.com/cutover-dev/cutover/deploy/...?ref= path:\n%s", m[1])
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var labelled []string
+	for _, o := range render(t, dir) {
+		if o.GetLabels()["release"] == "" {
+			continue
+		}
+		labelled = append(labelled, o.GetKind()+"/"+o.GetName()+"="+o.GetLabels()["release"])
+	}
+	sort.Strings(labelled)
+	want := "PodMonitor/cutover-agent=kube-prometheus-stack PodMonitor/cutover-coordinator=kube-prometheus-stack PrometheusRule/cutover=kube-prometheus-stack"
+	if got := strings.Join(labelled, " "); got != want {
+		t.Errorf("objects with a release label: %s\nwant: %s", got, want)
+	}
 }

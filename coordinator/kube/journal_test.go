@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -263,5 +267,45 @@ func TestJournalConfigValidate(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate() = %v, want %q", err, tc.want)
 		}
+	}
+}
+
+// TestRunbookSelectorFindsTheJournal: the command docs/runbook.md gives
+// to save the journal selects the ConfigMaps the journal writes, and
+// nothing but them.
+func TestRunbookSelectorFindsTheJournal(t *testing.T) {
+	b, err := os.ReadFile("../../docs/runbook.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("`kubectl -n (\\S+) get cm -l (\\S+) -o yaml > journal.yaml`").FindStringSubmatch(string(b))
+	if m == nil {
+		t.Fatal("docs/runbook.md has no `kubectl -n NS get cm -l SELECTOR -o yaml > journal.yaml`")
+	}
+	sel, err := labels.Parse(m[2])
+	if err != nil {
+		t.Fatalf("runbook selector %q: %v", m[2], err)
+	}
+	cs := versioned(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cutover-coordinator", Namespace: "cutover",
+		Labels: map[string]string{LabelPartOf: "cutover"}}})
+	j := journal(t, cs, "coord-0")
+	for _, r := range []coordinator.Record{rec("op-1", 1, "done", "succeeded"), rec("op-2", 2, "commit", "pending")} {
+		if err := j.Save(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := cs.CoreV1().ConfigMaps(m[1]).List(context.Background(), metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, cm := range list.Items {
+		got = append(got, cm.Name)
+	}
+	want := []string{j.ConfigMapName("op-1"), j.ConfigMapName("op-2")}
+	slices.Sort(got)
+	slices.Sort(want)
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("runbook's `-n %s -l %s` selects %v, want the journal's %v", m[1], m[2], got, want)
 	}
 }

@@ -2,6 +2,7 @@ package kubectl
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/cutover-dev/cutover/coordinator/cli"
 )
@@ -26,23 +28,40 @@ import (
 type Config struct {
 	Kubeconfig string // empty: KUBECONFIG, then ~/.kube/config (kubectl's rules)
 	Context    string
-	Namespace  string // of the coordinator, its Lease and the admin Secret
-	Lease      string
-	Secret     string // the admin client certificate (ca.crt, tls.crt, tls.key)
-	Port       int    // the coordinator's gRPC port in its pod
+	Namespace  string // of the coordinator, its leader lock and the admin Secret
+	Lease      string // the leader lock's name: the Lease, or the ConfigMap
+	// Lock is which object the coordinators elect their leader on, as
+	// their --leader-lock: LockLease, LockConfigMap, or LockAuto (the
+	// Lease, else the ConfigMap).
+	Lock   string
+	Secret string // the admin client certificate (ca.crt, tls.crt, tls.key)
+	Port   int    // the coordinator's gRPC port in its pod
 }
+
+// Leader locks (--leader-lock), as the coordinator's own flag names them.
+const (
+	LockAuto      = "auto"
+	LockLease     = "lease"
+	LockConfigMap = "configmap"
+)
+
+// leaderAnnotation holds the record on a ConfigMap lock: the coordinator
+// writes it there (coordinator/kube LeaderAnnotation; the test pins the
+// two together) in client-go's LeaderElectionRecord JSON.
+const leaderAnnotation = "control-plane.alpha.kubernetes.io/leader"
 
 // Default returns the manifests' names.
 func Default() Config {
-	return Config{Namespace: "cutover", Lease: "cutover-coordinator", Secret: "cutover-admin-tls", Port: 9446}
+	return Config{Namespace: "cutover", Lease: "cutover-coordinator", Lock: LockAuto, Secret: "cutover-admin-tls", Port: 9446}
 }
 
 // AddFlags adds the plugin's flags.
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
 	fs.StringVar(&c.Context, "context", c.Context, "kubeconfig context (default: the current one)")
-	fs.StringVar(&c.Namespace, "cutover-namespace", c.Namespace, "namespace of the coordinator, its Lease and the admin Secret")
-	fs.StringVar(&c.Lease, "lease", c.Lease, "the coordinator's leader-election Lease")
+	fs.StringVar(&c.Namespace, "cutover-namespace", c.Namespace, "namespace of the coordinator, its leader lock and the admin Secret")
+	fs.StringVar(&c.Lease, "lease", c.Lease, "name of the coordinator's leader lock (its Lease, or its ConfigMap under --leader-lock=configmap)")
+	fs.StringVar(&c.Lock, "leader-lock", c.Lock, "the object the coordinators elect their leader on, as their --leader-lock: lease, configmap (the openshift overlay), or auto (the Lease, else the ConfigMap)")
 	fs.StringVar(&c.Secret, "admin-secret", c.Secret, "Secret with coordctl's client certificate (ca.crt, tls.crt, tls.key)")
 	fs.IntVar(&c.Port, "coordinator-port", c.Port, "the coordinator's gRPC port in its pod")
 }
@@ -53,6 +72,11 @@ func (c *Config) Validate() error {
 		if f.v == "" {
 			return fmt.Errorf("%s is empty: give the name (default from the manifests)", f.flag)
 		}
+	}
+	switch c.Lock {
+	case LockAuto, LockLease, LockConfigMap:
+	default:
+		return fmt.Errorf("--leader-lock %q: want %s, %s (as the coordinator's --leader-lock) or %s (the Lease, else the ConfigMap)", c.Lock, LockLease, LockConfigMap, LockAuto)
 	}
 	if c.Port < 1 || c.Port > 65535 {
 		return fmt.Errorf("--coordinator-port %d: want 1-65535", c.Port)
@@ -73,34 +97,69 @@ func (c *Config) RESTConfig() (*rest.Config, error) {
 	return rc, nil
 }
 
-// Leader is the pod of the leading coordinator, from the Lease.
+// Leader is the pod of the leading coordinator: the live holder of the
+// leader lock, running.
 func (c *Config) Leader(ctx context.Context, cs kubernetes.Interface) (*corev1.Pod, error) {
-	l, err := cs.CoordinationV1().Leases(c.Namespace).Get(ctx, c.Lease, metav1.GetOptions{})
+	lock, rec, err := c.lockRecord(ctx, cs)
 	if err != nil {
-		return nil, apiError(err, "get", "leases.coordination.k8s.io", c.Namespace, c.Lease,
-			"is the coordinator deployed (deploy/, docs/deploy.md) and --cutover-namespace/--lease right?")
+		return nil, err
 	}
-	holder := ""
-	if l.Spec.HolderIdentity != nil {
-		holder = *l.Spec.HolderIdentity
-	}
+	holder := rec.HolderIdentity
 	if holder == "" {
-		return nil, fmt.Errorf("lease %s/%s has no holder: no coordinator leads right now (kubectl -n %s get pods -l app.kubernetes.io/name=cutover-coordinator)", c.Namespace, c.Lease, c.Namespace)
+		return nil, fmt.Errorf("%s has no holder: no coordinator leads right now (kubectl -n %s get pods -l app.kubernetes.io/name=cutover-coordinator)", lock, c.Namespace)
 	}
-	if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil {
-		if exp := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second); time.Since(exp) > 0 {
-			return nil, fmt.Errorf("lease %s/%s: its holder %s last renewed it at %s and it expired %s ago: no coordinator leads right now",
-				c.Namespace, c.Lease, holder, l.Spec.RenewTime.UTC().Format(time.RFC3339), time.Since(exp).Round(time.Second))
+	if !rec.RenewTime.IsZero() && rec.LeaseDurationSeconds > 0 {
+		if exp := rec.RenewTime.Add(time.Duration(rec.LeaseDurationSeconds) * time.Second); time.Since(exp) > 0 {
+			return nil, fmt.Errorf("%s: its holder %s last renewed it at %s and it expired %s ago: no coordinator leads right now (kubectl -n %s get pods -l app.kubernetes.io/name=cutover-coordinator)",
+				lock, holder, rec.RenewTime.UTC().Format(time.RFC3339), time.Since(exp).Round(time.Second), c.Namespace)
 		}
 	}
 	pod, err := cs.CoreV1().Pods(c.Namespace).Get(ctx, holder, metav1.GetOptions{})
 	if err != nil {
-		return nil, apiError(err, "get", "pods", c.Namespace, holder, "the Lease names it as the leading coordinator")
+		return nil, apiError(err, "get", "pods", c.Namespace, holder, "the "+lock+" names it as the leading coordinator")
 	}
 	if pod.Status.Phase != corev1.PodRunning || pod.Spec.NodeName == "" {
-		return nil, fmt.Errorf("coordinator pod %s/%s (the Lease's holder) is %s on node %q: it cannot be reached until it runs", c.Namespace, holder, orUnknown(string(pod.Status.Phase)), pod.Spec.NodeName)
+		return nil, fmt.Errorf("coordinator pod %s/%s (the holder of %s) is %s on node %q: it cannot be reached until it runs", c.Namespace, holder, lock, orUnknown(string(pod.Status.Phase)), pod.Spec.NodeName)
 	}
 	return pod, nil
+}
+
+// lockRecord reads the leader lock c.Lock names, and says which it read
+// ("lease NS/NAME" or "configmap NS/NAME"). Under LockAuto a Lease that
+// is missing, or not served (OpenShift 3.11 has none), or not readable,
+// sends it to the ConfigMap; when neither is there the error names both.
+func (c *Config) lockRecord(ctx context.Context, cs kubernetes.Interface) (string, *resourcelock.LeaderElectionRecord, error) {
+	var leaseErr error
+	if c.Lock != LockConfigMap {
+		l, err := cs.CoordinationV1().Leases(c.Namespace).Get(ctx, c.Lease, metav1.GetOptions{})
+		if err == nil {
+			return "lease " + c.Namespace + "/" + c.Lease, resourcelock.LeaseSpecToLeaderElectionRecord(&l.Spec), nil
+		}
+		leaseErr = apiError(err, "get", "leases.coordination.k8s.io", c.Namespace, c.Lease,
+			"is the coordinator deployed (deploy/, docs/deploy.md) and --cutover-namespace/--lease right?")
+		if c.Lock == LockLease || (!apierrors.IsNotFound(err) && !apierrors.IsForbidden(err)) {
+			return "", nil, leaseErr
+		}
+	}
+	name := "configmap " + c.Namespace + "/" + c.Lease
+	cm, err := cs.CoreV1().ConfigMaps(c.Namespace).Get(ctx, c.Lease, metav1.GetOptions{})
+	if err == nil && cm.Annotations[leaderAnnotation] == "" {
+		err = fmt.Errorf("configmap %s/%s has no annotation %s: it is not a leader lock, or no coordinator has taken it yet", c.Namespace, c.Lease, leaderAnnotation)
+	} else if err != nil {
+		err = apiError(err, "get", "configmaps", c.Namespace, c.Lease,
+			"is the coordinator deployed with --leader-lock=configmap (deploy/overlays/openshift) and --cutover-namespace/--lease right?")
+	}
+	if err != nil {
+		if leaseErr != nil {
+			return "", nil, fmt.Errorf("no leader lock found (--leader-lock=auto looked for a Lease, then a ConfigMap): %w; %w", leaseErr, err)
+		}
+		return "", nil, err
+	}
+	var rec resourcelock.LeaderElectionRecord
+	if err := json.Unmarshal([]byte(cm.Annotations[leaderAnnotation]), &rec); err != nil {
+		return "", nil, fmt.Errorf("configmap %s/%s annotation %s: %w: not a leader election record", c.Namespace, c.Lease, leaderAnnotation, err)
+	}
+	return name, &rec, nil
 }
 
 func orUnknown(s string) string {

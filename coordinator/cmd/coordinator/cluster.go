@@ -49,8 +49,8 @@ func runCluster(ctx context.Context, cfg coordinator.Config, kcfg kube.Config, k
 }
 
 // cluster is one coordinator replica in a cluster: it always serves its
-// endpoints and is ready; as a standby it forwards the API to the leader
-// (found from the Lease and the leader's pod), and when it wins the Lease it builds the
+// endpoints; as a standby it forwards the API to the leader (found from
+// the lock and the leader's pod) and is ready while a live one leads, and when it wins the Lease it builds the
 // coordinator over that leadership's Session: the ConfigMap journal, the
 // Session as the Hook (source of truth, cluster preflight), the discovered
 // agents (discovered again before every plan: Session.Refresh), and the
@@ -67,9 +67,11 @@ type cluster struct {
 	srv     *coordinator.Server
 	leases  kubernetes.Interface
 
-	mu       sync.Mutex
-	leader   string
-	leaderAt time.Time
+	mu        sync.Mutex
+	lockWatch *kube.LockWatch
+	leader    string
+	leaderErr error
+	leaderAt  time.Time
 }
 
 func newCluster(cfg coordinator.Config, kcfg kube.Config, rc *rest.Config, log *slog.Logger, extra ...coordinator.Option) (*cluster, error) {
@@ -92,7 +94,8 @@ func newCluster(cfg coordinator.Config, kcfg kube.Config, rc *rest.Config, log *
 	if err != nil {
 		return nil, err
 	}
-	p := &cluster{cfg: cfg, kcfg: kcfg, rc: rc, log: log, extra: extra, metrics: m, srv: srv, leases: cs}
+	p := &cluster{cfg: cfg, kcfg: kcfg, rc: rc, log: log, extra: extra, metrics: m, srv: srv, leases: cs,
+		lockWatch: kube.NewLockWatch(cs, kcfg.Leader)}
 	srv.SetStandby(kcfg.Leader.Identity, p.currentLeader)
 	fwd, err := coordinator.ForwardDialOptions(cfg)
 	if err != nil {
@@ -187,21 +190,20 @@ func apiPort(listen string) (string, error) {
 	return first, nil
 }
 
-// currentLeader reads the lock's holder for a standby's refusals and
-// /readyz, at most once a second (probes call it often).
-func (p *cluster) currentLeader() string {
+// currentLeader reads the lock for a standby's refusals and /readyz: the
+// live holder, or why none leads. At most once a second (probes call it
+// often); the lock watch judges liveness by how long the record has stood
+// still, so a leader that died without releasing the lock stops counting
+// one lease duration after its last renewal.
+func (p *cluster) currentLeader() (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if time.Since(p.leaderAt) < time.Second {
-		return p.leader
+		return p.leader, p.leaderErr
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	l, err := kube.Holder(ctx, p.leases, p.kcfg.Leader)
+	p.leader, p.leaderErr = p.lockWatch.Leader(ctx)
 	p.leaderAt = time.Now()
-	if err != nil {
-		l = ""
-	}
-	p.leader = l
-	return p.leader
+	return p.leader, p.leaderErr
 }

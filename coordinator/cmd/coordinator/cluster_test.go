@@ -141,8 +141,9 @@ func sharedPort(t *testing.T) string {
 }
 
 // partition cuts a replica off the apiserver while its process lives on:
-// every client built from the replica's config goes through it.
-type partition struct{ cut atomic.Bool }
+// every client built from the replica's config goes through it. readOnly
+// refuses only its writes: it can read the leader lock but never take it.
+type partition struct{ cut, readOnly atomic.Bool }
 
 type cutRT struct {
 	p  *partition
@@ -152,6 +153,9 @@ type cutRT struct {
 func (c cutRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	if c.p.cut.Load() {
 		return nil, errors.New("partitioned by the test")
+	}
+	if c.p.readOnly.Load() && r.Method != http.MethodGet {
+		return nil, fmt.Errorf("%s refused by the test: read-only", r.Method)
 	}
 	return c.rt.RoundTrip(r)
 }
@@ -169,6 +173,14 @@ type replica struct {
 // pod's IP would give it) and creates its pod, Running at that IP, so a
 // standby finds the leader's address as it does in a cluster.
 func startReplica(t *testing.T, ctx context.Context, admin kubernetes.Interface, sa *rest.Config, id, listen string, dial grpc.DialOption, opts ...func(*kube.Config)) *replica {
+	r := newReplica(t, admin, sa, id, listen, dial, opts...)
+	r.start(ctx)
+	return r
+}
+
+// newReplica is startReplica without the start, for a test that sets up
+// the replica's partition first.
+func newReplica(t *testing.T, admin kubernetes.Interface, sa *rest.Config, id, listen string, dial grpc.DialOption, opts ...func(*kube.Config)) *replica {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
 		t.Fatal(err)
@@ -209,9 +221,10 @@ func startReplica(t *testing.T, ctx context.Context, admin kubernetes.Interface,
 	t.Cleanup(func() { _ = cc.Close() })
 	r.api = coordinatorv1.NewCoordinatorServiceClient(cc)
 	r.http = "http://" + addrs[1].String()
-	go func() { r.done <- p.Run(ctx) }()
 	return r
 }
+
+func (r *replica) start(ctx context.Context) { go func() { r.done <- r.p.Run(ctx) }() }
 
 type tlog struct {
 	t  *testing.T
