@@ -67,6 +67,9 @@ type Config struct {
 	Images []string
 	// PauseImage is the sandbox image's reference; it must be in Images.
 	PauseImage string
+	// OVSPort, when set, gives every node the OVS overlay (ovs.go) on
+	// this VXLAN port, built before its kubelet starts.
+	OVSPort int
 	// Logf receives progress lines (default: none).
 	Logf func(format string, args ...any)
 }

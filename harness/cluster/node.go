@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/harness/kubetest"
+	"github.com/cutover-dev/cutover/harness/ovsproc"
 	"github.com/cutover-dev/cutover/pkg/netns"
 )
 
@@ -29,6 +30,7 @@ type Node struct {
 	Netns string
 
 	holder, containerd, kubelet, kubeProxy *proc
+	ovs                                    *ovsproc.Instance
 }
 
 // IP is the node's address (its InternalIP).
@@ -72,6 +74,11 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	if err := n.mountNamespace(); err != nil {
 		return fmt.Errorf("node %s: mount namespace: %w", n.Name, err)
+	}
+	if c.cfg.OVSPort != 0 {
+		if err := n.startOVS(ctx, c.cfg.OVSPort); err != nil {
+			return fmt.Errorf("node %s: open vswitch: %w", n.Name, err)
+		}
 	}
 	if err := n.cgroups(); err != nil {
 		return fmt.Errorf("node %s: cgroups: %w", n.Name, err)
@@ -389,6 +396,9 @@ func (n *Node) stop() error {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	errs = append(errs, n.containerd.stop(stopWait), n.holder.stop(stopWait))
+	if n.ovs != nil {
+		errs = append(errs, n.ovs.Stop())
+	}
 	return errors.Join(errs...)
 }
 
