@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: images release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged bench-lab-staged-n32 bench-ovs-port-stall bench-coordinator-ab cluster-tools cluster-e2e
+.PHONY: images agent-debs release release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged bench-lab-staged-n32 bench-ovs-port-stall bench-coordinator-ab cluster-tools cluster-e2e
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -32,14 +32,29 @@ release-manifests: ## render deploy/overlays/* with images tagged $(VERSION) int
 	  if grep -q ':latest' $(RELEASE_DIR)/cutover-$$o-$(VERSION).yaml; then echo "$$o: :latest in the rendered manifests"; exit 1; fi; \
 	done; ls $(RELEASE_DIR)
 
-# Image tarballs (docker save layout) built from the static binaries with
-# go-containerregistry, no registry or container engine (harness/image),
-# each read back and checked (entrypoint, user, files, version label).
-# The agent's needs a base carrying iptables and nftables: AGENT_BASE=an
-# image tarball (e.g. docker save of Dockerfile.agent's runtime stage).
-AGENT_BASE ?=
-images: build ## build the coordinator (and, with AGENT_BASE=base.tar, agent) image tarballs tagged $(VERSION) into $(RELEASE_DIR)/
-	$(GO) run ./harness/cmd/cutover-image --version '$(VERSION)' --bin $(BIN) --out $(RELEASE_DIR) --agent-base '$(AGENT_BASE)'
+# Image tarballs (OCI image layout, linux/amd64 + linux/arm64 in one index
+# each) built with go-containerregistry, no registry or container engine
+# (harness/image, docs/deploy.md "Images"), each read back and checked. The
+# agent's root is assembled from Debian packages (AGENT_PACKAGES and their
+# Depends closure), cached per machine by agent-debs; Dockerfile.agent
+# installs the same set (deploy/images_test.go).
+AGENT_PACKAGES := iptables nftables openvswitch-common openvswitch-switch iproute2
+IMAGE_ARCHES ?= amd64 arm64
+agent-debs: ## download (once per version, cached per machine) the Debian packages of the agent image for IMAGE_ARCHES
+	set -e; for a in $(IMAGE_ARCHES); do hack/agent-debs.sh $$a $(AGENT_PACKAGES); done
+
+images: agent-debs ## build the agent, coordinator and pause image tarballs tagged $(VERSION) into $(RELEASE_DIR)/
+	set -e; for a in $(IMAGE_ARCHES); do \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$a $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-$$a/ ./agent/cmd/agent ./coordinator/cmd/coordinator ./coordinator/cmd/coordctl ./harness/cmd/cutover-pause; \
+	done
+	$(GO) run ./harness/cmd/cutover-image --version '$(VERSION)' --bin $(BIN) --out $(RELEASE_DIR) --arch $$(echo $(IMAGE_ARCHES) | tr ' ' ,)
+
+# A release (hack/release.sh): VERSION must be vX.Y.Z with a CHANGELOG.md
+# section. Manifests per overlay pinned to the images' digests, the image
+# tarballs, coordctl and kubectl-cutover for linux and darwin on amd64 and
+# arm64, RELEASE-NOTES.md and SHA256SUMS, into $(RELEASE_DIR)/$(VERSION)/.
+release: kube-tools ## make release VERSION=vX.Y.Z: manifests pinned by digest, image tarballs, CLIs, notes, SHA256SUMS into $(RELEASE_DIR)/$(VERSION)/
+	VERSION='$(VERSION)' RELEASE_ROOT=$(RELEASE_DIR) RELEASE_OVERLAYS='$(RELEASE_OVERLAYS)' IMAGE_ARCHES='$(IMAGE_ARCHES)' AGENT_PACKAGES='$(AGENT_PACKAGES)' hack/release.sh
 
 # The lab's CLI is a test harness (harness/): its own binary, so no shipped
 # binary links the lab. It runs the agent and coordinator beside it in bin/.

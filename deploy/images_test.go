@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cutover-dev/cutover/harness/image"
 )
 
 // No image can be built here (no container engine), so the Dockerfiles are
@@ -281,14 +283,47 @@ func TestDockerfiles(t *testing.T) {
 	for _, p := range dockerfileProblems(t, "../Dockerfile.coordinator", []string{"coordinator/cmd/coordinator", "coordinator/cmd/coordctl"}, true) {
 		t.Error(p)
 	}
-	// The agent image carries both iptables backends: Debian's iptables.
 	b, _ := os.ReadFile("../Dockerfile.agent")
-	if !regexp.MustCompile(`apt-get install[^\n]*\biptables\b`).Match(b) {
-		t.Error("Dockerfile.agent: the runtime image must install iptables (iptables-nft and iptables-legacy)")
+	for _, p := range agentPackageProblems(t, string(b)) {
+		t.Error(p)
 	}
-	// and nft, to read native nftables tables (agent --nftables).
-	if !regexp.MustCompile(`apt-get install[^\n]*\bnftables\b`).Match(b) {
-		t.Error("Dockerfile.agent: the runtime image must install nftables (nft), which --nftables=open|refuse runs")
+}
+
+// agentPackageProblems holds Dockerfile.agent's apt-get install to the
+// package set `make images` assembles the agent image from: the
+// Makefile's AGENT_PACKAGES, which is harness/image.AgentPackages (the
+// tools the agent execs come from these: iptables, nftables,
+// openvswitch-common, openvswitch-switch, iproute2).
+func agentPackageProblems(t *testing.T, dockerfile string) []string {
+	t.Helper()
+	mk, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^AGENT_PACKAGES\s*:?=\s*(.+)$`).FindSubmatch(mk)
+	if m == nil {
+		return []string{"Makefile defines no AGENT_PACKAGES"}
+	}
+	makePkgs := slices.Sorted(slices.Values(strings.Fields(string(m[1]))))
+	var bad []string
+	if want := slices.Sorted(slices.Values(image.AgentPackages)); !slices.Equal(makePkgs, want) {
+		bad = append(bad, fmt.Sprintf("Makefile AGENT_PACKAGES %v, harness/image.AgentPackages %v", makePkgs, want))
+	}
+	d := regexp.MustCompile(`apt-get install((?:\s+-\S+)*)((?:\s+[a-z0-9][a-z0-9.+-]*)+)`).FindStringSubmatch(strings.ReplaceAll(dockerfile, "\\\n", " "))
+	if d == nil {
+		return append(bad, "Dockerfile.agent: no apt-get install in the runtime stage")
+	}
+	dockerPkgs := slices.Sorted(slices.Values(strings.Fields(d[2])))
+	if !slices.Equal(dockerPkgs, makePkgs) {
+		bad = append(bad, fmt.Sprintf("Dockerfile.agent installs %v, the Makefile's AGENT_PACKAGES (what make images assembles the agent image from) are %v", dockerPkgs, makePkgs))
+	}
+	return bad
+}
+
+func TestAgentPackageCheckFailsOnADifferentSet(t *testing.T) {
+	got := strings.Join(agentPackageProblems(t, "FROM debian:bookworm-slim\nRUN apt-get install -y --no-install-recommends iptables nftables \\\n && true\n"), "\n")
+	if !strings.Contains(got, "Dockerfile.agent installs [iptables nftables], the Makefile's AGENT_PACKAGES") {
+		t.Errorf("a Dockerfile without the OVS tools passed: %q", got)
 	}
 }
 

@@ -215,14 +215,15 @@ func reportExit(rep *coordinatorv1.Report, o outcome) error {
 }
 
 // isTerminal reports whether w is a terminal. It is what golang.org/x/term
-// IsTerminal does on Linux; calling x/sys directly avoids adding a module to
+// IsTerminal does on Linux and macOS (ioctlReadTermios, per OS); calling
+// x/sys directly avoids adding a module to
 // go.mod, which other engineers edit concurrently.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
 	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	_, err := unix.IoctlGetTermios(int(f.Fd()), ioctlReadTermios)
 	return err == nil
 }
 
