@@ -42,7 +42,7 @@ func startCluster(t *testing.T, im e2eImages, ovsPort int) *e2e {
 	defer cancel()
 	dir := t.TempDir()
 	c, err := cluster.Up(ctx, cluster.Config{Name: "cote2e", Dir: filepath.Join(dir, "cluster"),
-		Images: []string{im.pause, im.agent, im.coordinator}, PauseImage: im.pauseR, OVSPort: ovsPort, Logf: t.Logf})
+		Images: []string{im.pause, im.agent, im.coordinator}, PauseImage: im.pauseRef, OVSPort: ovsPort, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func startCluster(t *testing.T, im e2eImages, ovsPort int) *e2e {
 			t.Errorf("cluster down: %v", err)
 		}
 	})
-	e := &e2e{t: t, c: c, im: im, dir: dir, bin: filepath.Join(im.dir, "bin")}
+	e := &e2e{t: t, c: c, im: im, dir: dir, bin: im.bin}
 	e.nodePort = func(n *cluster.Node) (int, error) { return n.KernelPort(context.Background()) }
 	if ovsPort != 0 {
 		e.nodePort = func(n *cluster.Node) (int, error) { return n.OVSPort(context.Background()) }
@@ -128,8 +128,8 @@ func (e *e2e) install(overlay string, patches ...string) {
 	e.waitRollout()
 }
 
-// render is the release manifest of overlay with this test's images, as
-// make release writes it.
+// render is the release manifest of overlay with this test's images pinned
+// by digest, as make release writes it.
 func (e *e2e) render(overlay string, patches ...string) string {
 	t := e.t
 	d := filepath.Join(e.dir, "render-"+overlay)
@@ -141,8 +141,16 @@ func (e *e2e) render(overlay string, patches ...string) string {
 	if out, err := exec.Command("cp", "-r", filepath.Join(repoRoot(t), "deploy"), d).CombinedOutput(); err != nil {
 		t.Fatalf("copy deploy/: %v: %s", err, out)
 	}
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [deploy/%s]\nimages:\n- {name: %s, newTag: %q}\n- {name: %s, newTag: %q}\n",
-		overlay, agentRepo, e.im.version, coordRepo, e.im.version)
+	// Pinned by digest, as make release writes the manifests.
+	pin := func(repo string) string {
+		d := strings.SplitN(e.im.pinned[repo], "@", 2)
+		if len(d) != 2 {
+			t.Fatalf("images.txt pins no digest for %s", repo)
+		}
+		return d[1]
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [deploy/%s]\nimages:\n- {name: %s, digest: %q}\n- {name: %s, digest: %q}\n",
+		overlay, agentRepo, pin(agentRepo), coordRepo, pin(coordRepo))
 	if len(patches) > 0 {
 		k += "patches:\n" + strings.Join(patches, "\n") + "\n"
 	}
@@ -268,18 +276,18 @@ func TestInstallKernelVXLAN(t *testing.T) {
 		e.change(t, "cutover", 8472)
 	})
 	step("agent rolling update", func(t *testing.T) {
-		v2 := buildAgentImage(t, e.im, "v0.0.0-e2e2")
+		v2, ref := buildAgentImage(t, e.im, "v0.0.0-e2e2")
 		e.im.agentV2 = v2
 		for _, n := range e.c.Nodes {
 			if err := n.ImportImage(ctx, v2); err != nil {
 				t.Fatal(err)
 			}
 		}
-		e.kubectl("-n", "cutover", "set", "image", "ds/cutover-agent", "agent="+agentRepo+":v0.0.0-e2e2")
+		e.kubectl("-n", "cutover", "set", "image", "ds/cutover-agent", "agent="+ref)
 		e.waitRollout()
 		out := e.kubectl("-n", "cutover", "get", "pods", "-l", "app.kubernetes.io/name=cutover-agent", "-o", "jsonpath={range .items[*]}{.spec.containers[0].image}{\"\\n\"}{end}")
-		if strings.Count(out, ":v0.0.0-e2e2") != len(e.c.Nodes) {
-			t.Fatalf("agent pods after the rolling update run:\n%s\nwant every one on v0.0.0-e2e2", out)
+		if strings.Count(out, ref) != len(e.c.Nodes) {
+			t.Fatalf("agent pods after the rolling update run:\n%s\nwant every one on %s", out, ref)
 		}
 		e.change(t, "cutover", 4889)
 	})

@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"archive/tar"
 	"context"
+	"encoding/json"
 	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/pem"
@@ -242,6 +244,9 @@ state = %q
       sandbox = %q
 
   [plugins.'io.containerd.cri.v1.runtime']
+    # Pod network namespaces under this node's state, not the machine's
+    # /run/netns, which every node shares.
+    netns_mounts_under_state_dir = true
     # Root here lacks CAP_SYS_RESOURCE: runc cannot set a negative
     # oom_score_adj, which every sandbox would ask for.
     restrict_oom_score_adj = true
@@ -288,13 +293,67 @@ func (n *Node) ctr(args ...string) []string {
 	return append([]string{filepath.Join(ContainerdDir(), "ctr"), "--address", n.sock(), "--namespace", "k8s.io"}, args...)
 }
 
-// ImportImage imports an image tarball into the node's containerd, as an
-// air-gapped node loads a release's images.
+// ImportImage imports an image tarball (an OCI layout, as make images
+// writes it) into the node's containerd, as docs/install.md's air-gapped
+// steps do: the import names the image by its tag only, so each image is
+// also named repo@digest, the reference the release manifests pin.
 func (n *Node) ImportImage(ctx context.Context, tarball string) error {
-	if _, err := run(n.ctr("images", "import", "--no-unpack=false", tarball)...); err != nil {
+	if _, err := run(n.ctr("images", "import", tarball)...); err != nil {
 		return fmt.Errorf("import %s: %w", tarball, err)
 	}
+	pins, err := ociPins(tarball)
+	if err != nil {
+		return fmt.Errorf("import %s: %w", tarball, err)
+	}
+	for tag, pinned := range pins {
+		if _, err := run(n.ctr("images", "tag", "--force", tag, pinned)...); err != nil {
+			return fmt.Errorf("import %s: %w", tarball, err)
+		}
+	}
 	return nil
+}
+
+// ociPins reads an OCI layout tarball's index.json: for each image named
+// in it (containerd's name annotation), its tag reference and the
+// repo@digest one.
+func ociPins(tarball string) (map[string]string, error) {
+	f, err := os.Open(tarball)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return nil, fmt.Errorf("no index.json: %w", err)
+		}
+		if strings.TrimPrefix(h.Name, "./") != "index.json" {
+			continue
+		}
+		var idx struct {
+			Manifests []struct {
+				Digest      string            `json:"digest"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"manifests"`
+		}
+		if err := json.NewDecoder(tr).Decode(&idx); err != nil {
+			return nil, fmt.Errorf("index.json: %w", err)
+		}
+		pins := map[string]string{}
+		for _, m := range idx.Manifests {
+			name := m.Annotations["io.containerd.image.name"]
+			if name == "" {
+				continue
+			}
+			repo := name
+			if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+				repo = name[:i]
+			}
+			pins[name] = repo + "@" + m.Digest
+		}
+		return pins, nil
+	}
 }
 
 // RemoveImage removes ref from the node's containerd.
@@ -508,11 +567,50 @@ func Teardown(name string) error {
 	}
 	nss, err := netns.List(name + "-")
 	errs = append(errs, err)
+	// Whatever still runs in the cluster's namespaces is the cluster's: a
+	// node's detached Open vSwitch, a shim whose containerd was killed
+	// with a crashed test. Deleting a namespace's name stops none of them.
+	killInNetns(nss)
 	for _, ns := range nss {
 		errs = append(errs, netns.Delete(ns))
 	}
 	errs = append(errs, os.RemoveAll(filepath.Join("/run", name)))
 	return errors.Join(errs...)
+}
+
+// killInNetns SIGKILLs every process whose network namespace is one of
+// the named ones (compared by inode), and waits a moment for them to go.
+func killInNetns(names []string) {
+	inodes := map[uint64]bool{}
+	for _, ns := range names {
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join(netns.Dir, ns), &st) == nil {
+			inodes[st.Ino] = true
+		}
+	}
+	if len(inodes) == 0 {
+		return
+	}
+	self := os.Getpid()
+	for attempt := 0; attempt < 20; attempt++ {
+		killed := 0
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == self {
+				continue
+			}
+			var st syscall.Stat_t
+			if syscall.Stat(filepath.Join("/proc", e.Name(), "ns", "net"), &st) == nil && inodes[st.Ino] {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				killed++
+			}
+		}
+		if killed == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func ipBatch(ns string, lines ...string) error {

@@ -13,19 +13,7 @@ import (
 
 	"github.com/cutover-dev/cutover/harness/benchresult"
 	"github.com/cutover-dev/cutover/harness/cluster"
-	"github.com/cutover-dev/cutover/harness/image"
 )
-
-// buildAgentImage builds the agent image again under another version (an
-// upgrade's new image) and returns its tarball.
-func buildAgentImage(t *testing.T, im e2eImages, version string) string {
-	t.Helper()
-	out := filepath.Join(im.dir, "agent-"+version+".tar")
-	if _, err := image.Build(agentSpec(t, agentRepo+":"+version, version, filepath.Join(im.dir, "bin"), im.dir), out); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // bootFirewall is a default-deny INPUT as a hardened node boots with it:
 // the cluster's own ports and the overlay port the node was installed
@@ -122,7 +110,7 @@ func (e *e2e) badInput(t *testing.T, port int) {
 			t.Fatal(err)
 		}
 		for _, ref := range imgs {
-			if strings.HasPrefix(ref, agentRepo+":") {
+			if strings.HasPrefix(ref, agentRepo+":") || strings.HasPrefix(ref, agentRepo+"@") {
 				if err := n.RemoveImage(ref); err != nil {
 					t.Fatal(err)
 				}
