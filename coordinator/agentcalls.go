@@ -155,6 +155,12 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 				op.mu.Unlock()
 			}
 			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s, read back port %d (want %d): %s", ph, r.GetReadbackPort(), op.to, r.GetStatus().GetError()))
+			if rep, isReply := ev.(barrier.Reply); isReply && rep.OK {
+				// Judged by the core against the budget: when the node
+				// applied, not when this answer came.
+				rep.Lateness = late.lateness(n, appliedAt)
+				ev = rep
+			}
 		case barrier.Verify:
 			info, err := cl.Info(ctx, &agentv1.InfoRequest{ProbeStats: mesh})
 			if ps := info.GetProbeStats(); ps != nil {
