@@ -172,12 +172,16 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 		}
 		_, _ = fmt.Fprintln(t, head)
 		for _, n := range r.GetNodes() {
+			answer := "-" // an agent that does not report it
+			if a := n.GetApplyToAnswerNanos(); a != 0 {
+				answer = fmtMillis(a)
+			}
 			st := ""
 			if staged {
 				st = orDash(n.GetStaged()) + "\t"
 			}
 			_, _ = fmt.Fprintf(t, "%s\t%s\t%s%d\t%s\t%s\t%s\t%s\n", n.GetNode(), orDash(strings.TrimPrefix(n.GetAgentPhase(), "PHASE_")), st, n.GetPort(),
-				fmtMillis(n.GetApplyNanos()), fmtMillis(n.GetApplyToAnswerNanos()), fmtMillis(n.GetClockOffsetNanos()), orDash(n.GetError()))
+				fmtMillis(n.GetApplyNanos()), answer, fmtMillis(n.GetClockOffsetNanos()), orDash(n.GetError()))
 		}
 		_ = t.Flush()
 		renderHeld(w, r)
