@@ -39,6 +39,11 @@ type Options struct {
 	CallTimeout time.Duration
 	Observer    Observer     // default: none
 	Logger      *slog.Logger // default: slog.Default()
+	// FlipDelay, when set, is how long an atomic commit waits after its
+	// instant before it applies. Only the test-only fault injection build
+	// sets it (agent/faultinject.go): a barrier that does not hold, which
+	// the lab's spread bounds must catch. nil in the shipped agent.
+	FlipDelay func() time.Duration
 }
 
 // Machine is the operation state machine of one agent. Its methods are safe
@@ -56,6 +61,7 @@ type Machine struct {
 
 	prepareTimeout time.Duration
 	callTimeout    time.Duration
+	flipDelay      func() time.Duration // Options.FlipDelay
 
 	opMu   sync.Mutex // serialises mutations, held across backend calls
 	timer  Timer      // the armed prepare-timeout or dead-man timer
@@ -86,6 +92,7 @@ func New(ctx context.Context, o Options) (*Machine, error) {
 		log:            o.Logger,
 		prepareTimeout: o.PrepareTimeout,
 		callTimeout:    o.CallTimeout,
+		flipDelay:      o.FlipDelay,
 	}
 	if m.clock == nil {
 		m.clock = RealClock{}
@@ -353,6 +360,9 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.callTimeout)
 	defer cancel()
+	if m.flipDelay != nil && !rec.Staged() {
+		m.clock.SleepUntil(m.clock.Now().Add(m.flipDelay()))
+	}
 	t0 := m.clock.Now()
 	st, err := m.commitBackend(actx, rec)
 	dur := m.clock.Now().Sub(t0)
