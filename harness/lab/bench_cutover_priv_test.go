@@ -149,7 +149,7 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 	// COT_LAB_BENCH_LATE_BUDGET widens the coordinator's lateness budget
 	// (and answer deadline, a third more): where 32 nodes share one kernel, their
 	// flips queue on its one RTNL lock and a node's Commit answer can come
-	// later than the lab's default budget (600 ms, answer 2 s) without anything
+	// later than the lab's default budget (600 ms, answer 1 s) without anything
 	// being wrong with it. The table says which budget it ran with.
 	if lb := envDur("COT_LAB_BENCH_LATE_BUDGET", 0); lb > 0 {
 		cfg.ExtraCoordinatorArgs = append(cfg.ExtraCoordinatorArgs, "--commit-late-budget", lb.String(), "--commit-answer-deadline", (lb + lb/3).String())
