@@ -22,7 +22,7 @@ func TestLateCommit(t *testing.T) {
 		t.Run(policy, func(t *testing.T) {
 			l := newLab(t, 3, nil)
 			l.crash()
-			l.cfg = func(c *Config) { c.LatePolicy = policy }
+			l.cfg = func(c *Config) { c.LatePolicy, c.SpreadTarget = policy, Default().SpreadTarget }
 			l.start()
 			l.fakes["n2"].SetFault("Commit", fakeagent.Fault{Delay: 1500 * time.Millisecond})
 			start := time.Now()
