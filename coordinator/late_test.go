@@ -117,3 +117,36 @@ func TestLateApplyPromptAnswer(t *testing.T) {
 		t.Fatalf("late nodes %v, want n2 (applied)", rep.LateNodes)
 	}
 }
+
+// Issue 35, item 7: n2 applies 120 ms after the others, within the
+// lateness budget: the change SUCCEEDED, but the nodes did not flip
+// together, and the report says so (a warning: coordctl exits 7) when the
+// commit spread exceeds the target; without a target it does not.
+func TestSpreadWarning(t *testing.T) {
+	for _, target := range []time.Duration{50 * time.Millisecond, 0} {
+		t.Run(target.String(), func(t *testing.T) {
+			l := newLab(t, 3, nil)
+			l.crash()
+			l.cfg = func(c *Config) { c.SpreadTarget = target }
+			l.start()
+			l.fakes["n2"].SetAppliedShift(120 * time.Millisecond)
+			rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.State != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED || len(rep.LateNodes) != 0 {
+				t.Fatalf("state %s (%s), late %v; want SUCCEEDED, nobody late", rep.State, rep.Error, rep.LateNodes)
+			}
+			if rep.CommitSpreadNanos < int64(100*time.Millisecond) {
+				t.Fatalf("commit spread %s, want n2's 120 ms", time.Duration(rep.CommitSpreadNanos))
+			}
+			want := 1
+			if target == 0 {
+				want = 0
+			}
+			if len(rep.Warnings) != want || (want == 1 && !strings.Contains(rep.Warnings[0], "above the target 50ms")) {
+				t.Fatalf("warnings %q, want %d naming the target", rep.Warnings, want)
+			}
+		})
+	}
+}
