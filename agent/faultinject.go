@@ -2,7 +2,11 @@
 
 package agent
 
-import "os"
+import (
+	"math/rand/v2"
+	"os"
+	"time"
+)
 
 // FaultInjectEnv names the node whose agent flips at Prepare instead of at
 // the commit instant: a deliberate I2 violation, so that the lab's
@@ -32,4 +36,20 @@ const FaultInjectPathEnv = "COT_FAULTINJECT_PATH_PASSES"
 func pathAlwaysPasses(node string) bool {
 	v := os.Getenv(FaultInjectPathEnv)
 	return v != "" && v == node
+}
+
+// FaultInjectFlipDelayEnv, set to a duration D, makes every agent flip at
+// a random moment 0-D after the commit instant instead of at it: a barrier
+// that does not hold (issue 35 item 7: at D = 150 ms the product reported
+// SUCCEEDED at a 142 ms commit spread, 340 probes lost), so that the lab's
+// end-to-end spread bounds and the report's spread warning can be shown
+// to catch one.
+const FaultInjectFlipDelayEnv = "COT_FAULTINJECT_FLIP_DELAY"
+
+func flipDelay() func() time.Duration {
+	d, err := time.ParseDuration(os.Getenv(FaultInjectFlipDelayEnv))
+	if err != nil || d <= 0 {
+		return nil
+	}
+	return func() time.Duration { return rand.N(d) }
 }

@@ -2,6 +2,8 @@
 
 package agent
 
+import "time"
+
 // FaultInjectBuilt says whether this binary carries the test-only I2
 // mutation switch (faultinject.go, build tag cutover_faultinject). The
 // shipped agent never does: flipAtPrepare is a constant false and the
@@ -11,3 +13,5 @@ const FaultInjectBuilt = false
 func flipAtPrepare(string) bool { return false }
 
 func pathAlwaysPasses(string) bool { return false }
+
+func flipDelay() func() time.Duration { return nil }

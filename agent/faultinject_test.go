@@ -15,4 +15,8 @@ func TestFaultInjectionOffByDefault(t *testing.T) {
 	if pathAlwaysPasses("n1") {
 		t.Fatal("the default agent build honours the path check fault-injection switch")
 	}
+	t.Setenv("COT_FAULTINJECT_FLIP_DELAY", "150ms")
+	if flipDelay() != nil {
+		t.Fatal("the default agent build honours the flip delay fault-injection switch")
+	}
 }

@@ -295,6 +295,7 @@ func setupCore(ctx context.Context, cfg Config, o runOptions, svc *Service, stor
 				CallTimeout:    cfg.CallTimeout,
 				Observer:       metrics,
 				Logger:         log,
+				FlipDelay:      flipDelay(), // nil but in the test-only build
 			})
 			if err != nil {
 				return nil, fmt.Errorf("operation record: %w", err)

@@ -308,6 +308,7 @@ func (s *Service) Commit(ctx context.Context, req *agentv1.CommitRequest) (*agen
 	}
 	resp.WrittenUnixNano, resp.EffectiveUnixNano = unixNano(rec.Written), unixNano(rec.Effective)
 	resp.ReceivedUnixNano = now.UnixNano()
+	resp.AnsweredUnixNano = s.clock.Now().UnixNano()
 	return resp, nil
 }
 

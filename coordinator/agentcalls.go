@@ -118,6 +118,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 				req.LateBudgetMillis = c.lateBudgetMillis()
 			}
 			r, err := cl.Commit(ctx, req)
+			got := time.Now()
 			ph := r.GetStatus().GetPhase()
 			op.noteSelfUndo(n, r.GetStatus())
 			ok := err == nil && phaseIn(ph, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED) && r.ReadbackPort == op.to
@@ -135,6 +136,10 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 					nr.AppliedUnixNano, nr.ApplyNanos = applied, r.ApplyNanos
 					nr.WrittenUnixNano, nr.EffectiveUnixNano = written, effective
 					nr.CommitReceivedUnixNano = received
+					nr.AnswerSentUnixNano, nr.AnswerReceivedUnixNano = coordClock(r.AnsweredUnixNano, off), got.UnixNano()
+					if r.AnsweredUnixNano != 0 && r.AppliedUnixNano != 0 {
+						nr.ApplyToAnswerNanos = r.AnsweredUnixNano - r.AppliedUnixNano
+					}
 				})
 				op.mu.Lock()
 				op.applied[n] = applied
@@ -150,6 +155,12 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 				op.mu.Unlock()
 			}
 			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s, read back port %d (want %d): %s", ph, r.GetReadbackPort(), op.to, r.GetStatus().GetError()))
+			if rep, isReply := ev.(barrier.Reply); isReply && rep.OK {
+				// Judged by the core against the budget: when the node
+				// applied, not when this answer came.
+				rep.Lateness = late.lateness(n, appliedAt)
+				ev = rep
+			}
 		case barrier.Verify:
 			info, err := cl.Info(ctx, &agentv1.InfoRequest{ProbeStats: mesh})
 			if ps := info.GetProbeStats(); ps != nil {

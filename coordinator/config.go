@@ -41,16 +41,22 @@ type Config struct {
 	CommitLeadRTTx   int           // lead covers this many times the worst agent RTT
 	CommitLeadPerAgt time.Duration // plus this much per targeted agent (0: the prepare round already measures the fan-out)
 	// LateBudget is how late after the commit instant an agent may still
-	// apply; LateAllowance is how long after instant+budget its answer may
-	// take (apply, read-back, the reply). A node with no commit answer by
-	// then is late: LatePolicy "rollback" rolls everyone back (the agent
-	// itself refuses to apply past the budget), "wait" leaves the others
+	// apply, judged by the applied time it reports (clock-corrected, less
+	// the offset's error bound), never by when its answer arrives.
+	// AnswerDeadline is how long after the instant that answer may take to
+	// arrive: a node with no answer by then is treated as late too. A late
+	// node under LatePolicy "rollback" rolls everyone back (the agent
+	// itself refuses to apply past the budget); "wait" leaves the others
 	// flipped until it answers and flags the result (docs/faults.md, "Late
 	// commits"). LateBudget 0: no lateness check at all.
-	LateBudget    time.Duration
-	LateAllowance time.Duration
-	LatePolicy    string
-	ClockSamples  int // Clock calls per agent at most; the lowest-RTT one is kept
+	LateBudget     time.Duration
+	AnswerDeadline time.Duration
+	LatePolicy     string
+	// SpreadTarget is the commit spread (the nodes' wake-ups) above which
+	// a SUCCEEDED atomic operation carries a warning: the barrier did not
+	// hold (docs/faults.md, "Commit spread"). 0: no warning.
+	SpreadTarget time.Duration
+	ClockSamples int // Clock calls per agent at most; the lowest-RTT one is kept
 	// ClockGoodRTT ends an agent's sampling early: a round trip this short
 	// bounds the offset's error to half of it (0: always ClockSamples).
 	// ClockParallel is how many agents are sampled at once.
@@ -112,7 +118,8 @@ func Default() Config {
 		CommitLeadRTTx:   4,
 		CommitLeadPerAgt: 0,
 		LateBudget:       200 * time.Millisecond,
-		LateAllowance:    100 * time.Millisecond,
+		AnswerDeadline:   time.Second,
+		SpreadTarget:     50 * time.Millisecond,
 		LatePolicy:       LateRollback,
 		ClockSamples:     8,
 		ClockGoodRTT:     time.Millisecond,
@@ -162,7 +169,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.CommitLeadRTTx, "commit-lead-rtt-factor", c.CommitLeadRTTx, "the commit lead covers this many times the worst agent round trip")
 	fs.DurationVar(&c.CommitLeadPerAgt, "commit-lead-per-agent", c.CommitLeadPerAgt, "commit lead added per targeted agent (fan-out cost)")
 	fs.DurationVar(&c.LateBudget, "commit-late-budget", c.LateBudget, "how late after the commit instant an agent may still apply; a later one is late (see --commit-late-policy; 0: no lateness check)")
-	fs.DurationVar(&c.LateAllowance, "commit-late-allowance", c.LateAllowance, "how long after the instant plus --commit-late-budget a commit answer (apply, read-back, reply) may take before the node counts as late")
+	fs.DurationVar(&c.AnswerDeadline, "commit-answer-deadline", c.AnswerDeadline, "how long after the commit instant an agent's commit answer may take to arrive; a node with none by then counts as late (lateness itself is judged by when the node applied)")
+	fs.DurationVar(&c.SpreadTarget, "commit-spread-target", c.SpreadTarget, "a commit spread (the nodes' wake-ups) above this flags a successful atomic operation with a warning: the nodes did not flip together (0: no warning)")
 	fs.StringVar(&c.LatePolicy, "commit-late-policy", c.LatePolicy, `what a late node does to the operation: "rollback" (everyone is rolled back; the late agent applies nothing) or "wait" (the others stay flipped until it applies; the result is flagged)`)
 	fs.IntVar(&c.ClockSamples, "clock-samples", c.ClockSamples, "Clock samples per agent for the offset at most (lowest RTT wins)")
 	fs.DurationVar(&c.ClockGoodRTT, "clock-good-rtt", c.ClockGoodRTT, "stop sampling an agent's clock at a round trip this short (the offset's error is at most half of it); 0: always take --clock-samples")
@@ -221,8 +229,11 @@ func (c Config) Validate() error {
 	if c.CommitLeadMin <= 0 {
 		errs = append(errs, fmt.Errorf("--commit-lead-min %s: must be positive", c.CommitLeadMin))
 	}
-	if c.LateBudget < 0 || c.LateAllowance < 0 || c.LateBudget+c.LateAllowance >= c.StepTimeout {
-		errs = append(errs, fmt.Errorf("--commit-late-budget %s, --commit-late-allowance %s: must not be negative and must add up to less than --step-timeout %s", c.LateBudget, c.LateAllowance, c.StepTimeout))
+	if c.LateBudget < 0 || (c.LateBudget > 0 && (c.AnswerDeadline <= c.LateBudget || c.AnswerDeadline >= c.StepTimeout)) {
+		errs = append(errs, fmt.Errorf("--commit-late-budget %s, --commit-answer-deadline %s: the budget must not be negative, and the answer deadline must be longer than the budget and shorter than --step-timeout %s", c.LateBudget, c.AnswerDeadline, c.StepTimeout))
+	}
+	if c.SpreadTarget < 0 {
+		errs = append(errs, fmt.Errorf("--commit-spread-target %s: must not be negative (0: no warning)", c.SpreadTarget))
 	}
 	if c.LatePolicy != LateRollback && c.LatePolicy != LateWait {
 		errs = append(errs, fmt.Errorf("--commit-late-policy %q: must be %q or %q", c.LatePolicy, LateRollback, LateWait))

@@ -14,9 +14,10 @@ import (
 // The late-commit policies (Config.LatePolicy; docs/faults.md, "Late
 // commits").
 const (
-	// LateRollback: a node with no commit answer by the instant plus the
-	// budget plus the allowance rolls everyone back, and the agent itself
-	// refuses to apply past the budget. The split lasts about the budget.
+	// LateRollback: a node that applied more than the budget after the
+	// instant (by its own report), or has no commit answer by the answer
+	// deadline, rolls everyone back, and the agent itself refuses to apply
+	// past the budget. The split lasts about the answer deadline at most.
 	LateRollback = "rollback"
 	// LateWait: the others stay flipped until the late node applies (or
 	// its Commit call times out); the result is flagged. The split lasts
@@ -34,9 +35,11 @@ func (c *Coordinator) lateBudgetMillis() int64 {
 }
 
 // lateWatch watches one Commit send for nodes that do not answer by the
-// instant plus the budget plus the allowance. It decides nothing: under
-// the rollback policy it feeds the core a Late event (the core rolls
-// back), under both it tells the operation's followers and the report.
+// instant plus the answer deadline, and reports nodes that applied past
+// the budget. It decides nothing: under the rollback policy the core
+// judges the applied lateness (barrier.Config.LateBudget, Reply.Lateness)
+// and is fed a Late event for a node without an answer; under both it
+// tells the operation's followers and the report.
 type lateWatch struct {
 	c        *Coordinator
 	op       *operation
@@ -60,7 +63,7 @@ func (c *Coordinator) watchLate(op *operation, s barrier.Send, at time.Time, pos
 		return w
 	}
 	w.wg.Go(func() {
-		t := time.NewTimer(time.Until(at.Add(c.cfg.LateBudget + c.cfg.LateAllowance)))
+		t := time.NewTimer(time.Until(at.Add(c.cfg.AnswerDeadline)))
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -82,8 +85,8 @@ func (c *Coordinator) watchLate(op *operation, s barrier.Send, at time.Time, pos
 			if c.cfg.LatePolicy == LateRollback {
 				then = "rolling everyone back"
 			}
-			op.emit(string(barrier.Commit), n, fmt.Sprintf("late: not applied %s after the commit instant (budget %s): %s",
-				since.Round(time.Millisecond), c.cfg.LateBudget, then), true, nil)
+			op.emit(string(barrier.Commit), n, fmt.Sprintf("late: no answer %s after the commit instant (answer deadline %s): %s",
+				since.Round(time.Millisecond), c.cfg.AnswerDeadline, then), true, nil)
 			op.noteLate(n, since.Nanoseconds(), false)
 			c.metrics.lateCommits.Inc()
 			if c.cfg.LatePolicy == LateRollback {
@@ -94,9 +97,23 @@ func (c *Coordinator) watchLate(op *operation, s barrier.Send, at time.Time, pos
 	return w
 }
 
+// lateness is how late node n applied, judged for the core: applied (the
+// coordinator-clock Unix nano its report converts to; 0: it did not
+// apply) minus the instant, less the offset's error bound (half the round
+// trip it was measured with), so that a node is never judged late by the
+// error of its clock's offset. 0 when it did not apply.
+func (w *lateWatch) lateness(n string, applied int64) time.Duration {
+	if w == nil || applied == 0 {
+		return 0
+	}
+	return time.Duration(applied-w.at.UnixNano()) - w.op.offsets[n].rtt/2
+}
+
 // answer records node n's Commit answer: applied at the coordinator-clock
-// Unix nano applied (0: it did not apply). A node that applied past the
-// budget is late even if its answer beat the timer.
+// Unix nano applied (0: it did not apply). A node is late by when it
+// applied, not by when its answer arrived; one that applied past the
+// budget is late even if its answer beat the timer, one that applied on
+// time is not, however late its answer (before the answer deadline).
 func (w *lateWatch) answer(n string, applied int64, r *agentv1.CommitResponse) {
 	if w == nil {
 		return // no instant to be late for (a staged switch)
@@ -108,7 +125,7 @@ func (w *lateWatch) answer(n string, applied int64, r *agentv1.CommitResponse) {
 	if w.c.cfg.LateBudget <= 0 {
 		return
 	}
-	lateness := time.Duration(applied - w.at.UnixNano())
+	lateness := w.lateness(n, applied)
 	ok := applied != 0 && r.GetReadbackPort() == w.op.to
 	switch {
 	case wasLate && ok:
@@ -155,5 +172,23 @@ func lateWarningsLocked(op *operation, out barrier.Outcome) {
 			op.report.Warnings = append(op.report.Warnings, fmt.Sprintf("node %s applied the commit %s after the instant (lateness budget %s): the overlay was split meanwhile",
 				l.Node, time.Duration(l.LatenessNanos).Round(time.Millisecond), time.Duration(op.report.LateBudgetNanos)))
 		}
+	}
+}
+
+// spreadWarningLocked adds the report's warning for a SUCCEEDED atomic
+// operation whose commit spread (the nodes' wake-ups) exceeded target:
+// the barrier did not hold, every node flipped but not together, and the
+// overlay was split for that long between the first and the last (issue
+// 35: a 142 ms spread with 340 probes lost once passed as a clean
+// success). A warning, not a failure: the change is complete and
+// verified; coordctl exits 7. op.mu is held.
+func spreadWarningLocked(op *operation, out barrier.Outcome, target time.Duration) {
+	r := op.report
+	if out != barrier.Succeeded || target <= 0 || r.GetStrategy() == "staged" {
+		return
+	}
+	if s := time.Duration(r.GetCommitSpreadNanos()); s > target {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("commit spread %s is above the target %s (--commit-spread-target): the nodes did not flip together (effect spread %s), so the overlay was split meanwhile; see the probe disruption and the nodes' load",
+			s.Round(100*time.Microsecond), target, time.Duration(r.GetEffectSpreadNanos()).Round(100*time.Microsecond)))
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 // Issue 12: n2 is away for 1.5 s right after it received Commit. Under the
 // rollback policy the others are rolled back at about the instant plus the
-// budget and the allowance, the report names n2 as late, the metric
+// answer deadline (1 s), the report names n2 as late, the metric
 // counts it and the agents were sent the budget; under the wait policy
 // the operation SUCCEEDED with a warning (coordctl exits 7), never
 // silently.
@@ -22,7 +22,7 @@ func TestLateCommit(t *testing.T) {
 		t.Run(policy, func(t *testing.T) {
 			l := newLab(t, 3, nil)
 			l.crash()
-			l.cfg = func(c *Config) { c.LatePolicy = policy }
+			l.cfg = func(c *Config) { c.LatePolicy, c.SpreadTarget = policy, Default().SpreadTarget }
 			l.start()
 			l.fakes["n2"].SetFault("Commit", fakeagent.Fault{Delay: 1500 * time.Millisecond})
 			start := time.Now()
@@ -31,7 +31,7 @@ func TestLateCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 			all := strings.Join(msgs, "\n")
-			if !strings.Contains(all, "commit n2: late: not applied") {
+			if !strings.Contains(all, "commit n2: late: no answer") {
 				t.Errorf("no live event for the late node:\n%s", all)
 			}
 			if len(rep.LateNodes) != 1 || rep.LateNodes[0].Node != "n2" || rep.LateBudgetNanos != int64(200*time.Millisecond) || rep.LatePolicy != policy {
@@ -42,7 +42,7 @@ func TestLateCommit(t *testing.T) {
 			}
 			switch policy {
 			case LateRollback:
-				if rep.State != rolledBack || !strings.Contains(rep.Error, "commit failed on n2: not applied by the commit instant plus the lateness budget") || len(rep.Warnings) != 0 {
+				if rep.State != rolledBack || !strings.Contains(rep.Error, "commit failed on n2: no answer by the commit instant plus the answer deadline") || len(rep.Warnings) != 0 {
 					t.Fatalf("state %s (%s) warnings %v, want rolled back for n2 late", rep.State, rep.Error, rep.Warnings)
 				}
 				// The others' Rollback went out before n2 came back.
@@ -50,12 +50,103 @@ func TestLateCommit(t *testing.T) {
 					t.Errorf("no rollback:\n%s", all)
 				}
 			case LateWait:
-				if rep.State != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "node n2 applied the commit") ||
+				// Two warnings: n2 applied late, and so the nodes woke
+				// 1.5 s apart, far above the commit spread target.
+				if rep.State != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED || len(rep.Warnings) != 2 || !strings.Contains(rep.Warnings[0], "node n2 applied the commit") ||
+					!strings.Contains(rep.Warnings[1], "commit spread 1.4") ||
 					!rep.LateNodes[0].Applied || rep.LateNodes[0].LatenessNanos < int64(time.Second) {
 					t.Fatalf("state %s warnings %v late %v, want SUCCEEDED with a warning for n2", rep.State, rep.Warnings, rep.LateNodes)
 				}
 			}
 			t.Logf("%s: %s in %s", policy, rep.State, time.Since(start))
+		})
+	}
+}
+
+// Issue 35, defect 4: n2 applies at the instant but its answer comes
+// 600 ms later (an agent that did its work after the flip before
+// answering), past the lateness budget (200 ms) and within the answer
+// deadline (1 s). Lateness is judged by when a node applied: nobody is
+// late, the operation SUCCEEDED, without a warning. When the answer was
+// what counted (budget plus a 100 ms allowance), this rolled back.
+func TestLateAnswerAppliedOnTime(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.crash()
+	l.start()
+	l.fakes["n2"].SetFault("Commit", fakeagent.Fault{Delay: 600 * time.Millisecond, After: true})
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED || len(rep.LateNodes) != 0 || len(rep.Warnings) != 0 {
+		t.Fatalf("state %s (%s), late %v, warnings %v; want SUCCEEDED, nobody late\n%s", rep.State, rep.Error, rep.LateNodes, rep.Warnings, strings.Join(msgs, "\n"))
+	}
+	if got := testutil.ToFloat64(l.c.metrics.lateCommits); got != 0 {
+		t.Errorf("late commits metric %v, want 0", got)
+	}
+	for _, n := range rep.Nodes {
+		if n.Node != "n2" {
+			continue
+		}
+		// The answer did come late: the coordinator saw it arrive.
+		if d := time.Duration(n.AnswerReceivedUnixNano - n.AppliedUnixNano); d < 500*time.Millisecond {
+			t.Errorf("n2 answered %s after it applied, want the 600 ms delay", d)
+		}
+	}
+}
+
+// Issue 35, defect 4, the other way: an agent that applies past the
+// budget (its clock put it there: it was sent an instant 400 ms earlier
+// than the others, as a wrong offset would) is late by its own report
+// although its answer is prompt, and everyone is rolled back.
+func TestLateApplyPromptAnswer(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.crash()
+	l.start()
+	// The fake applies at once when the instant has passed; report an
+	// applied time 400 ms past the instant instead.
+	l.fakes["n2"].SetAppliedShift(400 * time.Millisecond)
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != rolledBack || !strings.Contains(rep.Error, "commit failed on n2: applied 4") || !strings.Contains(rep.Error, "past the lateness budget 200ms") {
+		t.Fatalf("state %s (%s), want rolled back for n2 applying late\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	if len(rep.LateNodes) != 1 || rep.LateNodes[0].Node != "n2" || !rep.LateNodes[0].Applied {
+		t.Fatalf("late nodes %v, want n2 (applied)", rep.LateNodes)
+	}
+}
+
+// Issue 35, item 7: n2 applies 120 ms after the others, within the
+// lateness budget: the change SUCCEEDED, but the nodes did not flip
+// together, and the report says so (a warning: coordctl exits 7) when the
+// commit spread exceeds the target; without a target it does not.
+func TestSpreadWarning(t *testing.T) {
+	for _, target := range []time.Duration{50 * time.Millisecond, 0} {
+		t.Run(target.String(), func(t *testing.T) {
+			l := newLab(t, 3, nil)
+			l.crash()
+			l.cfg = func(c *Config) { c.SpreadTarget = target }
+			l.start()
+			l.fakes["n2"].SetAppliedShift(120 * time.Millisecond)
+			rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.State != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED || len(rep.LateNodes) != 0 {
+				t.Fatalf("state %s (%s), late %v; want SUCCEEDED, nobody late", rep.State, rep.Error, rep.LateNodes)
+			}
+			if rep.CommitSpreadNanos < int64(100*time.Millisecond) {
+				t.Fatalf("commit spread %s, want n2's 120 ms", time.Duration(rep.CommitSpreadNanos))
+			}
+			want := 1
+			if target == 0 {
+				want = 0
+			}
+			if len(rep.Warnings) != want || (want == 1 && !strings.Contains(rep.Warnings[0], "above the target 50ms")) {
+				t.Fatalf("warnings %q, want %d naming the target", rep.Warnings, want)
+			}
 		})
 	}
 }

@@ -205,6 +205,7 @@ func (c *Coordinator) declare(op *operation, d barrier.Declare) {
 	op.report.EndedUnixNano = now.UnixNano()
 	op.report.Error = d.Reason
 	lateWarningsLocked(op, d.Outcome)
+	spreadWarningLocked(op, d.Outcome, c.cfg.SpreadTarget)
 	if d.Outcome == barrier.Failed {
 		op.report.Error = failedErrorLocked(op, d, now)
 	}

@@ -23,6 +23,10 @@ func (c *Coordinator) coreConfig(nodes []string, step, deadman time.Duration, ma
 		Verifier: c.verifier != nil || !c.cfg.NoProbeVerify,
 		// Agents without peers report no counters: harmless.
 		Probes: true}
+	if c.cfg.LatePolicy == LateRollback && len(batches) == 0 {
+		// Under the wait policy late nodes are reported, not judged.
+		cfg.LateBudget = c.cfg.LateBudget
+	}
 	for _, h := range c.hooks {
 		cfg.Hooks = append(cfg.Hooks, h.Name())
 	}

@@ -19,7 +19,9 @@ const exitCodesHelp = `Exit codes:
      node is on the new port, but it was not a clean success: not verified
      everywhere (nodes without probing, pairs dark before the change), or a
      node applied the commit later than --commit-late-budget under
-     --commit-late-policy=wait, so the overlay was split meanwhile
+     --commit-late-policy=wait, or the commit spread exceeded
+     --commit-spread-target (the nodes did not flip together), so the
+     overlay was split meanwhile
 
 coordctl machineconfig uses the same numbers for its own outcomes: see
 coordctl machineconfig --help.`

@@ -165,18 +165,23 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 		staged := slices.ContainsFunc(r.GetNodes(), func(n *coordinatorv1.NodeResult) bool { return n.GetStaged() != "" })
 		_, _ = fmt.Fprintln(w)
 		t := newTable(w)
-		head := "NODE\tPHASE\tPORT\tAPPLY(ms)\tOFFSET(ms)\tERROR"
+		// ANSWER: the node's apply to its answer leaving (its own clock).
+		head := "NODE\tPHASE\tPORT\tAPPLY(ms)\tANSWER(ms)\tOFFSET(ms)\tERROR"
 		if staged {
-			head = "NODE\tPHASE\tSTAGED\tPORT\tAPPLY(ms)\tOFFSET(ms)\tERROR"
+			head = "NODE\tPHASE\tSTAGED\tPORT\tAPPLY(ms)\tANSWER(ms)\tOFFSET(ms)\tERROR"
 		}
 		_, _ = fmt.Fprintln(t, head)
 		for _, n := range r.GetNodes() {
+			answer := "-" // an agent that does not report it
+			if a := n.GetApplyToAnswerNanos(); a != 0 {
+				answer = fmtMillis(a)
+			}
 			st := ""
 			if staged {
 				st = orDash(n.GetStaged()) + "\t"
 			}
-			_, _ = fmt.Fprintf(t, "%s\t%s\t%s%d\t%s\t%s\t%s\n", n.GetNode(), orDash(strings.TrimPrefix(n.GetAgentPhase(), "PHASE_")), st, n.GetPort(),
-				fmtMillis(n.GetApplyNanos()), fmtMillis(n.GetClockOffsetNanos()), orDash(n.GetError()))
+			_, _ = fmt.Fprintf(t, "%s\t%s\t%s%d\t%s\t%s\t%s\t%s\n", n.GetNode(), orDash(strings.TrimPrefix(n.GetAgentPhase(), "PHASE_")), st, n.GetPort(),
+				fmtMillis(n.GetApplyNanos()), answer, fmtMillis(n.GetClockOffsetNanos()), orDash(n.GetError()))
 		}
 		_ = t.Flush()
 		renderHeld(w, r)

@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +36,57 @@ const (
 	maxLostPerPair = 30 // 300 ms of probes
 	maxGap         = 2 * time.Second
 )
+
+// Spread bounds of an atomic operation at N = 8 (issue 35 item 7): the
+// loss bounds above do not catch a barrier that fails to hold (with every
+// agent flipping at a random 0-150 ms after the instant, the e2e tests
+// passed and the product reported SUCCEEDED at a 142 ms commit spread).
+// Measured on the loaded 2-core machine: commit spread (wake-ups)
+// 1.3-6.7 ms (results/lab_cutover.json, lab_staged_n8.json) and
+// 1.6-4.4 ms in 8 kernel cutovers on 2026-11-27; effect spread (the
+// dataplanes confirming) OVS 11-22 ms (issue 37), kernel 9-171 ms (the
+// same 8 cutovers: 8 nodes' RTNL work on one kernel). Both bounds leave a
+// loaded runner several times that; the commit spread bound sits below
+// the product's --commit-spread-target (50 ms), so a run the product
+// would flag fails here first with the figures.
+const (
+	maxCommitSpread = 40 * time.Millisecond
+	maxEffectSpread = 400 * time.Millisecond
+)
+
+// flipDelayEnv is agent.FaultInjectFlipDelayEnv (not imported: the lab's
+// tests link no agent package). Set (say to 150ms), the e2e tests run the
+// agent built with the test-only tag, whose agents each flip at a random
+// 0-D after the commit instant: the spread bounds must fail them.
+const flipDelayEnv = "COT_FAULTINJECT_FLIP_DELAY"
+
+// e2eAgent is the agent binary the e2e tests run: the shipped build, or
+// the fault-injection build when flipDelayEnv is set.
+func e2eAgent(t *testing.T) string {
+	if os.Getenv(flipDelayEnv) != "" {
+		t.Logf("%s=%s: the agents flip late at random (test-only build)", flipDelayEnv, os.Getenv(flipDelayEnv))
+		return labtest.FaultInjectAgent(t)
+	}
+	return filepath.Join(labtest.Binaries(t), "agent")
+}
+
+// spreadProblems says what of an atomic operation's spreads is over the
+// bounds, and whether the report flagged the commit spread as it must.
+func spreadProblems(rep *coordinatorv1.Report) []string {
+	var out []string
+	cs, es := time.Duration(rep.GetCommitSpreadNanos()), time.Duration(rep.GetEffectSpreadNanos())
+	if cs > maxCommitSpread {
+		out = append(out, fmt.Sprintf("commit spread %s, bound %s: the nodes did not wake together", cs, maxCommitSpread))
+	}
+	if es > maxEffectSpread {
+		out = append(out, fmt.Sprintf("effect spread %s, bound %s: the dataplanes did not flip together", es, maxEffectSpread))
+	}
+	flagged := slices.ContainsFunc(rep.GetWarnings(), func(w string) bool { return strings.Contains(w, "commit spread") })
+	if rep.GetState() == coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED && cs > 50*time.Millisecond && !flagged {
+		out = append(out, fmt.Sprintf("commit spread %s above the product's 50 ms target, but the report carries no warning for it: %q", cs, rep.GetWarnings()))
+	}
+	return out
+}
 
 type e2eLab struct {
 	t          *testing.T
@@ -124,9 +178,12 @@ func (e *e2eLab) wantDisruption(rep *coordinatorv1.Report) {
 	if gap > maxGap {
 		e.t.Errorf("longest gap %s, bound %s", gap, maxGap)
 	}
-	e.t.Logf("operation %s %s %d→%d: commit spread %s, probes lost %d/%d (worst pair %d), longest gap %s",
+	for _, p := range spreadProblems(rep) {
+		e.t.Error(p)
+	}
+	e.t.Logf("operation %s %s %d→%d: commit spread %s, effect spread %s, probes lost %d/%d (worst pair %d), longest gap %s",
 		rep.GetOperationId(), rep.GetState(), rep.GetFromPort(), rep.GetToPort(),
-		time.Duration(rep.GetCommitSpreadNanos()), rep.GetProbesLost(), rep.GetProbesSent(), worst, gap)
+		time.Duration(rep.GetCommitSpreadNanos()), time.Duration(rep.GetEffectSpreadNanos()), rep.GetProbesLost(), rep.GetProbesSent(), worst, gap)
 }
 
 // warmProbes waits until every pair's probes are answered, so the
@@ -198,7 +255,7 @@ func testE2E(t *testing.T, backend string, oldPort int) {
 	bin := labtest.Binaries(t)
 	cfg := newConfig(t, backend, 8)
 	cfg.StartProcesses = true
-	cfg.AgentBin = filepath.Join(bin, "agent")
+	cfg.AgentBin = e2eAgent(t)
 	cfg.CoordinatorBin = filepath.Join(bin, "coordinator")
 	cfg.ProbeInterval = e2eInterval
 	cfg.ExtraCoordinatorArgs = []string{"--commit-lead-min", "1s"}

@@ -56,6 +56,10 @@ func i2Cutover(t *testing.T, agentBin string) (*lab.I2Observer, *coordinatorv1.R
 	if rep.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
 		t.Fatalf("cutover: %s: %s", rep.GetState(), rep.GetError())
 	}
+	// The barrier held in time too, not only in order (issue 35 item 7).
+	for _, p := range spreadProblems(rep) {
+		t.Error(p)
+	}
 	// The monitors push; give the last events a moment to arrive.
 	time.Sleep(200 * time.Millisecond)
 	obs.Stop()
@@ -118,7 +122,7 @@ func spin(d time.Duration, cond func() bool) bool {
 func TestE2EI2Observed(t *testing.T) {
 	testenv.RequirePrivileged(t, append(ovsBins, "nft", "ovsdb-client", "go")...)
 	t.Parallel()
-	obs, _ := i2Cutover(t, filepath.Join(labtest.Binaries(t), "agent"))
+	obs, _ := i2Cutover(t, e2eAgent(t))
 	if err := obs.Check(); err != nil {
 		t.Fatalf("the independent I2 observer: %v", err)
 	}

@@ -90,10 +90,12 @@ func coordinatorArgs(cfg Config, inventory, pkiDir string) []string {
 		// Every lab daemon shares this machine's cores (16 and more
 		// processes on 2 in CI, under -race): a node can wake or answer its
 		// Commit later than a real node would without anything being wrong.
-		// The lab widens the product's lateness budget (200 ms + 100 ms) so
-		// that load is not judged a late node; the late-commit tests pass
-		// the product's values again (later flags win).
-		"--commit-late-budget", "600ms", "--commit-late-allowance", "400ms",
+		// The lab widens the product's lateness budget (200 ms) so that
+		// load is not judged a late node, and keeps the product's answer
+		// deadline (1 s, under the fault tests' 1.5 s steps); the
+		// late-commit tests pass the product's values again (later flags
+		// win).
+		"--commit-late-budget", "600ms", "--commit-answer-deadline", "1s",
 		"--default-strategy", cfg.DefaultStrategy,
 	}
 	// The coordinator hands the agents the lab's probe sample with Prepare

@@ -184,6 +184,10 @@ func TestCutoverOnRealKernel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// What the agent does once the commit is answered.
+		if _, err := n.b.AfterCommit(ctx, snaps[n]); err != nil {
+			t.Fatal(err)
+		}
 		t.Logf("%s commit: %v", n.NS, st.Detail)
 		if st.Port != newPort || st.Detail["vni"] != "1" || st.Detail["strategy"] != vxlan.StrategyPrebuilt {
 			t.Fatalf("%s commit state %+v", n.NS, st)
@@ -220,6 +224,9 @@ func TestCutoverOnRealKernel(t *testing.T) {
 		st, err := a.b.Commit(ctx, snaps[a])
 		if err != nil || st.Detail["strategy"] != "noop" {
 			t.Fatalf("replay: %+v, %v", st, err)
+		}
+		if _, err := a.b.AfterCommit(ctx, snaps[a]); err != nil {
+			t.Fatal(err)
 		}
 		after, _ := a.Kernel.Snapshot(labDev)
 		if a.text(t) != before || after.Device.Index != idx.Device.Index {

@@ -26,17 +26,23 @@
 //   - Any commit, verify or confirm failure or timeout → rollback: Rollback
 //     to every agent that was sent Prepare, which includes every agent that
 //     may have committed (a commit that timed out may have applied).
-//   - A node late for the commit instant (Late: it had not answered Commit
-//     by the instant plus the lateness budget plus the apply allowance) is
-//     resolved at once, status late, like a commit timeout: once the
-//     others answered, everyone is rolled back, the late node too. The
-//     rollback to it may overtake its Commit still in flight; the agent
-//     serialises the two, and one that wakes past the budget applies
-//     nothing (and one that did apply is reverted by the rollback). This
-//     bounds the split to about the budget instead of however long the
-//     node was away (docs/faults.md, "Late commits"). The runner feeds Late
-//     only under the rollback policy; under the wait policy it only
-//     reports the node.
+//   - Lateness is judged by when a node applied, never by when its answer
+//     arrived (an answer leaves after the apply, and at N = 32 the answers
+//     of nodes that applied within 11 ms of the instant came ~600 ms after
+//     it: issue 35). With Config.LateBudget set, a Commit answer that
+//     applied more than the budget after the instant (Reply.Lateness, what
+//     the node reported, converted to the coordinator's clock, less the
+//     clock offset's error bound) is status late: once the others
+//     answered, everyone is rolled back. The answer has its own, longer
+//     deadline: a node with no answer by then (Late) is resolved at once,
+//     status late, like a commit timeout, and everyone is rolled back, the
+//     silent node too. The rollback to it may overtake its Commit still in
+//     flight; the agent serialises the two, and one that wakes past the
+//     budget applies nothing (and one that did apply is reverted by the
+//     rollback). This bounds the split to about the answer deadline
+//     instead of however long the node was away (docs/faults.md, "Late
+//     commits"). The runner sets LateBudget and feeds Late only under the
+//     rollback policy; under the wait policy it only reports the node.
 //   - Finalize failures do not change the outcome (the change is confirmed
 //     everywhere; only the old port's firewall rules remain) but are
 //     recorded per node.
@@ -198,6 +204,9 @@ type Config struct {
 	// Probes: the agents keep probe mesh counters, reset alongside
 	// Prepare and read when an operation that sent Commit ends.
 	Probes bool
+	// LateBudget: a Commit answer whose Lateness exceeds it is late (the
+	// operation rolls back). 0: lateness is not judged here.
+	LateBudget time.Duration
 	// Batches, when set, make the operation staged (make-before-break):
 	// Prepare (listen on both ports) goes to every node, then Commit
 	// (switch sending), Verify and Confirm go batch by batch, in order,
@@ -279,6 +288,11 @@ type Reply struct {
 	Attempt int // the Send.Attempt it answers
 	OK      bool
 	Err     string // why not OK
+	// Lateness (an OK Commit of an atomic operation only) is how long
+	// after the commit instant the node applied, by its own report in the
+	// coordinator's clock, less the clock offset's error bound: the least
+	// it can have been. Judged against Config.LateBudget.
+	Lateness time.Duration
 }
 
 // Timeout is a single call that got no answer within its deadline.
@@ -295,9 +309,9 @@ type Deadline struct {
 	Attempt int
 }
 
-// Late is a node that had not answered Commit by the commit instant plus
-// the lateness budget plus the apply allowance: roll back rather than wait
-// for it (the overlay is split while it is away).
+// Late is a node whose Commit answer had not arrived by the commit instant
+// plus the answer deadline: roll back rather than wait for it (if it did
+// not apply, the overlay is split while it is away).
 type Late struct {
 	Node    string
 	Attempt int // the Commit attempt
@@ -472,7 +486,7 @@ const (
 	StatusOK      Status = "ok"
 	StatusFailed  Status = "failed"
 	StatusTimeout Status = "timeout"
-	StatusLate    Status = "late" // Commit not answered by the instant plus the budget
+	StatusLate    Status = "late" // Commit applied past the budget, or not answered by the answer deadline
 )
 
 // NodeStep is what one agent did in one step.
@@ -669,15 +683,19 @@ func (o *Op) Ended(out Outcome, reason string) {
 func (o *Op) Step(ev Event) []Action {
 	switch e := ev.(type) {
 	case Reply:
-		st := StatusOK
-		if !e.OK {
+		st, msg := StatusOK, e.Err
+		switch {
+		case !e.OK:
 			st = StatusFailed
+		case e.Step == Commit && !o.staged() && o.cfg.LateBudget > 0 && e.Lateness > o.cfg.LateBudget:
+			st = StatusLate
+			msg = fmt.Sprintf("applied %s after the commit instant, past the lateness budget %s", e.Lateness, o.cfg.LateBudget)
 		}
-		return o.resolve(e.Node, e.Step, e.Attempt, st, e.Err)
+		return o.resolve(e.Node, e.Step, e.Attempt, st, msg)
 	case Timeout:
 		return o.resolve(e.Node, e.Step, e.Attempt, StatusTimeout, "no answer within the step deadline")
 	case Late:
-		return o.resolve(e.Node, Commit, e.Attempt, StatusLate, "not applied by the commit instant plus the lateness budget")
+		return o.resolve(e.Node, Commit, e.Attempt, StatusLate, "no answer by the commit instant plus the answer deadline")
 	case Deadline:
 		if e.Step != o.step || e.Attempt != o.attempt {
 			return nil

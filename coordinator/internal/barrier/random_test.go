@@ -66,6 +66,10 @@ func runRandom(t *testing.T, seed uint64, violated func(string)) Outcome {
 			i += k
 		}
 	}
+	// Drawn last, so the draws above stay those of earlier seeds.
+	if r.IntN(2) == 0 {
+		cfg.LateBudget = 200 * time.Millisecond
+	}
 	op := New(cfg)
 	agents := map[string]*simAgent{}
 	// What the application was asked to do, to check the core's ordering.
@@ -265,7 +269,12 @@ func runRandom(t *testing.T, seed uint64, violated func(string)) Outcome {
 						if a.Step == Verify {
 							ok = ag.applied
 						}
-						ev = Reply{Node: nd, Step: a.Step, Attempt: a.Attempt, OK: ok, Err: "x"}
+						rep := Reply{Node: nd, Step: a.Step, Attempt: a.Attempt, OK: ok, Err: "x"}
+						if a.Step == Commit && r.IntN(8) == 0 {
+							// Applied past the budget (when there is one).
+							rep.Lateness = 300 * time.Millisecond
+						}
+						ev = rep
 					case x < p/2:
 						ev = Reply{Node: nd, Step: a.Step, Attempt: a.Attempt, OK: false, Err: "injected"}
 					default:

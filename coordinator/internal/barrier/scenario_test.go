@@ -20,15 +20,19 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actua
 //	new n1,n2,n3 [attempts=N] [backoff=D] [backoffmax=D] [retryfor=D]
 //	    [hooks=h1,h2] [marks=h1/before-commit/started,...] [verifier] [probes]
 //	    [batches=n1/n2,n3]       staged: batch 1 is n1, batch 2 is n2 and n3
+//	    [budget=D]               the lateness budget (Config.LateBudget)
 //	                             a new operation (timeout 10s)
 //	start                        Start
 //	resume abort|verify|rollback|finalize ResumeAt
 //	ended OUTCOME [REASON]       Ended (an operation read back from a journal)
-//	ok NODE STEP[#ATTEMPT]       Reply OK (attempt defaults to 1)
+//	ok NODE STEP[#ATTEMPT] [lateness=D]
+//	                             Reply OK (attempt defaults to 1), applied D
+//	                             after the commit instant
 //	fail NODE STEP[#A] MESSAGE   Reply not OK
 //	timeout NODE STEP[#A]        Timeout
 //	deadline STEP[#A]            Deadline
-//	late NODE [#A]               Late (commit attempt A, default 1)
+//	late NODE [#A]               Late: no Commit answer by the answer
+//	                             deadline (commit attempt A, default 1)
 //	stepfail STEP REASON         StepFailed
 //	rollback [REASON]            RollbackRequested
 //	hook NAME POINT [ERROR]      HookDone (ok without ERROR)
@@ -129,6 +133,12 @@ func runScenario(t *testing.T, path string) {
 						t.Fatalf("%s: %s: %v", path, kv, err)
 					}
 					*map[string]*time.Duration{"backoff": &cfg.RetryBackoff, "backoffmax": &cfg.RetryBackoffMax, "retryfor": &cfg.RetryFor}[k] = d
+				case "budget":
+					d, err := time.ParseDuration(v)
+					if err != nil {
+						t.Fatalf("%s: %s: %v", path, kv, err)
+					}
+					cfg.LateBudget = d
 				case "hooks":
 					cfg.Hooks = strings.Split(v, ",")
 				case "marks":
@@ -160,7 +170,16 @@ func runScenario(t *testing.T, path string) {
 			emit(op.ResumeAt(r))
 		case "ok", "fail", "timeout":
 			s, a := parseStep(t, f[2])
-			var ev Event = Reply{Node: f[1], Step: s, Attempt: a, OK: f[0] == "ok", Err: strings.Join(f[3:], " ")}
+			rest := f[3:]
+			var lateness time.Duration
+			if f[0] == "ok" && len(rest) == 1 && strings.HasPrefix(rest[0], "lateness=") {
+				var err error
+				if lateness, err = time.ParseDuration(strings.TrimPrefix(rest[0], "lateness=")); err != nil {
+					t.Fatalf("%s: %s: %v", path, b.cmd, err)
+				}
+				rest = nil
+			}
+			var ev Event = Reply{Node: f[1], Step: s, Attempt: a, OK: f[0] == "ok", Err: strings.Join(rest, " "), Lateness: lateness}
 			if f[0] == "timeout" {
 				ev = Timeout{Node: f[1], Step: s, Attempt: a}
 			}

@@ -50,6 +50,7 @@ type Agent struct {
 	busyPorts       map[uint32]string
 	labels          map[string]string
 	skew            time.Duration // agent clock − real clock
+	appliedShift    time.Duration // added to the applied time a commit reports
 	op              *agentv1.OperationStatus
 	calls           []string
 	faults          map[string]Fault
@@ -359,6 +360,14 @@ func (a *Agent) Prepare(ctx context.Context, r *agentv1.PrepareRequest) (*agentv
 	return resp, nil
 }
 
+// SetAppliedShift makes the agent report its commits applied d later than
+// it applied them: an agent that woke late for the instant.
+func (a *Agent) SetAppliedShift(d time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.appliedShift = d
+}
+
 // Commit implements AgentService.
 func (a *Agent) Commit(ctx context.Context, r *agentv1.CommitRequest) (*agentv1.CommitResponse, error) {
 	after, before := a.fault(ctx, "Commit", r.OperationId)
@@ -383,7 +392,7 @@ func (a *Agent) Commit(ctx context.Context, r *agentv1.CommitRequest) (*agentv1.
 		}
 		a.mu.Lock()
 		if a.op.Phase == agentv1.Phase_PHASE_PREPARED {
-			a.op.AppliedUnixNano = a.now().UnixNano()
+			a.op.AppliedUnixNano = a.now().Add(a.appliedShift).UnixNano()
 			a.port = a.op.ToPort
 			a.op.Phase = agentv1.Phase_PHASE_COMMITTED
 			a.op.DeadlineUnixNano = a.op.AppliedUnixNano + r.DeadmanMillis*int64(time.Millisecond)

@@ -26,7 +26,7 @@ func TestAgentFrozenAtCommitKernel(t *testing.T) {
 		// The product's lateness budget, not the lab's wider one (as
 		// TestLateCommit's rollback case).
 		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-late-policy", "rollback",
-			"--commit-late-budget", "200ms", "--commit-late-allowance", "100ms")
+			"--commit-late-budget", "200ms", "--commit-answer-deadline", "1s")
 	})
 	e.sample()
 	p := e.proc("n2")

@@ -90,7 +90,7 @@ func lateCase(t *testing.T, policy string, freeze time.Duration) {
 	e := newEnv(t, "lt", func(c *lab.Config) {
 		// The product's lateness budget, not the lab's wider one.
 		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-late-policy", policy,
-			"--commit-late-budget", "200ms", "--commit-late-allowance", "100ms")
+			"--commit-late-budget", "200ms", "--commit-answer-deadline", "1s")
 	})
 	e.sample()
 	p := e.proc("n2")
@@ -147,6 +147,30 @@ func lateCase(t *testing.T, policy string, freeze time.Duration) {
 	t.Logf("figure: %+v", fig)
 	if r.code == 0 {
 		t.Errorf("coordctl exit 0 (a clean success) with n2 frozen %s after the commit:\n%s", fig.Freeze, r.out)
+	}
+	// One outcome, one exit code, one port everywhere, and the journal
+	// agreeing (docs/faults.md, "Late commits"): a node away past the
+	// answer deadline rolls everyone back under rollback; under wait the
+	// others stay flipped and the success is flagged (7). A node away for
+	// good ends FAILED under both (exit 5: the rollback cannot reach it),
+	// every node back on the old port.
+	want := struct {
+		outcome, journal string
+		code, port       int
+	}{"ROLLED_BACK", "rolled-back", 1, fromPort}
+	switch {
+	case freeze == 0:
+		want.outcome, want.journal, want.code = "FAILED", "failed", 5
+	case policy == "wait":
+		want.outcome, want.journal, want.code, want.port = "SUCCEEDED", "succeeded", 7, 4889
+	}
+	j := e.journal()
+	if fig.Outcome != want.outcome || r.code != want.code || port != want.port || j.Outcome != want.journal || !j.CommitSent {
+		t.Errorf("%s, n2 frozen %s: outcome %s, exit %d, port %d everywhere, journal %q (commit sent %t); want %s, exit %d, port %d, journal %q (commit sent)\n%s",
+			policy, fig.Freeze, fig.Outcome, r.code, port, j.Outcome, j.CommitSent, want.outcome, want.code, want.port, want.journal, r.out)
+	}
+	if want.code != 5 && !strings.Contains(r.out, "late: n2") {
+		t.Errorf("the report does not name n2 late:\n%s", r.out)
 	}
 	if policy == "rollback" && freeze >= 6*time.Second && split > 2*time.Second {
 		t.Errorf("rollback policy: split %s for a %s freeze, want about the budget", split, freeze)

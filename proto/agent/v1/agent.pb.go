@@ -875,6 +875,10 @@ type CommitResponse struct {
 	// When the request reached the agent, agent clock: at_unix_nano minus
 	// this is how early the coordinator's fan-out got here.
 	ReceivedUnixNano int64 `protobuf:"varint,92,opt,name=received_unix_nano,json=receivedUnixNano,proto3" json:"received_unix_nano,omitempty"`
+	// When the answer left the agent, agent clock: minus applied_unix_nano,
+	// the time the node spent between waking to apply and answering
+	// (the apply, the read-back, recording the result).
+	AnsweredUnixNano int64 `protobuf:"varint,93,opt,name=answered_unix_nano,json=answeredUnixNano,proto3" json:"answered_unix_nano,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -954,6 +958,13 @@ func (x *CommitResponse) GetEffectiveUnixNano() int64 {
 func (x *CommitResponse) GetReceivedUnixNano() int64 {
 	if x != nil {
 		return x.ReceivedUnixNano
+	}
+	return 0
+}
+
+func (x *CommitResponse) GetAnsweredUnixNano() int64 {
+	if x != nil {
+		return x.AnsweredUnixNano
 	}
 	return 0
 }
@@ -1993,7 +2004,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
 	"atUnixNano\x12%\n" +
 	"\x0edeadman_millis\x18\x03 \x01(\x03R\rdeadmanMillis\x12,\n" +
-	"\x12late_budget_millis\x18\x04 \x01(\x03R\x10lateBudgetMillis\"\xc7\x02\n" +
+	"\x12late_budget_millis\x18\x04 \x01(\x03R\x10lateBudgetMillis\"\xf5\x02\n" +
 	"\x0eCommitResponse\x129\n" +
 	"\x06status\x18\x01 \x01(\v2!.cutover.agent.v1.OperationStatusR\x06status\x12*\n" +
 	"\x11applied_unix_nano\x18\x02 \x01(\x03R\x0fappliedUnixNano\x12\x1f\n" +
@@ -2002,7 +2013,8 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\rreadback_port\x18\x04 \x01(\rR\freadbackPort\x12*\n" +
 	"\x11written_unix_nano\x18Z \x01(\x03R\x0fwrittenUnixNano\x12.\n" +
 	"\x13effective_unix_nano\x18[ \x01(\x03R\x11effectiveUnixNano\x12,\n" +
-	"\x12received_unix_nano\x18\\ \x01(\x03R\x10receivedUnixNano\"3\n" +
+	"\x12received_unix_nano\x18\\ \x01(\x03R\x10receivedUnixNano\x12,\n" +
+	"\x12answered_unix_nano\x18] \x01(\x03R\x10answeredUnixNano\"3\n" +
 	"\x0eConfirmRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\"i\n" +
 	"\x0fRollbackRequest\x12!\n" +

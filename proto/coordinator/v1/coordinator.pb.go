@@ -1082,6 +1082,14 @@ type NodeResult struct {
 	EffectiveUnixNano int64 `protobuf:"varint,91,opt,name=effective_unix_nano,json=effectiveUnixNano,proto3" json:"effective_unix_nano,omitempty"`
 	// When its Commit call reached the agent (coordinator clock).
 	CommitReceivedUnixNano int64 `protobuf:"varint,94,opt,name=commit_received_unix_nano,json=commitReceivedUnixNano,proto3" json:"commit_received_unix_nano,omitempty"`
+	// When the node's Commit answer left its agent (agent clock through
+	// the offset) and when it reached the coordinator (coordinator clock),
+	// 0 = no answer. answer_sent minus applied is the node's own
+	// apply-to-answer time (apply_to_answer_nanos, one clock, no offset
+	// error); the received time adds the way back.
+	AnswerSentUnixNano     int64 `protobuf:"varint,95,opt,name=answer_sent_unix_nano,json=answerSentUnixNano,proto3" json:"answer_sent_unix_nano,omitempty"`
+	AnswerReceivedUnixNano int64 `protobuf:"varint,96,opt,name=answer_received_unix_nano,json=answerReceivedUnixNano,proto3" json:"answer_received_unix_nano,omitempty"`
+	ApplyToAnswerNanos     int64 `protobuf:"varint,97,opt,name=apply_to_answer_nanos,json=applyToAnswerNanos,proto3" json:"apply_to_answer_nanos,omitempty"`
 	// The node's timeline for the change record (coordinator clock, 0 =
 	// never): when the agent answered prepared (the new port open in its
 	// firewall, the transaction staged), confirmed, finalized, and when the
@@ -1204,6 +1212,27 @@ func (x *NodeResult) GetEffectiveUnixNano() int64 {
 func (x *NodeResult) GetCommitReceivedUnixNano() int64 {
 	if x != nil {
 		return x.CommitReceivedUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetAnswerSentUnixNano() int64 {
+	if x != nil {
+		return x.AnswerSentUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetAnswerReceivedUnixNano() int64 {
+	if x != nil {
+		return x.AnswerReceivedUnixNano
+	}
+	return 0
+}
+
+func (x *NodeResult) GetApplyToAnswerNanos() int64 {
+	if x != nil {
+		return x.ApplyToAnswerNanos
 	}
 	return 0
 }
@@ -1999,7 +2028,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\rPhaseDuration\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x14\n" +
 	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\x12*\n" +
-	"\x11started_unix_nano\x18\x03 \x01(\x03R\x0fstartedUnixNano\"\xd2\x05\n" +
+	"\x11started_unix_nano\x18\x03 \x01(\x03R\x0fstartedUnixNano\"\xf3\x06\n" +
 	"\n" +
 	"NodeResult\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1f\n" +
@@ -2013,7 +2042,10 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x05error\x18\a \x01(\tR\x05error\x12*\n" +
 	"\x11written_unix_nano\x18Z \x01(\x03R\x0fwrittenUnixNano\x12.\n" +
 	"\x13effective_unix_nano\x18[ \x01(\x03R\x11effectiveUnixNano\x129\n" +
-	"\x19commit_received_unix_nano\x18^ \x01(\x03R\x16commitReceivedUnixNano\x12,\n" +
+	"\x19commit_received_unix_nano\x18^ \x01(\x03R\x16commitReceivedUnixNano\x121\n" +
+	"\x15answer_sent_unix_nano\x18_ \x01(\x03R\x12answerSentUnixNano\x129\n" +
+	"\x19answer_received_unix_nano\x18` \x01(\x03R\x16answerReceivedUnixNano\x121\n" +
+	"\x15apply_to_answer_nanos\x18a \x01(\x03R\x12applyToAnswerNanos\x12,\n" +
 	"\x12prepared_unix_nano\x18P \x01(\x03R\x10preparedUnixNano\x12.\n" +
 	"\x13confirmed_unix_nano\x18Q \x01(\x03R\x11confirmedUnixNano\x12.\n" +
 	"\x13finalized_unix_nano\x18R \x01(\x03R\x11finalizedUnixNano\x12,\n" +
