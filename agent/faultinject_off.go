@@ -11,3 +11,5 @@ const FaultInjectBuilt = false
 func flipAtPrepare(string) bool { return false }
 
 func pathAlwaysPasses(string) bool { return false }
+
+func pathWireAlways(string) bool { return false }

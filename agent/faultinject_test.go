@@ -15,4 +15,8 @@ func TestFaultInjectionOffByDefault(t *testing.T) {
 	if pathAlwaysPasses("n1") {
 		t.Fatal("the default agent build honours the path check fault-injection switch")
 	}
+	t.Setenv("COT_FAULTINJECT_PATH_WIRE", "n1")
+	if pathWireAlways("n1") {
+		t.Fatal("the default agent build honours the path check capture fault-injection switch")
+	}
 }
