@@ -66,9 +66,10 @@ func OpenCapture(port, also uint16) (*Capture, error) {
 }
 
 // Run reads until deadline or stop is closed and calls seen with the
-// source address, UDP destination port and frame of every probe frame of
-// nonce that arrived (not sent) on the node.
-func (c *Capture) Run(deadline time.Time, stop <-chan struct{}, nonce uint64, seen func(from netip.Addr, port uint16, f Frame)) {
+// source and destination addresses, UDP destination port and frame of
+// every probe frame of nonce that arrived for the node: not one it sent,
+// nor one for another host's MAC that a switch flooded to it.
+func (c *Capture) Run(deadline time.Time, stop <-chan struct{}, nonce uint64, seen func(from, to netip.Addr, port uint16, f Frame)) {
 	buf := make([]byte, MaxSize)
 	for time.Now().Before(deadline) {
 		select {
@@ -83,7 +84,7 @@ func (c *Capture) Run(deadline time.Time, stop <-chan struct{}, nonce uint64, se
 			}
 			return
 		}
-		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && (ll.Pkttype == unix.PACKET_OUTGOING || ll.Pkttype == unix.PACKET_OTHERHOST) {
 			continue
 		}
 		pkt := buf[:n]
@@ -99,7 +100,8 @@ func (c *Capture) Run(deadline time.Time, stop <-chan struct{}, nonce uint64, se
 			continue
 		}
 		src, _ := netip.AddrFromSlice(pkt[12:16])
-		seen(src, binary.BigEndian.Uint16(pkt[ihl+2:]), f)
+		dst, _ := netip.AddrFromSlice(pkt[16:20])
+		seen(src, dst, binary.BigEndian.Uint16(pkt[ihl+2:]), f)
 	}
 }
 

@@ -269,9 +269,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		go func() {
 			defer close(captured)
 			defer func() { _ = capt.Close() }()
-			capt.Run(deadline, stopCapture, nonce, func(from netip.Addr, port uint16, f Frame) {
+			capt.Run(deadline, stopCapture, nonce, func(from, to netip.Addr, port uint16, f Frame) {
 				name, ok := byAddr[from]
-				if !ok {
+				if !ok || to != cfg.Local { // a peer's frame for another node is no evidence about this one
 					return
 				}
 				k := key{name, f.VNI, f.Size}
