@@ -257,7 +257,7 @@ func (m *pathMatrix) judge() judgement {
 		}
 		if fw != "" {
 			p.Verdict = "node_firewall"
-			p.Detail = fmt.Sprintf("VXLAN frames pass %s→%s on udp/%d at full size in the underlay", from, to, m.port) + fw
+			p.Detail = fmt.Sprintf("VXLAN frames cross %s→%s on udp/%d at full size", from, to, m.port) + fw
 			continue
 		}
 		p.Verdict = "ok"

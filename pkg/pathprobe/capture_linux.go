@@ -67,8 +67,7 @@ func OpenCapture(port, also uint16) (*Capture, error) {
 
 // Run reads until deadline or stop is closed and calls seen with the
 // source and destination addresses, UDP destination port and frame of
-// every probe frame of nonce that arrived for the node: not one it sent,
-// nor one for another host's MAC that a switch flooded to it.
+// every probe frame of nonce that arrived on the node, not one it sent.
 func (c *Capture) Run(deadline time.Time, stop <-chan struct{}, nonce uint64, seen func(from, to netip.Addr, port uint16, f Frame)) {
 	buf := make([]byte, MaxSize)
 	for time.Now().Before(deadline) {
@@ -84,7 +83,13 @@ func (c *Capture) Run(deadline time.Time, stop <-chan struct{}, nonce uint64, se
 			}
 			return
 		}
-		if ll, ok := from.(*unix.SockaddrLinklayer); ok && (ll.Pkttype == unix.PACKET_OUTGOING || ll.Pkttype == unix.PACKET_OTHERHOST) {
+		// PACKET_OTHERHOST is kept: where the NIC is a port of a
+		// userspace or bridged switch (the OVS lab's eth0 in br-ul), the
+		// node's frames come to the bridge's MAC, not the NIC's, and the
+		// current port's are taken by the switch before any other
+		// interface sees them. The caller tells a frame for another node
+		// by its destination address.
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
 			continue
 		}
 		pkt := buf[:n]
