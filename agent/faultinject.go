@@ -53,3 +53,15 @@ func flipDelay() func() time.Duration {
 	}
 	return func() time.Duration { return rand.N(d) }
 }
+
+// FaultInjectPathWireEnv names the node whose agent reports every peer's
+// frame to the port under test as seen arriving on its interfaces (the
+// packet capture's evidence) whatever the underlay did: a capture that
+// sees what never came, so that an underlay block taken for the node's own
+// firewall can be shown to be caught.
+const FaultInjectPathWireEnv = "COT_FAULTINJECT_PATH_WIRE"
+
+func pathWireAlways(node string) bool {
+	v := os.Getenv(FaultInjectPathWireEnv)
+	return v != "" && v == node
+}

@@ -15,3 +15,5 @@ func flipAtPrepare(string) bool { return false }
 func pathAlwaysPasses(string) bool { return false }
 
 func flipDelay() func() time.Duration { return nil }
+
+func pathWireAlways(string) bool { return false }

@@ -19,4 +19,8 @@ func TestFaultInjectionOffByDefault(t *testing.T) {
 	if flipDelay() != nil {
 		t.Fatal("the default agent build honours the flip delay fault-injection switch")
 	}
+	t.Setenv("COT_FAULTINJECT_PATH_WIRE", "n1")
+	if pathWireAlways("n1") {
+		t.Fatal("the default agent build honours the path check capture fault-injection switch")
+	}
 }

@@ -168,20 +168,22 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 	var exchange time.Duration
 	m.sides, exchange = c.pathRound(ctx, id+"/path", port, m, checked, addr, clocks, m.peers, m.failed)
 	res.LeadMicros, res.ExchangeMicros = m.lead.Microseconds(), exchange.Microseconds()
-	res.Pairs, res.Problems = m.judge()
+	j := m.judge()
 	// More rounds for the directions that failed, alone: on a loaded
 	// machine a clean pair can lose all of a round's frames (docs/
 	// pathcheck.md, "Limits"), while a blocked one never passes. A
 	// direction passes when it passed in any round; at most pathRetries
 	// more rounds, while they still help.
-	first := failedDirections(res.Pairs)
+	// A warning (a problem the current port shares) flags the result, so
+	// it is asked again too.
+	first := failedDirections(j.pairs)
 	var retried []string
-	for round := 2; round <= 1+pathRetries && len(res.Problems) > 0; round++ {
-		again := retryPeers(res.Pairs)
+	for round := 2; round <= 1+pathRetries && len(j.problems)+len(j.warnings) > 0; round++ {
+		again := retryPeers(j.pairs)
 		if len(again) == 0 {
 			break
 		}
-		before := failedDirections(res.Pairs)
+		before := failedDirections(j.pairs)
 		// A node whose call fails now keeps its earlier rounds' answers.
 		more, _ := c.pathRound(ctx, fmt.Sprintf("%s/path%d", id, round), port, m, slices.Sorted(maps.Keys(again)), addr, clocks, again, map[string]string{})
 		for n, side := range more {
@@ -190,15 +192,17 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 			}
 			mergeSide(m.sides[n], side)
 		}
-		res.Pairs, res.Problems = m.judge()
+		j = m.judge()
 		retried = append(retried, fmt.Sprint(len(again)))
-		if failedDirections(res.Pairs) >= before {
+		if failedDirections(j.pairs) >= before {
 			break
 		}
 	}
+	res.Pairs, res.Problems, res.Warnings = j.pairs, j.problems, j.warnings
+	res.Notes = append(res.Notes, j.notes...)
 	if len(retried) > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("the nodes of the failed directions were checked again on their own (%s node(s) in %d more round(s)): %d failed direction(s) before, %d after",
-			strings.Join(retried, ", then "), len(retried), first, failedDirections(res.Pairs)))
+			strings.Join(retried, ", then "), len(retried), first, failedDirections(j.pairs)))
 	}
 	var noCapture []string
 	for _, n := range checked {
@@ -210,7 +214,7 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 		}
 	}
 	if len(noCapture) > 0 {
-		res.Notes = append(res.Notes, "no control on the current port on "+abbreviate(noCapture, 5)+": a pair blocked there is reported blocked, not inconclusive")
+		res.Notes = append(res.Notes, "no packet capture on "+abbreviate(noCapture, 5)+": a pair blocked there is reported blocked, not inconclusive, and a drop by that node's own firewall cannot be told from the underlay's")
 	}
 	for _, p := range res.Pairs {
 		if p.Verdict != "not_checked" {
@@ -251,6 +255,9 @@ func (c *Coordinator) preflightPath(ctx context.Context, r request, pf *prefligh
 	}
 	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs, clocks, pf.round)
 	pf.resp.PathCheck = res
+	// What the current port shows as well is no reason to refuse: the
+	// check is there to say whether the new port is worse (issue 35).
+	pf.pathWarnings = append(pf.pathWarnings, res.Warnings...)
 	if len(res.Problems) == 0 {
 		return
 	}
@@ -370,7 +377,7 @@ func retryPeers(pairs []*coordinatorv1.PathPair) map[string][]string {
 	}
 	for _, p := range pairs {
 		switch p.GetVerdict() {
-		case "ok", "not_checked":
+		case "ok", "not_checked", "node_firewall":
 			continue
 		}
 		add(p.GetFrom(), p.GetTo())
@@ -394,6 +401,7 @@ func mergeSide(dst, src pathSide) {
 			}
 			d.Received = d.Received || r.Received
 			d.Answered = d.Answered || r.Answered
+			d.Wire = d.Wire || r.Wire
 			if d.ControlError != "" && r.ControlError == "" {
 				d.ControlError = ""
 			}
@@ -408,7 +416,9 @@ func mergeSide(dst, src pathSide) {
 func failedDirections(pairs []*coordinatorv1.PathPair) int {
 	n := 0
 	for _, p := range pairs {
-		if v := p.GetVerdict(); v != "ok" && v != "not_checked" {
+		switch p.GetVerdict() {
+		case "ok", "not_checked", "node_firewall":
+		default:
 			n++
 		}
 	}

@@ -327,3 +327,125 @@ func TestCommitLead(t *testing.T) {
 		}
 	}
 }
+
+// TestPathCheckSharedWithControl (issue 35, defect 3): a problem the
+// current port has as well is a warning naming it, not a refusal: the
+// check says whether the new port is worse. A new port worse than the
+// current one still refuses.
+func TestPathCheckSharedWithControl(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		drop, ctlDrop  func(from, to string, vni, size uint32) bool
+		verdict        string
+		warn, problem  string // what the warnings, or the problems, say ("" none)
+		detailContains string
+	}{
+		{"mtu on both ports", func(_, _ string, _, size uint32) bool { return size > 1450 }, func(_, _ string, _, size uint32) bool { return size > 1450 },
+			"mtu", "full-size VXLAN frames (1500 bytes, DF) dropped on udp/4889, and the current port udp/4789 drops them too", "", "the current port udp/4789 drops them too (largest passed 1400)"},
+		{"mtu, the current port worse", func(_, _ string, _, size uint32) bool { return size > 1450 }, func(_, _ string, _, size uint32) bool { return size > 1350 },
+			"mtu", "n1→n2 (largest passed 1400, on the current port 1300)", "", "drops them too"},
+		{"mtu, the new port worse", func(_, _ string, _, size uint32) bool { return size > 1350 }, func(_, _ string, _, size uint32) bool { return size > 1450 },
+			"mtu", "", "full-size VXLAN frames (1500 bytes, DF) dropped on udp/4889 (MTU black hole)", "largest that passed: 1300"},
+		{"vni on both ports", func(_, _ string, vni, _ uint32) bool { return vni == 0 }, func(_, _ string, vni, _ uint32) bool { return vni == 0 },
+			"vni", "the current port udp/4789 drops them too", "", "drops them too"},
+		{"vni on the new port only", func(_, _ string, vni, _ uint32) bool { return vni == 0 }, nil,
+			"vni", "", "overlay's VNI dropped on udp/4889", "a middlebox inspects VXLAN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, u := pathLab(t, 3)
+			u.SetDrop(tc.drop)
+			u.SetDropControlFrame(tc.ctlDrop)
+			before := l.dump()
+			p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc := p.PathCheck
+			for _, pp := range pc.Pairs {
+				if pp.Verdict != tc.verdict || !strings.Contains(pp.Detail, tc.detailContains) {
+					t.Errorf("%s→%s: %s (%s), want %s saying %q", pp.From, pp.To, pp.Verdict, pp.Detail, tc.verdict, tc.detailContains)
+				}
+			}
+			warns, probs := strings.Join(pc.Warnings, lines), strings.Join(p.Problems, lines)
+			if tc.problem != "" {
+				if !strings.Contains(probs, tc.problem) || len(pc.Warnings) != 0 {
+					t.Fatalf("problems %q, warnings %q: want a refusal saying %q", p.Problems, pc.Warnings, tc.problem)
+				}
+				_, _, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+				if status.Code(err) != codes.FailedPrecondition {
+					t.Fatalf("cutover: %v: want FailedPrecondition", err)
+				}
+				l.nobodyGot("Prepare")
+				wantDump(t, l.dump(), before)
+				return
+			}
+			if len(p.Problems) != 0 || !strings.Contains(warns, tc.warn) {
+				t.Fatalf("problems %q, warnings %q: want no problem and a warning saying %q", p.Problems, pc.Warnings, tc.warn)
+			}
+			rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.State != succeeded || !strings.Contains(strings.Join(rep.Warnings, lines), tc.warn) {
+				t.Fatalf("cutover: state %s, warnings %q: want SUCCEEDED flagged with %q", rep.State, rep.Warnings, tc.warn)
+			}
+		})
+	}
+}
+
+// TestPathCheckNodeFirewall (issue 35, defect 2): frames that reach a
+// node's interfaces (its capture sees them) but not the check's socket
+// were dropped by that node's own firewall, which Prepare opens: a note,
+// no refusal, no warning, and the underlay is not blamed. A pair the
+// underlay blocks is still refused, even where the receiver's firewall
+// drops as well.
+func TestPathCheckNodeFirewall(t *testing.T) {
+	l, u := pathLab(t, 3)
+	u.SetHostDrop(func(_, to string) bool { return to == "n2" })
+	p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := p.PathCheck
+	if len(p.Problems) != 0 || len(pc.Warnings) != 0 {
+		t.Fatalf("problems %q, warnings %q: n2's own firewall is no reason to refuse", p.Problems, pc.Warnings)
+	}
+	for _, pp := range pc.Pairs {
+		want := "ok"
+		if pp.To == "n2" {
+			want = "node_firewall"
+		}
+		if pp.Verdict != want {
+			t.Errorf("%s→%s: %s (%s), want %s", pp.From, pp.To, pp.Verdict, pp.Detail, want)
+		}
+	}
+	notes := strings.Join(pc.Notes, lines)
+	for _, w := range []string{"udp/4889 reaches n2, but n2's own firewall drops it", "n1→n2,n3→n2", "Prepare opens udp/4889"} {
+		if !strings.Contains(notes, w) {
+			t.Errorf("notes do not say %q:\n%s", w, notes)
+		}
+	}
+	if strings.Contains(notes, "checked again") {
+		t.Errorf("a retry round for directions that passed the underlay: notes %q", pc.Notes)
+	}
+	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil || rep.State != succeeded || len(rep.Warnings) != 0 {
+		t.Fatalf("cutover: %v, state %s, warnings %q: want a clean success", err, rep.GetState(), rep.GetWarnings())
+	}
+
+	// The underlay blocks n1↔n3 and n3's own firewall drops too: n1→n3
+	// never reached n3, which is the underlay's.
+	l2, u2 := pathLab(t, 3)
+	u2.SetDrop(func(from, to string, _, _ uint32) bool { return between("n1", "n3")(from, to) })
+	u2.SetHostDrop(func(_, to string) bool { return to == "n3" })
+	p, err = l2.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all := strings.Join(p.Problems, lines); !strings.Contains(all, "udp/4889 blocked between 2 node pair(s), nothing passed: n1→n3,n3→n1") || !strings.Contains(all, "in the underlay") {
+		t.Fatalf("problems %q: want n1↔n3 blocked in the underlay", p.Problems)
+	}
+	if notes := strings.Join(p.PathCheck.Notes, lines); !strings.Contains(notes, "n3's own firewall drops it") || !strings.Contains(notes, "n2→n3") || strings.Contains(notes, "n1→n3") {
+		t.Errorf("notes %q: want n3's firewall named for n2→n3 only", p.PathCheck.Notes)
+	}
+}

@@ -53,13 +53,34 @@ type pathMatrix struct {
 	lead       time.Duration // every round's start lead (pathLead)
 }
 
-// controlSeen reports whether to saw from's control frames on the
+// controlSeen reports whether to saw any of from's control frames on the
 // current port; ran is false when to's capture could not run.
 func (m *pathMatrix) controlSeen(from, to string) (seen, ran bool) {
 	if m.control == 0 {
 		return false, false
 	}
-	r := m.sides[to][from][pathFrame{m.controlVNI, m.sizes[0], true}]
+	for f, r := range m.sides[to][from] {
+		if !f.control {
+			continue
+		}
+		if r.ControlError != "" {
+			return false, false
+		}
+		ran = true
+		seen = seen || r.Received
+	}
+	return seen, ran
+}
+
+// controlPassed reports whether from's control frame of vni and size
+// reached to on the current port; known is false when to has no such
+// result (an agent from before the control mirrored the frames, or no
+// capture ran): then nothing is known about the current port.
+func (m *pathMatrix) controlPassed(from, to string, vni, size uint32) (passed, known bool) {
+	if m.control == 0 {
+		return false, false
+	}
+	r := m.sides[to][from][pathFrame{vni, size, true}]
 	if r == nil || r.ControlError != "" {
 		return false, false
 	}
@@ -79,14 +100,28 @@ func (m *pathMatrix) dir(from, to string) direction {
 	return direction{atTo: m.sides[to][from], atFrom: m.sides[from][to]}
 }
 
-// passed reports whether frame f went from → to: to received from's
-// request, or from got to's answer (which needs both directions).
+// passed reports whether frame f went from → to as far as the check's
+// sockets: to received from's request, or from got to's answer (which
+// needs both directions).
 func (d direction) passed(f pathFrame) bool {
 	if r := d.atTo[f]; r != nil && r.Received {
 		return true
 	}
 	r := d.atFrom[f]
 	return r != nil && r.Answered
+}
+
+// arrived reports whether frame f crossed the underlay from → to: it
+// passed, or to's packet capture saw it arrive on its interfaces. The
+// capture sees a frame before to's own firewall, as it sees the control
+// frames on the current port: the two ports are judged on the same
+// evidence (issue 35), and a frame to's own firewall drops before Prepare
+// opens the port is not taken for the underlay's.
+func (d direction) arrived(f pathFrame) bool {
+	if r := d.atTo[f]; r != nil && r.Wire {
+		return true
+	}
+	return d.passed(f)
 }
 
 // sendErr is the local send error of from's frame f to to, if any.
@@ -97,9 +132,18 @@ func (d direction) sendErr(f pathFrame) string {
 	return ""
 }
 
+// judgement is what judge found: a PathPair per direction; the problems
+// that refuse the cutover; the warnings, problems the current port has
+// as well (the new port is no worse: the cutover goes, flagged); and the
+// notes (what the check saw that is no problem of the underlay's).
+type judgement struct {
+	pairs                     []*coordinatorv1.PathPair
+	problems, warnings, notes []string
+}
+
 // judge returns one PathPair per direction of every pair, sorted, and the
-// problems, each naming the nodes.
-func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string) {
+// problems, warnings and notes, each naming the nodes.
+func (m *pathMatrix) judge() judgement {
 	// Both directions of every pair, once each: sorted, then compacted
 	// (a slice, not a set: the set's inserts were an eighth of judging
 	// 10,000 nodes).
@@ -114,12 +158,14 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 	allVNIs := append(slices.Clone(m.vnis), m.reference)
 	full := m.sizes[len(m.sizes)-1]
 	small := m.sizes[0]
-	var blocked, vniDrops, mtu, inconclusive []string
-	ctlPassed := 0 // blocked directions whose control passed
+	var j judgement
+	var blocked, vniDrops, mtu, inconclusive, vniShared, mtuShared []string
+	firewalled := map[string][]string{} // by receiving node: directions its own firewall dropped
+	ctlPassed := 0                      // blocked directions whose control passed
 	for _, k := range keys {
 		from, to := k[0], k[1]
 		p := &coordinatorv1.PathPair{From: from, To: to}
-		pairs = append(pairs, p)
+		j.pairs = append(j.pairs, p)
 		if why, ok := m.failed[from]; ok {
 			p.Verdict, p.Detail = "not_checked", from+": "+why
 			continue
@@ -129,14 +175,23 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 			continue
 		}
 		d := m.dir(from, to)
-		passedAny := false
+		// The underlay is judged on what arrived at to's interfaces; what
+		// reached the check's socket tells to's own firewall apart.
+		passedAny, socketAny := false, false
 		for _, v := range allVNIs {
 			for _, z := range m.sizes {
-				if d.passed(pathFrame{vni: v, size: z}) {
+				f := pathFrame{vni: v, size: z}
+				if d.arrived(f) {
 					passedAny = true
 					p.LargestSize = max(p.LargestSize, z)
 				}
+				socketAny = socketAny || d.passed(f)
 			}
+		}
+		fw := ""
+		if passedAny && !socketAny {
+			fw = fmt.Sprintf("; the frames reached %s (seen on its interfaces) but none reached the check's socket: %s's own firewall drops udp/%d (Prepare opens it)", to, to, m.port)
+			firewalled[to] = append(firewalled[to], from+"→"+to)
 		}
 		if !passedAny {
 			seen, ran := m.controlSeen(from, to)
@@ -155,23 +210,30 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 			blocked = append(blocked, from+"→"+to)
 			continue
 		}
-		refOK := d.passed(pathFrame{vni: m.reference, size: small})
+		refOK := d.arrived(pathFrame{vni: m.reference, size: small})
 		for _, v := range m.vnis {
-			if refOK && !d.passed(pathFrame{vni: v, size: small}) {
+			if refOK && !d.arrived(pathFrame{vni: v, size: small}) {
 				p.DroppedVnis = append(p.DroppedVnis, v)
 			}
 		}
 		if len(p.DroppedVnis) > 0 {
 			p.Verdict = "vni"
 			p.Detail = fmt.Sprintf("VXLAN frames with the overlay's VNI %s dropped %s→%s on udp/%d while VNI %d passes: a middlebox inspects VXLAN", joinU32(p.DroppedVnis), from, to, m.port, m.reference)
-			vniDrops = append(vniDrops, fmt.Sprintf("%s→%s (VNI %s)", from, to, joinU32(p.DroppedVnis)))
+			item := fmt.Sprintf("%s→%s (VNI %s)", from, to, joinU32(p.DroppedVnis))
+			if m.vniShared(from, to, p.DroppedVnis, small) {
+				p.Detail += fmt.Sprintf("; the current port udp/%d drops them too: the overlay has this today", m.control)
+				vniShared = append(vniShared, item)
+			} else {
+				vniDrops = append(vniDrops, item)
+			}
+			p.Detail += fw
 			continue
 		}
 		// The full size with any VNI that passes small frames.
 		fullOK := false
 		var local string
 		for _, v := range allVNIs {
-			if d.passed(pathFrame{vni: v, size: small}) && d.passed(pathFrame{vni: v, size: full}) {
+			if d.arrived(pathFrame{vni: v, size: small}) && d.arrived(pathFrame{vni: v, size: full}) {
 				fullOK = true
 			}
 			if e := d.sendErr(pathFrame{vni: v, size: full}); e != "" {
@@ -184,7 +246,18 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 			if local != "" {
 				p.Detail += "; sending failed on " + from + ": " + local
 			}
-			mtu = append(mtu, fmt.Sprintf("%s→%s (largest passed %d)", from, to, p.LargestSize))
+			if ctl, ok := m.mtuShared(from, to, p.LargestSize); ok {
+				p.Detail += fmt.Sprintf("; the current port udp/%d drops them too (largest passed %d): the overlay has this today", m.control, ctl)
+				mtuShared = append(mtuShared, fmt.Sprintf("%s→%s (largest passed %d, on the current port %d)", from, to, p.LargestSize, ctl))
+			} else {
+				mtu = append(mtu, fmt.Sprintf("%s→%s (largest passed %d)", from, to, p.LargestSize))
+			}
+			p.Detail += fw
+			continue
+		}
+		if fw != "" {
+			p.Verdict = "node_firewall"
+			p.Detail = fmt.Sprintf("VXLAN frames cross %s→%s on udp/%d at full size", from, to, m.port) + fw
 			continue
 		}
 		p.Verdict = "ok"
@@ -194,19 +267,19 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 		if ctlPassed == len(blocked) {
 			ctl = fmt.Sprintf(" (the current port udp/%d passes between them: the control)", m.control)
 		}
-		problems = append(problems, fmt.Sprintf("underlay path check: udp/%d blocked between %d node pair(s), nothing passed: %s%s; open udp/%d between these nodes in the underlay (firewall, security group, NSX) or pick another port",
+		j.problems = append(j.problems, fmt.Sprintf("underlay path check: udp/%d blocked between %d node pair(s), nothing passed: %s%s; open udp/%d between these nodes in the underlay (firewall, security group, NSX) or pick another port",
 			m.port, len(blocked), abbreviate(blocked, 20), ctl, m.port))
 	}
 	if len(vniDrops) > 0 {
-		problems = append(problems, fmt.Sprintf("underlay path check: VXLAN frames with the overlay's VNI dropped on udp/%d while other VNIs pass (a middlebox inspecting VXLAN): %s",
+		j.problems = append(j.problems, fmt.Sprintf("underlay path check: VXLAN frames with the overlay's VNI dropped on udp/%d while other VNIs pass (a middlebox inspecting VXLAN): %s",
 			m.port, abbreviate(vniDrops, 20)))
 	}
 	if len(mtu) > 0 {
-		problems = append(problems, fmt.Sprintf("underlay path check: full-size VXLAN frames (%d bytes, DF) dropped on udp/%d (MTU black hole): %s; raise the underlay MTU or lower the overlay MTU to fit",
+		j.problems = append(j.problems, fmt.Sprintf("underlay path check: full-size VXLAN frames (%d bytes, DF) dropped on udp/%d (MTU black hole): %s; raise the underlay MTU or lower the overlay MTU to fit",
 			full, m.port, abbreviate(mtu, 20)))
 	}
 	if len(inconclusive) > 0 {
-		problems = append(problems, fmt.Sprintf("underlay path check cannot conclude for %d node pair(s): nothing passed on udp/%d nor on the current port udp/%d (the control): %s; is the overlay itself up between them?",
+		j.problems = append(j.problems, fmt.Sprintf("underlay path check cannot conclude for %d node pair(s): nothing passed on udp/%d nor on the current port udp/%d (the control): %s; is the overlay itself up between them?",
 			len(inconclusive), m.port, m.control, abbreviate(inconclusive, 20)))
 	}
 	var nc []string
@@ -214,9 +287,55 @@ func (m *pathMatrix) judge() (pairs []*coordinatorv1.PathPair, problems []string
 		nc = append(nc, n+": "+m.failed[n])
 	}
 	if len(nc) > 0 {
-		problems = append(problems, "underlay path check not run on "+strings.Join(nc, "; "))
+		j.problems = append(j.problems, "underlay path check not run on "+strings.Join(nc, "; "))
 	}
-	return pairs, problems
+	if len(vniShared) > 0 {
+		j.warnings = append(j.warnings, fmt.Sprintf("underlay path check: VXLAN frames with the overlay's VNI dropped on udp/%d, and the current port udp/%d drops them too (the overlay has this today; the new port is no worse): %s",
+			m.port, m.control, abbreviate(vniShared, 20)))
+	}
+	if len(mtuShared) > 0 {
+		j.warnings = append(j.warnings, fmt.Sprintf("underlay path check: full-size VXLAN frames (%d bytes, DF) dropped on udp/%d, and the current port udp/%d drops them too (an MTU problem the overlay has today; the new port is no worse): %s; raise the underlay MTU or lower the overlay MTU to fit",
+			full, m.port, m.control, abbreviate(mtuShared, 20)))
+	}
+	for _, n := range slices.Sorted(maps.Keys(firewalled)) {
+		j.notes = append(j.notes, fmt.Sprintf("udp/%d reaches %s, but %s's own firewall drops it before the check's socket (the frames were seen arriving on its interfaces): %s; not the underlay: Prepare opens udp/%d in the firewall of every node before anything flips, and verify rolls back if a rule it does not open still drops it",
+			m.port, n, n, abbreviate(firewalled[n], 20), m.port))
+	}
+	return j
+}
+
+// vniShared reports whether the current port drops the overlay's VNIs
+// vnis from → to as well, while it passes the reference VNI: the control
+// mirrors those frames at the small size.
+func (m *pathMatrix) vniShared(from, to string, vnis []uint32, small uint32) bool {
+	if ref, ok := m.controlPassed(from, to, m.reference, small); !ok || !ref {
+		return false
+	}
+	for _, v := range vnis {
+		if passed, ok := m.controlPassed(from, to, v, small); !ok || passed {
+			return false
+		}
+	}
+	return true
+}
+
+// mtuShared reports whether the current port drops the full-size frames
+// from → to as well: its small control frame passed, its full one did not,
+// and the largest that passed there (returned) is no larger than the
+// largest that passed on the new port, so that the new port is no worse.
+func (m *pathMatrix) mtuShared(from, to string, largest uint32) (uint32, bool) {
+	var ctl uint32
+	for _, z := range m.sizes {
+		passed, known := m.controlPassed(from, to, m.controlVNI, z)
+		if !known {
+			return 0, false
+		}
+		if passed {
+			ctl = z
+		}
+	}
+	full := m.sizes[len(m.sizes)-1]
+	return ctl, ctl > 0 && ctl < full && ctl <= largest
 }
 
 func (m *pathMatrix) mtu() uint32 {

@@ -189,6 +189,9 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	for _, w := range pf.pathWarnings {
 		op.emit("preflight", "", w, false, nil)
 	}
+	for _, n := range pf.resp.GetPathCheck().GetNotes() { // what the path check saw that is no problem (a node's own firewall)
+		op.emit("preflight", "", "underlay path check: "+n, false, nil)
+	}
 	for n, nc := range pf.checks {
 		op.offsets[n] = nc.clock
 		op.results[n].ClockOffsetNanos = nc.clock.offset.Nanoseconds()

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -363,6 +364,16 @@ func newPlanView(p *coordinatorv1.PlanResponse) *planView {
 	return pv
 }
 
+// pathNotes are the path check's notes, then its warnings (problems the
+// current port has as well), marked.
+func pathNotes(pc *coordinatorv1.PathCheckResult) []string {
+	out := slices.Clone(pc.GetNotes())
+	for _, w := range pc.GetWarnings() {
+		out = append(out, "warning: "+w)
+	}
+	return out
+}
+
 func newPathView(pc *coordinatorv1.PathCheckResult) *pathView {
 	if pc == nil {
 		return nil
@@ -375,7 +386,7 @@ func newPathView(pc *coordinatorv1.PathCheckResult) *pathView {
 		return orDash(strings.Join(ss, ", "))
 	}
 	v := &pathView{Port: pc.GetPort(), Control: pc.GetControlPort(), VNIs: join(pc.GetVnis()), Sizes: join(pc.GetSizes()),
-		Sampling: orDash(pc.GetSampling()), Nodes: pc.GetNodes(), Pairs: pc.GetPairsChecked(), Problems: pc.GetProblems(), Notes: pc.GetNotes(),
+		Sampling: orDash(pc.GetSampling()), Nodes: pc.GetNodes(), Pairs: pc.GetPairsChecked(), Problems: pc.GetProblems(), Notes: pathNotes(pc),
 		Took: fmtMillis(pc.GetTookMicros()*1000) + " ms"}
 	count := map[string]int{}
 	var order []string

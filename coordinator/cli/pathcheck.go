@@ -67,17 +67,25 @@ func renderPathCheck(w io.Writer, pc *coordinatorv1.PathCheckResult, problems bo
 	for _, z := range pc.GetSizes() {
 		sizes = append(sizes, fmt.Sprint(z))
 	}
-	ok := 0
+	// A direction only the receiving node's own firewall drops passes the
+	// underlay: Prepare opens the port (its row and a note say so).
+	ok, fw := 0, 0
 	for _, p := range pc.GetPairs() {
-		if p.GetVerdict() == "ok" {
+		switch p.GetVerdict() {
+		case "ok":
 			ok++
+		case "node_firewall":
+			fw++
 		}
 	}
 	_, _ = fmt.Fprintf(w, "path check: udp/%d, %d node(s), %s: %d of %d direction(s) pass; VNI %s (reference %d), sizes %s (overlay MTU %d + 50, DF); %s\n",
-		pc.GetPort(), pc.GetNodes(), pc.GetSampling(), ok, len(pc.GetPairs()), strings.Join(vnis, ","), pc.GetReferenceVni(),
+		pc.GetPort(), pc.GetNodes(), pc.GetSampling(), ok+fw, len(pc.GetPairs()), strings.Join(vnis, ","), pc.GetReferenceVni(),
 		strings.Join(sizes, ","), pc.GetOverlayMtu(), fmtMicros(pc.GetTookMicros()))
 	for _, n := range pc.GetNotes() {
-		_, _ = fmt.Fprintf(w, "  note: %s\n", n)
+		_, _ = fmt.Fprintf(w, "  note: %s\n", wrap(n, planWidth-8, "        "))
+	}
+	for _, n := range pc.GetWarnings() {
+		_, _ = fmt.Fprintf(w, "  warning: %s\n", wrap(n, planWidth-11, "           "))
 	}
 	if ok < len(pc.GetPairs()) {
 		t := newTable(w)

@@ -2,6 +2,8 @@ package pathprobe
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/harness/testenv"
+	"github.com/cutover-dev/cutover/pkg/netns"
 )
 
 // TestControlCapture: the control port is held (as the overlay holds the
@@ -72,5 +75,79 @@ func TestControlCapture(t *testing.T) {
 	}
 	if f, err := Unmarshal(buf[:n]); err != nil || f.Kind != Control {
 		t.Fatalf("holder got %+v, %v", f, err)
+	}
+}
+
+// TestWireSeesOwnFirewallDrop (issue 35): in a fresh network namespace, b's
+// own INPUT chain drops what comes to the port under test (real iptables,
+// no ESTABLISHED rule before it: a stateless firewall). a's frames reach
+// b's interface and no socket of b's: b's capture sees them (Wire), its
+// socket does not (Received), so a's frames crossed the network and b's
+// firewall dropped them. The other way, nothing is dropped: b's frames
+// reach a's socket and its capture alike. The control frames to the held
+// current port are seen on the same terms, at every size.
+func TestWireSeesOwnFirewallDrop(t *testing.T) {
+	testenv.RequirePrivileged(t, "iptables")
+	ns := testenv.Netns(t, "cot-wire")
+	if out, err := netns.Command(ns, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	a, b := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	port := uint16(40889)
+	rule := []string{"iptables", "-t", "filter", "-A", "INPUT", "-d", b.String(), "-p", "udp", "--dport", fmt.Sprint(port), "-j", "DROP"}
+	if out, err := netns.Command(ns, rule...).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v: %s", rule, err, out)
+	}
+	// Each side in the namespace on its own thread: Run opens its sockets
+	// on the calling goroutine's.
+	var held *net.UDPConn
+	if err := netns.Do(ns, func() (err error) {
+		held, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	base := Config{Port: port, CheckID: "wire", VNIs: []uint32{1, 3079}, Sizes: []int{256, 1000}, Window: 300 * time.Millisecond,
+		Interval: 50 * time.Millisecond, ControlPort: uint16(held.LocalAddr().(*net.UDPAddr).Port), ControlVNI: 1, Delay: 100 * time.Millisecond}
+	ca, cb := base, base
+	ca.Local, ca.Peers = a, []Peer{{"b", b}}
+	cb.Local, cb.Peers = b, []Peer{{"a", a}}
+	var wg sync.WaitGroup
+	var ra, rb []Result
+	var ea, eb error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		ea = netns.Do(ns, func() (err error) { ra, err = Run(context.Background(), ca); return err })
+	}()
+	go func() {
+		defer wg.Done()
+		eb = netns.Do(ns, func() (err error) { rb, err = Run(context.Background(), cb); return err })
+	}()
+	wg.Wait()
+	if err := errors.Join(ea, eb); err != nil {
+		t.Fatal(err)
+	}
+	controls := 0
+	for _, r := range rb {
+		if r.Control {
+			controls++
+			if !r.Received || r.ControlErr != "" {
+				t.Errorf("b's control from a: %+v", r)
+			}
+			continue
+		}
+		if !r.Wire || r.Received {
+			t.Errorf("b from a: %+v: want seen on the interface (wire) and not by the socket (b's firewall drops it)", r)
+		}
+	}
+	if controls != 3 { // VNI 1 at 256 and 1000, VNI 3079 at 256
+		t.Errorf("b has %d control results, want 3: %+v", controls, rb)
+	}
+	for _, r := range ra {
+		if !r.Control && (!r.Wire || !r.Received || r.Answered) {
+			t.Errorf("a from b: %+v: want b's frames seen and received, a's unanswered", r)
+		}
 	}
 }

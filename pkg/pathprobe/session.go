@@ -32,9 +32,11 @@ type Config struct {
 	Window    time.Duration
 	Interval  time.Duration
 	// ControlPort, when set, is the current port, held by the overlay:
-	// frames with ControlVNI at the smallest size are sent to every peer
-	// on it too, and a Capture sees the peers' arrive. A pair that passes
-	// nothing on either port says nothing about the new one.
+	// control frames are sent to every peer on it too, and a Capture sees
+	// the peers' arrive. They mirror the frames to Port, so that a problem
+	// the current port has as well is told from one only the new port has:
+	// ControlVNI at every size, and each other VNI at the smallest. A pair
+	// that passes nothing on either port says nothing about the new one.
 	ControlPort uint16
 	ControlVNI  uint32
 	// Delay is how long after binding the first frames go out (the
@@ -51,9 +53,15 @@ type Result struct {
 	Answered bool   // our request came back answered: both directions pass
 	Received bool   // the peer's request arrived: peer → here passes
 	SendErr  string // the local send failed (EMSGSIZE: the local MTU)
-	// Control marks the result of the control frames on ControlPort:
-	// Received says the peer's control frames were seen arriving here;
-	// ControlErr why no capture could run (Received then means nothing).
+	// Wire says a frame of the peer's (its request or its answer) was
+	// seen arriving on this node's interfaces by the Capture, before the
+	// node's own firewall: the underlay carried peer → here, whether or
+	// not the socket got it. Always false when no capture ran.
+	Wire bool
+	// Control marks the result of the control frames on ControlPort (one
+	// per control VNI and size): Received says the peer's control frames
+	// were seen arriving here; ControlErr why no capture could run
+	// (Received then means nothing, and no Wire of this check either).
 	Control    bool
 	ControlErr string
 }
@@ -129,6 +137,29 @@ const (
 	paceEvery = 16
 	paceGap   = 500 * time.Microsecond
 )
+
+// FrameID is one (VNI, outer size) of a check's frames.
+type FrameID struct {
+	VNI  uint32
+	Size int
+}
+
+// ControlFrames are the control frames of a check with vnis and sizes:
+// controlVNI at every size (an MTU problem the current port has too) and
+// each other VNI at the smallest (a VNI it drops too).
+func ControlFrames(vnis []uint32, sizes []int, controlVNI uint32) []FrameID {
+	var out []FrameID
+	for _, z := range slices.Sorted(slices.Values(sizes)) {
+		out = append(out, FrameID{controlVNI, z})
+	}
+	small := slices.Min(sizes)
+	for _, v := range vnis {
+		if v != controlVNI {
+			out = append(out, FrameID{v, small})
+		}
+	}
+	return slices.Compact(out)
+}
 
 type key struct {
 	peer string
@@ -212,36 +243,52 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	_ = conn.SetReadDeadline(deadline)
 
-	small := slices.Min(cfg.Sizes)
-	control := map[string]*Result{}
+	control := map[key]*Result{}
+	var controlFrames []FrameID
+	if cfg.ControlPort != 0 {
+		controlFrames = ControlFrames(cfg.VNIs, cfg.Sizes, cfg.ControlVNI)
+	}
 	stopCapture := make(chan struct{})
 	captured := make(chan struct{})
-	close(captured)
-	if cfg.ControlPort != 0 {
-		var cerr string
-		capt, err := OpenCapture(cfg.ControlPort)
-		if err != nil {
-			cerr = err.Error()
+	// The capture sees the frames to the port under test and the control
+	// frames to the current port alike, as they reach the node's
+	// interfaces, before its firewall and before the overlay.
+	capt, err := OpenCapture(cfg.Port, cfg.ControlPort)
+	cerr := ""
+	if err != nil {
+		cerr = err.Error()
+	}
+	for _, p := range append(slices.Clone(cfg.Peers), cfg.ListenFor...) {
+		for _, f := range controlFrames {
+			control[key{p.Name, f.VNI, f.Size}] = &Result{Peer: p.Name, VNI: f.VNI, Size: f.Size, Control: true, ControlErr: cerr}
 		}
-		for _, p := range append(slices.Clone(cfg.Peers), cfg.ListenFor...) {
-			control[p.Name] = &Result{Peer: p.Name, VNI: cfg.ControlVNI, Size: small, Control: true, ControlErr: cerr}
-		}
-		if capt != nil {
-			captured = make(chan struct{})
-			go func() {
-				defer close(captured)
-				defer func() { _ = capt.Close() }()
-				capt.Run(deadline, stopCapture, nonce, func(from netip.Addr, f Frame) {
-					name, ok := byAddr[from]
-					if !ok || f.Kind != Control {
-						return
+	}
+	if capt == nil {
+		close(captured)
+	} else {
+		go func() {
+			defer close(captured)
+			defer func() { _ = capt.Close() }()
+			capt.Run(deadline, stopCapture, nonce, func(from, to netip.Addr, port uint16, f Frame) {
+				name, ok := byAddr[from]
+				if !ok || to != cfg.Local { // a peer's frame for another node is no evidence about this one
+					return
+				}
+				k := key{name, f.VNI, f.Size}
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case f.Kind == Control && port == cfg.ControlPort:
+					if r := control[k]; r != nil {
+						r.Received = true
 					}
-					mu.Lock()
-					control[name].Received = true
-					mu.Unlock()
-				})
-			}()
-		}
+				case (f.Kind == Request || f.Kind == Answer) && port == cfg.Port:
+					if r := res[k]; r != nil {
+						r.Wire = true
+					}
+				}
+			})
+		}()
 	}
 	defer func() { close(stopCapture); <-captured }()
 
@@ -336,20 +383,24 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 				}
 			}
 		}
-		if cfg.ControlPort != 0 {
+		for _, f := range controlFrames {
 			for _, p := range cfg.Peers {
 				seq++
-				b, err := Frame{Kind: Control, Nonce: nonce, VNI: cfg.ControlVNI, Size: small, Seq: seq}.Marshal()
+				b, err := Frame{Kind: Control, Nonce: nonce, VNI: f.VNI, Size: f.Size, Seq: seq}.Marshal()
 				if err == nil {
 					_, err = conn.WriteToUDPAddrPort(b, netip.AddrPortFrom(p.Addr, cfg.ControlPort))
 				}
 				mu.Lock()
+				r := control[key{p.Name, f.VNI, f.Size}]
 				if err != nil {
-					control[p.Name].SendErr = err.Error()
+					r.SendErr = err.Error()
 				} else {
-					control[p.Name].Sent++
+					r.Sent++
 				}
 				mu.Unlock()
+				if sent++; sent%paceEvery == 0 {
+					time.Sleep(paceGap)
+				}
 			}
 		}
 		// The last round leaves one interval for its answers.

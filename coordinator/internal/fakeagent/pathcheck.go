@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/cutover-dev/cutover/pkg/pathprobe"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,6 +22,13 @@ type Underlay struct {
 	// DropControl drops the control frames from → to on the current
 	// port; nil drops none.
 	DropControl func(from, to string) bool
+	// DropControlFrame drops the control frames from → to of vni and
+	// size (an MTU the current port has too, say); nil drops none.
+	DropControlFrame func(from, to string, vni, size uint32) bool
+	// HostDrop is to's own firewall dropping the frames from → to on the
+	// port under test: they arrive on to's interfaces (its capture sees
+	// them) and reach no socket; nil drops none.
+	HostDrop func(from, to string) bool
 }
 
 func (u *Underlay) drops(from, to string, vni, size uint32) bool {
@@ -47,13 +54,36 @@ func (u *Underlay) SetDropControl(f func(from, to string) bool) {
 	u.DropControl = f
 }
 
-func (u *Underlay) dropsControl(from, to string) bool {
+func (u *Underlay) dropsControl(from, to string, vni, size uint32) bool {
 	if u == nil {
 		return false
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.DropControl != nil && u.DropControl(from, to)
+	return (u.DropControl != nil && u.DropControl(from, to)) || (u.DropControlFrame != nil && u.DropControlFrame(from, to, vni, size))
+}
+
+func (u *Underlay) hostDrops(from, to string) bool {
+	if u == nil {
+		return false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.HostDrop != nil && u.HostDrop(from, to)
+}
+
+// SetDropControlFrame replaces the per-frame control drop rule.
+func (u *Underlay) SetDropControlFrame(f func(from, to string, vni, size uint32) bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.DropControlFrame = f
+}
+
+// SetHostDrop replaces the receiving node's own firewall rule.
+func (u *Underlay) SetHostDrop(f func(from, to string) bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.HostDrop = f
 }
 
 // pathExchange is how long after the start a simulated check has every
@@ -69,7 +99,7 @@ func (u *Underlay) passesAll(node string, req *agentv1.PathCheckRequest) bool {
 	for _, p := range req.Peers {
 		for _, v := range req.Vnis {
 			for _, z := range req.Sizes {
-				if u.drops(node, p.Name, v, z) || u.drops(p.Name, node, v, z) {
+				if u.drops(node, p.Name, v, z) || u.drops(p.Name, node, v, z) || u.hostDrops(node, p.Name) || u.hostDrops(p.Name, node) {
 					return false
 				}
 			}
@@ -141,19 +171,29 @@ func (a *Agent) PathCheck(ctx context.Context, req *agentv1.PathCheckRequest) (*
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s: udp port %d on %s is not free: address already in use (held by %s)", a.node, req.Port, defaultUnderlayAddr(a.node), who)
 	}
 	resp := &agentv1.PathCheckResponse{Node: a.node, Address: fmt.Sprintf("%s:%d", defaultUnderlayAddr(a.node), req.Port)}
+	var sizes []int
+	for _, z := range req.Sizes {
+		sizes = append(sizes, int(z))
+	}
 	for _, p := range req.Peers {
 		for _, v := range req.Vnis {
 			for _, z := range req.Sizes {
-				there := !a.underlay.drops(a.node, p.Name, v, z)
-				back := !a.underlay.drops(p.Name, a.node, v, z)
+				// As the real agent: a frame arrives (its capture sees it,
+				// wire) when the underlay passes it; it reaches the
+				// socket unless the receiver's own firewall drops it.
+				thereWire := !a.underlay.drops(a.node, p.Name, v, z)
+				backWire := !a.underlay.drops(p.Name, a.node, v, z)
+				there := thereWire && !a.underlay.hostDrops(a.node, p.Name)
+				back := backWire && !a.underlay.hostDrops(p.Name, a.node)
 				resp.Results = append(resp.Results, &agentv1.PathProbeResult{Peer: p.Name, Vni: v, Size: z, Sent: 1,
-					Answered: there && back, Received: back})
+					Answered: there && back, Received: back, Wire: backWire})
 			}
 		}
 		if req.ControlPort != 0 {
-			small := slices.Min(req.Sizes)
-			resp.Results = append(resp.Results, &agentv1.PathProbeResult{Peer: p.Name, Vni: req.ControlVni, Size: small, Sent: 1,
-				Control: true, Received: !a.underlay.dropsControl(p.Name, a.node)})
+			for _, f := range pathprobe.ControlFrames(req.Vnis, sizes, req.ControlVni) {
+				resp.Results = append(resp.Results, &agentv1.PathProbeResult{Peer: p.Name, Vni: f.VNI, Size: uint32(f.Size), Sent: 1,
+					Control: true, Received: !a.underlay.dropsControl(p.Name, a.node, f.VNI, uint32(f.Size))})
+			}
 		}
 	}
 	return resp, nil

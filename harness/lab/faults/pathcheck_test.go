@@ -67,8 +67,7 @@ func pathCheckCases(t *testing.T, e *env, vni uint32, current int) {
 		filter lab.UnderlayFilter
 		want   []string
 	}{
-		{"udp/4889 dropped between n1 and n3", lab.UnderlayFilter{Port: 4889, Between: [2]string{"n1", "n3"}},
-			[]string{"udp/4889 blocked between 2 node pair(s)", "n1→n3", "n3→n1", "the current port udp/" + itoa(current) + " passes between them"}},
+		{"udp/4889 dropped between n1 and n3", lab.UnderlayFilter{Port: 4889, Between: [2]string{"n1", "n3"}}, blockedWant("n1", "n3", current)},
 		// The control: with the current port dropped too, the pair says
 		// nothing about the new one.
 		{"udp/4889 and the current port dropped between n1 and n3", lab.UnderlayFilter{Port: 4889, Between: [2]string{"n1", "n3"}, BetweenAlso: []int{current}},
@@ -130,6 +129,14 @@ func pathCheckCases(t *testing.T, e *env, vni uint32, current int) {
 	}
 }
 
+// blockedWant is what a refusal of udp/4889 blocked in the underlay
+// between a and b must say: both directions, and that the current port
+// passes between them (the control), so it is the underlay's.
+func blockedWant(a, b string, current int) []string {
+	return []string{"udp/4889 blocked between 2 node pair(s)", a + "→" + b, b + "→" + a, "the current port udp/" + itoa(current) + " passes between them",
+		"open udp/4889 between these nodes in the underlay"}
+}
+
 // refusedNaming is the guard of the cases above: coordctl cmd exits 4
 // (preflight) and its output says every one of want.
 func refusedNaming(e *env, cmd, port string, want []string) error {
@@ -147,20 +154,47 @@ func refusedNaming(e *env, cmd, port string, want []string) error {
 }
 
 // TestPathCheckBites is the test of the test (STYLE.md "a safety test
-// must bite"): with n1's agent built with the test-only tag
-// cutover_faultinject and told to report every frame as passed, the
-// blocked n1↔n3 pair goes unseen, and the guard must fail.
+// must bite"), with agents built with the test-only tag
+// cutover_faultinject, and asserts why the guard fails, not only that it
+// does (issue 35, item 8):
+//   - n1's agent reports every frame as passed: the blocked n1↔n3 pair
+//     goes unseen, so the plan passes (exit 0) where the guard wants 4;
+//   - n3's agent reports every peer's frame as seen arriving on its
+//     interfaces (a capture that sees what never came): n2→n3, blocked in
+//     the underlay, is taken for n3's own firewall, so the refusal names
+//     one pair where the guard wants both, and the plan says so.
 func TestPathCheckBites(t *testing.T) {
-	t.Setenv("COT_FAULTINJECT_PATH_PASSES", "n1") // agent.FaultInjectPathEnv; // the lab's agents inherit it; only the tagged build reads it
+	t.Setenv("COT_FAULTINJECT_PATH_PASSES", "n1") // agent.FaultInjectPathEnv; the lab's agents inherit it; only the tagged build reads it
+	t.Setenv("COT_FAULTINJECT_PATH_WIRE", "n3")   // agent.FaultInjectPathWireEnv
 	e := newEnv(t, "pathb", func(c *lab.Config) { c.AgentBin = labtest.FaultInjectAgent(t) })
+	current := lab.DefaultPort[lab.BackendOVS]
 	if err := e.l.FilterUnderlay(e.ctx, lab.UnderlayFilter{Port: 4889, Between: [2]string{"n1", "n3"}}); err != nil {
 		t.Fatal(err)
 	}
-	err := refusedNaming(e, "plan", "4889", []string{"n1→n3"})
+	err := refusedNaming(e, "plan", "4889", blockedWant("n1", "n3", current))
 	if err == nil {
 		t.Fatal("n1's agent reports frames that never passed, yet the guard saw the blocked pair")
 	}
-	t.Logf("the guard failed as it must: %v", firstLines(err.Error(), 2))
+	if !strings.Contains(err.Error(), "plan: exit 0, want 4") || !strings.Contains(err.Error(), "6 of 6 direction(s) pass") {
+		t.Fatalf("the guard failed, but not because the blocked pair went unseen: %v", err)
+	}
+	t.Logf("the guard failed as it must (a check that does not check): %v", firstLines(err.Error(), 2))
+
+	if err := e.l.FilterUnderlay(e.ctx, lab.UnderlayFilter{Port: 4889, Between: [2]string{"n2", "n3"}}); err != nil {
+		t.Fatal(err)
+	}
+	err = refusedNaming(e, "plan", "4889", blockedWant("n2", "n3", current))
+	if err == nil {
+		t.Fatal("n3's capture reports frames that never came, yet the guard saw both blocked directions")
+	}
+	out := strings.Join(strings.Fields(err.Error()), " ")
+	for _, w := range []string{`does not say "udp/4889 blocked between 2 node pair(s)"`, "udp/4889 blocked between 1 node pair(s), nothing passed: n3→n2",
+		"udp/4889 reaches n3, but n3's own firewall drops it", "n2→n3"} {
+		if !strings.Contains(out, w) {
+			t.Fatalf("the guard failed, but not because n2→n3 was taken for n3's firewall (want %q): %v", w, err)
+		}
+	}
+	t.Logf("the guard failed as it must (an underlay block taken for the node's firewall): %v", firstLines(err.Error(), 2))
 }
 
 // harmlessOnOverlay sends the check's control frames from n1 to n2's
@@ -249,4 +283,108 @@ func packetSocket(dev string) (int, error) {
 		return 0, err
 	}
 	return fd, nil
+}
+
+// TestPathCheckStatelessFirewall (issue 35, defect 2): n2's own INPUT
+// chain rejects UDP from the underlay with no conntrack ESTABLISHED rule
+// before it (a stateless firewall), and nothing in the underlay drops
+// anything. The frames to udp/4889 cross the underlay and reach n2's
+// interface; n2's own firewall drops them before any socket, which is what
+// Prepare's opening is for. The path check must say so, not blame the
+// underlay, and the cutover must go: plan exit 0 naming n2's firewall and
+// the directions, cutover exit 0 with every node on 4889.
+func TestPathCheckStatelessFirewall(t *testing.T) {
+	statelessFirewall(t, newEnv(t, "pfw"), [][]string{
+		{"iptables", "-t", "filter", "-A", "INPUT", "-i", "br-ul", "-p", "udp", "-j", "REJECT"},
+	}, fromPort)
+}
+
+// The same on the kernel VXLAN backend, where the overlay's own frames
+// cross netfilter too: the lab's INPUT already drops UDP on eth0 past the
+// accepted ports, so removing the ESTABLISHED rule makes it stateless.
+// After the cutover the overlay runs on 4889 through the rule Prepare
+// added: the proof that Prepare's opening is what the node needed.
+func TestPathCheckStatelessFirewallKernel(t *testing.T) {
+	statelessFirewall(t, newEnv(t, "pfwk", func(c *lab.Config) { c.Backend = lab.BackendKernelVXLAN }), nil, lab.DefaultPort[lab.BackendKernelVXLAN])
+}
+
+func statelessFirewall(t *testing.T, e *env, extra [][]string, current int) {
+	for _, argv := range append([][]string{
+		{"iptables", "-t", "filter", "-D", "INPUT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"},
+	}, extra...) {
+		if out, err := e.l.Exec(e.ctx, "n2", argv...); err != nil {
+			t.Fatalf("n2: %v: %v\n%s", argv, err, out)
+		}
+	}
+	t.Logf("n2's filter table:\n%s", e.iptables("n2"))
+	e.base = e.snap()
+	r := e.coordctl("plan", "--port", "4889")
+	out := strings.Join(strings.Fields(r.out), " ")
+	if r.code != 0 {
+		t.Fatalf("plan: exit %d, want 0: n2's own firewall is no reason to refuse:\n%s", r.code, r.out)
+	}
+	for _, w := range []string{"n2's own firewall drops it", "n1→n2", "n3→n2", "Prepare opens udp/4889"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("plan does not say %q:\n%s", w, r.out)
+		}
+	}
+	if strings.Contains(out, "blocked between") || strings.Contains(out, "between these nodes in the underlay") {
+		t.Errorf("plan blames the underlay:\n%s", r.out)
+	}
+	t.Logf("plan:\n%s", r.out)
+	r = e.coordctl("cutover", "--port", "4889")
+	if r.code != 0 {
+		t.Fatalf("cutover: exit %d, want 0:\n%s", r.code, r.out)
+	}
+	if out := strings.Join(strings.Fields(r.out), " "); !strings.Contains(out, "n2's own firewall drops it") {
+		t.Errorf("cutover does not say what the path check found:\n%s", r.out)
+	}
+	t.Logf("cutover:\n%s", r.out)
+	for _, prob := range cleanProblems(e.base, e.snap(), current, 4889) {
+		t.Error(prob)
+	}
+	e.fact("n2's INPUT rejects UDP, no ESTABLISHED rule (stateless)", "plan, cutover", "not refused; n2's firewall named, not the underlay", "exit 0, every node on 4889", 0)
+}
+
+// TestPathCheckSharedMTU (issue 35, defect 3): every node's pod interface
+// (br0) at MTU 1500 on a 1500-byte underlay, so full-size VXLAN frames
+// (1550 bytes) pass on neither port. The new port is no worse than the
+// current one: plan exit 0 with a warning naming the MTU and the current
+// port, and the cutover goes, flagged (exit 7: SUCCEEDED with warnings),
+// every node on 4889.
+func TestPathCheckSharedMTU(t *testing.T) {
+	e := newEnv(t, "pmtu")
+	for _, n := range nodes {
+		if _, err := e.l.OVS(n).Vsctl(e.ctx, "set", "interface", "br0", "mtu_request=1500"); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := e.l.Exec(e.ctx, n, "ip", "link", "set", "br0", "mtu", "1500"); err != nil {
+			t.Fatalf("%s: %v\n%s", n, err, out)
+		}
+	}
+	e.base = e.snap()
+	want := []string{"full-size VXLAN frames (1550 bytes, DF)", "the current port udp/4789 drops them too", "n1→n2"}
+	r := e.coordctl("plan", "--port", "4889")
+	out := strings.Join(strings.Fields(r.out), " ")
+	if r.code != 0 {
+		t.Fatalf("plan: exit %d, want 0: an MTU problem both ports share is no reason to refuse:\n%s", r.code, r.out)
+	}
+	for _, w := range append(want, "warning") {
+		if !strings.Contains(out, w) {
+			t.Errorf("plan does not say %q:\n%s", w, r.out)
+		}
+	}
+	t.Logf("plan:\n%s", r.out)
+	r = e.coordctl("cutover", "--port", "4889")
+	out = strings.Join(strings.Fields(r.out), " ")
+	if r.code != 7 {
+		t.Fatalf("cutover: exit %d, want 7 (SUCCEEDED with the shared MTU as a warning):\n%s", r.code, r.out)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("cutover does not say %q:\n%s", w, r.out)
+		}
+	}
+	e.assertClean(4889)
+	e.fact("pod MTU 1500 on a 1500 underlay (both ports)", "plan, cutover", "not refused; the shared MTU a warning", "plan exit 0, cutover exit 7, every node on 4889", 0)
 }

@@ -1836,10 +1836,17 @@ type PathProbeResult struct {
 	Answered  bool                   `protobuf:"varint,5,opt,name=answered,proto3" json:"answered,omitempty"`                   // the peer's answer came back: both directions passed
 	Received  bool                   `protobuf:"varint,6,opt,name=received,proto3" json:"received,omitempty"`                   // the peer's own request got here: peer → this node passed
 	SendError string                 `protobuf:"bytes,7,opt,name=send_error,json=sendError,proto3" json:"send_error,omitempty"` // the send failed locally (EMSGSIZE: local MTU too small)
-	// The control on control_port (one per peer): received says the peer's
-	// control frames were seen arriving; control_error why no capture ran.
-	Control       bool   `protobuf:"varint,8,opt,name=control,proto3" json:"control,omitempty"`
-	ControlError  string `protobuf:"bytes,9,opt,name=control_error,json=controlError,proto3" json:"control_error,omitempty"`
+	// The control on control_port (one per peer and control frame: the
+	// control VNI at every size, each other VNI at the smallest): received
+	// says the peer's control frames were seen arriving; control_error why
+	// no capture ran.
+	Control      bool   `protobuf:"varint,8,opt,name=control,proto3" json:"control,omitempty"`
+	ControlError string `protobuf:"bytes,9,opt,name=control_error,json=controlError,proto3" json:"control_error,omitempty"`
+	// A frame of the peer's (request or answer) was seen arriving on this
+	// node's interfaces by the packet capture, before the node's own
+	// firewall: the underlay carried peer → this node, whether or not the
+	// check's socket got it (received). False when no capture ran.
+	Wire          bool `protobuf:"varint,10,opt,name=wire,proto3" json:"wire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1935,6 +1942,13 @@ func (x *PathProbeResult) GetControlError() string {
 		return x.ControlError
 	}
 	return ""
+}
+
+func (x *PathProbeResult) GetWire() bool {
+	if x != nil {
+		return x.Wire
+	}
+	return false
 }
 
 var File_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -2087,7 +2101,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12;\n" +
 	"\aresults\x18\x03 \x03(\v2!.cutover.agent.v1.PathProbeResultR\aresults\x12\x1f\n" +
 	"\vtook_micros\x18\x04 \x01(\x03R\n" +
-	"tookMicros\"\xf5\x01\n" +
+	"tookMicros\"\x89\x02\n" +
 	"\x0fPathProbeResult\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x10\n" +
 	"\x03vni\x18\x02 \x01(\rR\x03vni\x12\x12\n" +
@@ -2098,7 +2112,9 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"send_error\x18\a \x01(\tR\tsendError\x12\x18\n" +
 	"\acontrol\x18\b \x01(\bR\acontrol\x12#\n" +
-	"\rcontrol_error\x18\t \x01(\tR\fcontrolError*\xba\x01\n" +
+	"\rcontrol_error\x18\t \x01(\tR\fcontrolError\x12\x12\n" +
+	"\x04wire\x18\n" +
+	" \x01(\bR\x04wire*\xba\x01\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +

@@ -661,8 +661,12 @@ type PathCheckResult struct {
 	// the start on a healthy underlay and at the window's end otherwise.
 	LeadMicros     int64 `protobuf:"varint,15,opt,name=lead_micros,json=leadMicros,proto3" json:"lead_micros,omitempty"`
 	ExchangeMicros int64 `protobuf:"varint,16,opt,name=exchange_micros,json=exchangeMicros,proto3" json:"exchange_micros,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What the current port (the control) shows as well: an MTU or a VNI
+	// problem the overlay has today, which the new port does not make
+	// worse. Not a refusal: a cutover goes, its result flagged.
+	Warnings      []string `protobuf:"bytes,17,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PathCheckResult) Reset() {
@@ -807,6 +811,13 @@ func (x *PathCheckResult) GetExchangeMicros() int64 {
 	return 0
 }
 
+func (x *PathCheckResult) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
 type PathPair struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -814,7 +825,9 @@ type PathPair struct {
 	// "ok", "blocked" (nothing passed), "vni" (the overlay's VNI dropped,
 	// the reference VNI passed), "mtu" (small frames passed, full-size ones
 	// did not), "inconclusive" (nothing passed on the current port either),
-	// "not_checked" (a node's side of the check failed).
+	// "not_checked" (a node's side of the check failed), "node_firewall"
+	// (the frames reached `to` but its own firewall dropped them before
+	// the check's socket: the underlay passes, Prepare opens the port).
 	Verdict       string   `protobuf:"bytes,3,opt,name=verdict,proto3" json:"verdict,omitempty"`
 	DroppedVnis   []uint32 `protobuf:"varint,4,rep,packed,name=dropped_vnis,json=droppedVnis,proto3" json:"dropped_vnis,omitempty"`
 	LargestSize   uint32   `protobuf:"varint,5,opt,name=largest_size,json=largestSize,proto3" json:"largest_size,omitempty"` // the largest outer packet that passed (0: none)
@@ -1985,7 +1998,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"path_check\x18F \x01(\v2'.cutover.coordinator.v1.PathCheckResultR\tpathCheck\x12\x1a\n" +
 	"\bstrategy\x18d \x01(\tR\bstrategy\x12'\n" +
-	"\x0fstrategy_reason\x18e \x01(\tR\x0estrategyReason\"\x89\x04\n" +
+	"\x0fstrategy_reason\x18e \x01(\tR\x0estrategyReason\"\xa5\x04\n" +
 	"\x0fPathCheckResult\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x12\n" +
 	"\x04vnis\x18\x02 \x03(\rR\x04vnis\x12#\n" +
@@ -2006,7 +2019,8 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\fcontrol_port\x18\x0e \x01(\rR\vcontrolPort\x12\x1f\n" +
 	"\vlead_micros\x18\x0f \x01(\x03R\n" +
 	"leadMicros\x12'\n" +
-	"\x0fexchange_micros\x18\x10 \x01(\x03R\x0eexchangeMicros\"\xa6\x01\n" +
+	"\x0fexchange_micros\x18\x10 \x01(\x03R\x0eexchangeMicros\x12\x1a\n" +
+	"\bwarnings\x18\x11 \x03(\tR\bwarnings\"\xa6\x01\n" +
 	"\bPathPair\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x18\n" +
