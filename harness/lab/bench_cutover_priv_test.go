@@ -2,7 +2,6 @@ package lab_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/cutover-dev/cutover/coordinator/cli"
+	"github.com/cutover-dev/cutover/harness/benchresult"
 	"github.com/cutover-dev/cutover/harness/lab"
 	"github.com/cutover-dev/cutover/harness/lab/labtest"
 	"github.com/cutover-dev/cutover/harness/testenv"
@@ -457,17 +457,7 @@ func writeCutoverResults(b *testing.B, figs []cutoverFigure) {
 	}
 	marker := strings.ReplaceAll(name, "_", "-")
 	tableRE := regexp.MustCompile(`(?s)<!-- ` + marker + `:begin -->.*<!-- ` + marker + `:end -->`)
-	dir := os.Getenv("CUTOVER_RESULTS")
-	if dir == "" {
-		dir = "../../results"
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	data, _ := json.MarshalIndent(figs, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, name+".json"), append(data, '\n'), 0o644); err != nil {
-		b.Fatal(err)
-	}
+	benchresult.Save(b, name+".json", figs)
 	var t strings.Builder
 	t.WriteString("<!-- " + marker + ":begin -->\n")
 	load, _ := os.ReadFile("/proc/loadavg")

@@ -2,7 +2,6 @@ package lab_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cutover-dev/cutover/harness/benchresult"
 	"github.com/cutover-dev/cutover/harness/lab"
 	"github.com/cutover-dev/cutover/harness/lab/labtest"
 	"github.com/cutover-dev/cutover/harness/testenv"
@@ -365,9 +365,7 @@ func writeMeter(t *testing.T, run meterRun) {
 		return
 	}
 	var runs []meterRun
-	if b, err := os.ReadFile(p); err == nil {
-		_ = json.Unmarshal(b, &runs)
-	}
+	_ = benchresult.Read(p, &runs) // a first run has no file yet
 	out := []meterRun{}
 	for _, r := range runs {
 		if r.Test != run.Test {
@@ -375,8 +373,7 @@ func writeMeter(t *testing.T, run meterRun) {
 		}
 	}
 	out = append(out, run)
-	b, _ := json.MarshalIndent(out, "", "  ")
-	if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+	if err := benchresult.WriteFile(p, out); err != nil {
 		t.Error(err)
 	}
 }
