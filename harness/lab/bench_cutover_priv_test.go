@@ -465,7 +465,9 @@ func writeCutoverResults(b *testing.B, figs []cutoverFigure) {
 	if lb := envDur("COT_LAB_BENCH_LATE_BUDGET", 0); lb > 0 {
 		budget = fmt.Sprintf("a lateness budget of %s + %s", lb, lb/3)
 	}
-	fmt.Fprintf(&t, "Run %s, %d CPUs, load average at the end %s, %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "), budget)
+	// The file, not the date, names the run: its provenance says the
+	// commit, time and machine, and git keeps the tables it replaced.
+	fmt.Fprintf(&t, "`results/%s.json`: %d CPUs, load average at the end %s, %s.\n\n", name, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "), budget)
 	t.WriteString("| backend | N | method | probes | lost | max lost/pair | mean lost/pair | longest gap (ms) | spread (ms) | wall (ms) | idle lost/s | loss vs limit |\n")
 	t.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range figs {
