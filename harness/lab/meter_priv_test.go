@@ -632,3 +632,41 @@ func TestAgentStallExplainsItsGaps(t *testing.T) {
 	run.Ops = []meterOp{op}
 	writeMeter(t, run)
 }
+
+// TestMeterLossBoundsBothWays: the loss check, on figures made up to sit
+// each side of it (no lab, no root): a mesh that hides the ring's loss and
+// one that inflates it both fail, one that agrees passes, and a ring that
+// lost almost nothing leaves a floor of 0.
+func TestMeterLossBoundsBothWays(t *testing.T) {
+	pairs := func(meshLost, ringLost uint64) ([]lab.PairStats, []lab.RingPair) {
+		var m []lab.PairStats
+		var r []lab.RingPair
+		for i := range 16 {
+			from, to := fmt.Sprintf("n%d", i%8+1), fmt.Sprintf("n%d", (i%8+1+i/8)%8+1)
+			m = append(m, lab.PairStats{From: from, To: to, Sent: 1000, Lost: meshLost, LongestGap: 50 * time.Millisecond})
+			r = append(r, lab.RingPair{From: from, To: to, Sent: 800, Lost: ringLost, LongestGap: 50 * time.Millisecond})
+		}
+		return m, r
+	}
+	for _, c := range []struct {
+		name               string
+		meshLost, ringLost uint64 // per pair
+		want               string // a violation containing it, "" for none
+	}{
+		{"agree", 40, 40, ""},
+		{"mesh loses more, within 3x", 100, 40, ""},
+		{"mesh hides all loss", 0, 40, "hides loss"},
+		{"mesh hides most loss", 10, 80, "hides loss"},
+		{"mesh inflates loss", 200, 40, "allowed at most"},
+		{"ring lost next to nothing", 0, 1, ""},
+	} {
+		m, r := pairs(c.meshLost, c.ringLost)
+		var op meterOp
+		compare(&op, m, map[string]time.Duration{}, r)
+		got := strings.Join(op.Violations, "; ")
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s (mesh %d, ring %d per pair): violations %q, want one saying %q; bounds %d..%d",
+				c.name, c.meshLost, c.ringLost, got, c.want, op.MeshLostMin, op.MeshLostMax)
+		}
+	}
+}
