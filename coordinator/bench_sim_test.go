@@ -3,7 +3,6 @@ package coordinator
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +23,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	"github.com/cutover-dev/cutover/harness/benchresult"
 	"github.com/cutover-dev/cutover/pkg/callstream"
 	"github.com/cutover-dev/cutover/pkg/pki"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -141,25 +141,13 @@ func BenchmarkCoordinatorScaleSim(b *testing.B) {
 			})
 		}
 	}
-	dir := os.Getenv("CUTOVER_RESULTS")
-	if dir == "" {
-		dir = filepath.Join("..", "results")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	out, _ := json.MarshalIndent(map[string]any{
+	benchresult.Save(b, "coordinator_scale_sim.json", map[string]any{
 		"benchmark": "BenchmarkCoordinatorScaleSim",
 		"setup": "real coordinator in the benchmark's process; simulated agents (fakeagent), each its own gRPC server, in-process on in-memory listeners or in a second process on loopback TCP ports (agents_host); plaintext unless tls (mTLS, ECDSA P-256, TLS 1.3); connections warm (opened before the operation) unless cold (dialled in its preflight); GOMAXPROCS=" + fmt.Sprint(runtime.GOMAXPROCS(0)) +
 			" in each process, everything sharing the machine's cores; unbounded = --clock-parallel 4096 --clock-good-rtt 0 (every agent sampled at once, every sample taken: as before issue 13's change)",
 		"targets": map[string]string{"preflight_prepare_commit_verify_ms": "<= 1000 at 1000 agents, <= 5000 at 10000", "commit_margin_ms": "> 0 at 10000 (the commit fan-out lands before the instant)"},
 		"results": rows,
-	}, "", "  ")
-	p := filepath.Join(dir, "coordinator_scale_sim.json")
-	if err := os.WriteFile(p, append(out, '\n'), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	fmt.Printf("coordinator scale (simulated agents) written to %s\n%s\n", p, out)
+	})
 }
 
 // raiseNoFile lifts the open-file limit to at least want (root may raise

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"github.com/cutover-dev/cutover/agent"
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	agentop "github.com/cutover-dev/cutover/agent/operation"
+	"github.com/cutover-dev/cutover/harness/benchresult"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -72,24 +72,12 @@ func BenchmarkCutoverScale(b *testing.B) {
 			})
 		}
 	}
-	dir := os.Getenv("CUTOVER_RESULTS")
-	if dir == "" {
-		dir = filepath.Join("..", "results")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	out, _ := json.MarshalIndent(map[string]any{
+	benchresult.Save(b, "coordinator_scale.json", map[string]any{
 		"benchmark": "BenchmarkCutoverScale",
 		"setup":     "real agent (agent.Run, fake dataplane), one 127.0.0.1 gRPC listener per agent, insecure, GOMAXPROCS=" + fmt.Sprint(runtime.GOMAXPROCS(0)),
 		"targets":   map[string]string{"commit_spread_ms": "<= 5 at 1000 agents", "prepare_commit_verify_ms": "<= 1000 at 1000 agents"},
 		"results":   rows,
-	}, "", "  ")
-	p := filepath.Join(dir, "coordinator_scale.json")
-	if err := os.WriteFile(p, append(out, '\n'), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	fmt.Printf("coordinator scale results written to %s\n%s\n", p, out)
+	})
 }
 
 // timerClock is the agent's real clock with a plain timer sleep: see

@@ -19,6 +19,18 @@ const FaultInjectDropEnv = "COT_FAULTINJECT_PROBE_DROP_EVERY"
 // FaultInjectBuilt says whether this binary carries the switch.
 const FaultInjectBuilt = true
 
-var dropEvery, _ = strconv.ParseUint(os.Getenv(FaultInjectDropEnv), 10, 64)
+// FaultInjectHideLossEnv, set to 1, makes the mesh count every probe it
+// settles as received, answered or not: the opposite meter bug, a mesh
+// that reports no loss whatever the network dropped, so that the lab's
+// agreement check can be shown to bound the mesh from below as well
+// (harness/lab TestMeterAgreementBitesHiddenLoss).
+const FaultInjectHideLossEnv = "COT_FAULTINJECT_PROBE_HIDE_LOSS"
+
+var (
+	dropEvery, _ = strconv.ParseUint(os.Getenv(FaultInjectDropEnv), 10, 64)
+	hideLoss     = os.Getenv(FaultInjectHideLossEnv) == "1"
+)
 
 func dropAnswer(seq uint64) bool { return dropEvery > 0 && seq%dropEvery == 0 }
+
+func hiddenLoss() bool { return hideLoss }

@@ -388,6 +388,9 @@ func TestFaultInjectionOffByDefault(t *testing.T) {
 			t.Fatalf("dropAnswer(%d) in the default build", seq)
 		}
 	}
+	if hiddenLoss() {
+		t.Fatal("hiddenLoss in the default build")
+	}
 }
 
 // An agent busy elsewhere reads answers late. What counts is when they

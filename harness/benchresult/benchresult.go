@@ -1,8 +1,9 @@
 // Package benchresult is what the benchmarks share to report figures: order
 // statistics over a sample of durations, the results directory and the JSON
 // file writer. It owns the conventions of results/*.json (the directory, the
-// indentation, the trailing newline, millisecond figures) so that every
-// benchmark's file reads the same.
+// indentation, the trailing newline, millisecond figures, and the
+// provenance every file starts with: commit, time, machine and load) so
+// that every benchmark's file reads the same and says what it measured.
 //
 // It must not measure anything itself nor decide what a benchmark records:
 // each benchmark keeps its own file name and field names, which docs and
@@ -106,26 +107,43 @@ func repoRoot() (string, error) {
 	}
 }
 
-// Write writes v as indented JSON with a trailing newline to the file name
-// in Dir() and returns its path. Field order is stable: structs in
-// declaration order, maps by sorted key (encoding/json).
+// Write writes v to the file name in Dir() (WriteFile) and returns its
+// path.
 func Write(name string, v any) (string, error) {
 	if name == "" || filepath.Base(name) != name {
 		return "", fmt.Errorf("results file name %q: want a plain file name, no directory", name)
-	}
-	js, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return "", fmt.Errorf("results file %s: %w", name, err)
 	}
 	dir, err := Dir()
 	if err != nil {
 		return "", err
 	}
 	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, append(js, '\n'), 0o644); err != nil {
-		return "", fmt.Errorf("results file: %w", err)
+	return p, WriteFile(p, v)
+}
+
+// WriteFile writes v as indented JSON with a trailing newline to path,
+// with the run's provenance (Collect, from the repository around the
+// working directory) as its first key: Splice says how. Field order is
+// stable: structs in declaration order, maps by sorted key
+// (encoding/json). It is for benchmarks told their file's path (an
+// environment variable); the rest use Write.
+func WriteFile(path string, v any) error {
+	js, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("results file %s: %w", filepath.Base(path), err)
 	}
-	return p, nil
+	root, err := repoRoot()
+	if err != nil {
+		root = "." // Collect says in its note that git could not tell
+	}
+	out, err := Splice(js, Collect(root))
+	if err != nil {
+		return fmt.Errorf("results file %s: %w", filepath.Base(path), err)
+	}
+	if err := os.WriteFile(path, append(out, '\n'), 0o644); err != nil {
+		return fmt.Errorf("results file: %w", err)
+	}
+	return nil
 }
 
 // TB is the part of testing.TB that Save uses.

@@ -2,7 +2,6 @@ package lab_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/cutover-dev/cutover/coordinator/cli"
+	"github.com/cutover-dev/cutover/harness/benchresult"
 	"github.com/cutover-dev/cutover/harness/lab"
 	"github.com/cutover-dev/cutover/harness/lab/labtest"
 	"github.com/cutover-dev/cutover/harness/testenv"
@@ -457,17 +457,7 @@ func writeCutoverResults(b *testing.B, figs []cutoverFigure) {
 	}
 	marker := strings.ReplaceAll(name, "_", "-")
 	tableRE := regexp.MustCompile(`(?s)<!-- ` + marker + `:begin -->.*<!-- ` + marker + `:end -->`)
-	dir := os.Getenv("CUTOVER_RESULTS")
-	if dir == "" {
-		dir = "../../results"
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	data, _ := json.MarshalIndent(figs, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, name+".json"), append(data, '\n'), 0o644); err != nil {
-		b.Fatal(err)
-	}
+	benchresult.Save(b, name+".json", figs)
 	var t strings.Builder
 	t.WriteString("<!-- " + marker + ":begin -->\n")
 	load, _ := os.ReadFile("/proc/loadavg")
@@ -475,7 +465,9 @@ func writeCutoverResults(b *testing.B, figs []cutoverFigure) {
 	if lb := envDur("COT_LAB_BENCH_LATE_BUDGET", 0); lb > 0 {
 		budget = fmt.Sprintf("a lateness budget of %s + %s", lb, lb/3)
 	}
-	fmt.Fprintf(&t, "Run %s, %d CPUs, load average at the end %s, %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "), budget)
+	// The file, not the date, names the run: its provenance says the
+	// commit, time and machine, and git keeps the tables it replaced.
+	fmt.Fprintf(&t, "`results/%s.json`: %d CPUs, load average at the end %s, %s.\n\n", name, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "), budget)
 	t.WriteString("| backend | N | method | probes | lost | max lost/pair | mean lost/pair | longest gap (ms) | spread (ms) | wall (ms) | idle lost/s | loss vs limit |\n")
 	t.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range figs {

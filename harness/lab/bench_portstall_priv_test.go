@@ -2,7 +2,6 @@ package lab_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cutover-dev/cutover/harness/benchresult"
 	"github.com/cutover-dev/cutover/harness/lab"
 	"github.com/cutover-dev/cutover/harness/lab/labtest"
 	"github.com/cutover-dev/cutover/harness/testenv"
@@ -106,21 +106,12 @@ func BenchmarkOVSPortStall(b *testing.B) {
 			}
 		})
 	}
-	dir := envOr("CUTOVER_RESULTS", "../../results")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	out, _ := json.MarshalIndent(map[string]any{
+	benchresult.Save(b, "ovs_port_stall.json", map[string]any{
 		"benchmark": "BenchmarkOVSPortStall",
 		"setup":     fmt.Sprintf("OVS lab (userspace datapath), probes every 10 ms to 3 peers per node; each change on one node, then a 1.5 s hold; %d CPUs, load average at the end %s", runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " ")),
 		"results":   rows,
-	}, "", "  ")
-	p := filepath.Join(dir, "ovs_port_stall.json")
-	if err := os.WriteFile(p, append(out, '\n'), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	fmt.Printf("written to %s\n", p)
+	})
 }
 
 func portStall(b *testing.B, bin string, n int) []portStallRow {

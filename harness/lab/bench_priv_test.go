@@ -2,13 +2,13 @@ package lab_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/cutover-dev/cutover/harness/benchresult"
 	"github.com/cutover-dev/cutover/harness/lab"
 	"github.com/cutover-dev/cutover/harness/testenv"
 )
@@ -35,17 +35,7 @@ func BenchmarkUp(b *testing.B) {
 			})
 		}
 	}
-	dir := os.Getenv("CUTOVER_RESULTS")
-	if dir == "" {
-		dir = "../../results"
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	data, _ := json.MarshalIndent(figs, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "lab-up.json"), data, 0o644); err != nil {
-		b.Fatal(err)
-	}
+	benchresult.Save(b, "lab-up.json", figs)
 }
 
 func measureUp(b *testing.B, backend string, n int) upFigure {

@@ -1,7 +1,6 @@
 package faults_test
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cutover-dev/cutover/harness/benchresult"
 	"github.com/cutover-dev/cutover/harness/lab"
 )
 
@@ -48,9 +48,7 @@ func TestLateCommit(t *testing.T) {
 			// A partial run (LATE_ONLY) replaces its own cases and keeps
 			// the file's others, in the table's order.
 			var figs []lateFigure
-			if b, err := os.ReadFile(p); err == nil {
-				_ = json.Unmarshal(b, &figs)
-			}
+			_ = benchresult.Read(p, &figs) // a first run has no file yet
 			for _, f := range lateFigures {
 				figs = slices.DeleteFunc(figs, func(g lateFigure) bool { return g.Policy == f.Policy && g.Freeze == f.Freeze })
 				figs = append(figs, f)
@@ -59,9 +57,8 @@ func TestLateCommit(t *testing.T) {
 				return f.Policy + map[string]string{"1s": "1", "6s": "2", "never": "3"}[f.Freeze]
 			}
 			slices.SortStableFunc(figs, func(a, b lateFigure) int { return strings.Compare(order(a), order(b)) })
-			b, _ := json.MarshalIndent(figs, "", "  ")
 			_ = os.MkdirAll(filepath.Dir(p), 0o755)
-			if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+			if err := benchresult.WriteFile(p, figs); err != nil {
 				t.Error(err)
 			}
 		}
