@@ -131,6 +131,12 @@ func TestFlannelCutover(t *testing.T) {
 	f.setNetConf(4889)
 	f.restartFlanneld(n1)
 
+	// A flanneld that started before the cutover, its device deleted
+	// (as a delete-then-add recreation would): flanneld (v0.28) watches
+	// for that and rebuilds flannel.1 from the net-conf.json it read at
+	// its start, whatever the ConfigMap says now.
+	f.deleteDevice(c.Nodes[1])
+
 	// 3. Every flanneld restarted one node at a time with net-conf.json
 	// updated: each keeps its device, port and MAC.
 	f.run("rolling flanneld restart on 4889", time.Second, f.rollingRestart, 4889)
@@ -433,6 +439,29 @@ func (f *fl) join() {
 	}
 	f.run("rolling flanneld restart after the join", time.Second, f.rollingRestart, 4889)
 	f.run(n.Name+" after the rolling restart", 2*time.Second, nil, 4889)
+}
+
+func (f *fl) deleteDevice(n *cluster.Node) {
+	f.t.Helper()
+	if _, err := n.Exec(context.Background(), "ip", "link", "del", "flannel.1"); err != nil {
+		f.t.Fatal(err)
+	}
+	var d cluster.FlannelDevice
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if d, err = n.Flannel(context.Background()); err == nil && d.MAC != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			f.finding(fmt.Sprintf("flannel.1 deleted on %s under a running flanneld: not recreated within 30s (%v)", n.Name, err))
+			break
+		}
+	}
+	if err == nil {
+		f.finding(fmt.Sprintf("flannel.1 deleted on %s under a flanneld started before the cutover (ConfigMap now 4889): flanneld recreated it on %d, MAC %s (was %s), %d FDB entries, %d neighbours", n.Name, d.Port, d.MAC, f.macs[n.Name], len(d.FDB), len(d.Neigh)))
+	}
+	f.restartFlanneld(n)
+	f.waitMesh(4889)
 }
 
 // reboot reboots n after the cutover: flanneld builds its device from

@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,6 +132,12 @@ func delegateConf(nc netConf) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: FLANNEL_MTU %q: %w", nc.SubnetFile, env["FLANNEL_MTU"], err)
 	}
+	// subnet.env holds the node's gateway address with its length
+	// (198.19.2.1/24); host-local wants the network.
+	sn, err := netip.ParsePrefix(env["FLANNEL_SUBNET"])
+	if err != nil {
+		return nil, fmt.Errorf("%s: FLANNEL_SUBNET: %w", nc.SubnetFile, err)
+	}
 	d := map[string]any{}
 	for k, v := range nc.Delegate {
 		d[k] = v
@@ -146,7 +153,7 @@ func delegateConf(nc netConf) ([]byte, error) {
 	setDefault(d, "ipMasq", env["FLANNEL_IPMASQ"] != "true")
 	d["ipam"] = map[string]any{
 		"type":   "host-local",
-		"ranges": [][]map[string]string{{{"subnet": env["FLANNEL_SUBNET"]}}},
+		"ranges": [][]map[string]string{{{"subnet": sn.Masked().String()}}},
 		"routes": []map[string]string{{"dst": env["FLANNEL_NETWORK"]}},
 	}
 	return json.Marshal(d)
