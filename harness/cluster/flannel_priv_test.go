@@ -412,6 +412,11 @@ func (f *fl) join() {
 		t.Fatalf("join %s: %v", n.Name, err)
 	}
 	f.kubectl("-n", "kube-flannel", "rollout", "status", "ds/kube-flannel-ds", "--timeout=180s")
+	// The harness gives every node a bridge configuration so that it is
+	// Ready without a CNI daemon; a real flannel node stays NotReady until
+	// flannel's install-cni wrote 10-flannel.conflist. A ring pod the new
+	// node started before that is on the harness's bridge: start it again.
+	f.kubectl("delete", "pods", "-l", "app=ring", "--field-selector", "spec.nodeName="+n.Name, "--wait=true")
 	f.kubectl("rollout", "status", "ds/ring", "--timeout=180s")
 	time.Sleep(3 * time.Second) // the old nodes' flanneld handle the new lease
 	d := f.device(n)
