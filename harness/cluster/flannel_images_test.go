@@ -9,6 +9,7 @@ import (
 
 	"github.com/cutover-dev/cutover/harness/cluster"
 	"github.com/cutover-dev/cutover/harness/image"
+	"github.com/cutover-dev/cutover/harness/testenv"
 )
 
 // flannelRef is the flannel image's reference on the nodes: flannel's own
@@ -25,7 +26,10 @@ const flannelRef = "ghcr.io/flannel-io/flannel:" + cluster.FlannelVersion
 func buildFlannelImage(t *testing.T, dir string) string {
 	t.Helper()
 	if _, err := os.Stat(cluster.FlanneldPath()); err != nil {
-		t.Fatalf("flanneld is not built at %s: run hack/flannel-tools.sh", cluster.FlanneldPath())
+		if testenv.InCI() {
+			t.Fatalf("flanneld is not built at %s in CI: make cluster-tools runs hack/flannel-tools.sh", cluster.FlanneldPath())
+		}
+		t.Skipf("skipped: flanneld is not built at %s: run hack/flannel-tools.sh", cluster.FlanneldPath())
 	}
 	cni := filepath.Join(dir, "flannel-cni")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", cni, "./harness/cluster/flannelcni")

@@ -62,8 +62,8 @@ const ringInterval = 10 * time.Millisecond
 // shown failing), a node joining after a cutover, a node rebooted.
 func TestFlannelCutover(t *testing.T) {
 	cluster.Require(t)
+	flImg := buildFlannelImage(t, t.TempDir()) // first: it skips without flanneld
 	im := buildImages(t, "v0.0.0-e2e")
-	flImg := buildFlannelImage(t, im.dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
