@@ -348,6 +348,9 @@ func (n *Node) Reboot(ctx context.Context) error {
 	if _, err := run("ip", "netns", "delete", n.Netns); err != nil {
 		return fmt.Errorf("node %s: reboot: %w", n.Name, err)
 	}
+	// The kernel frees a deleted namespace, and the veth pair with it,
+	// asynchronously: the hub's end may still be there.
+	_, _ = run("ip", "-n", n.c.Hub, "link", "del", "v-"+n.Name)
 	for _, d := range []string{n.runDir(), n.HostPath("/run/flannel")} {
 		if err := os.RemoveAll(d); err != nil {
 			return fmt.Errorf("node %s: reboot: %w", n.Name, err)
