@@ -8,8 +8,8 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"

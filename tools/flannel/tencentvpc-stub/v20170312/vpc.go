@@ -47,9 +47,11 @@ type CreateRoutesRequest struct {
 
 type CreateRoutesResponse struct{}
 
-func NewDescribeRouteTablesRequest() *DescribeRouteTablesRequest { return &DescribeRouteTablesRequest{} }
-func NewDeleteRoutesRequest() *DeleteRoutesRequest               { return &DeleteRoutesRequest{} }
-func NewCreateRoutesRequest() *CreateRoutesRequest               { return &CreateRoutesRequest{} }
+func NewDescribeRouteTablesRequest() *DescribeRouteTablesRequest {
+	return &DescribeRouteTablesRequest{}
+}
+func NewDeleteRoutesRequest() *DeleteRoutesRequest { return &DeleteRoutesRequest{} }
+func NewCreateRoutesRequest() *CreateRoutesRequest { return &CreateRoutesRequest{} }
 
 // Client refuses every call.
 type Client struct{}
