@@ -19,6 +19,10 @@
 // bound to a directory of its own, so hostPath volumes of DaemonSet pods
 // (the Cutover agent's state, OVS's socket) are per node as on real nodes.
 //
+// flannel.go runs the real flannel on it (flanneld from hack/flannel-tools.sh
+// as its DaemonSet, pods wired by the flannelcni stand-in for flannel's CNI
+// plugin) and can add a node (AddNode) or reboot one (Node.Reboot).
+//
 // It owns only what it starts: the namespaces named Config.Name-*, the
 // processes it started (stopped by PID), the cgroups /Config.Name-* and the
 // files under Config.Dir. It must not be imported by shipped code
