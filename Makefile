@@ -174,10 +174,11 @@ clean:
 # The real-cluster tier (harness/cluster): kubelets, containerd, kube-proxy,
 # the control plane, all built once per machine (hack/kube-tools.sh cluster),
 # and Cutover installed from its release manifests with its own images.
-cluster-tools: ## build (once per machine) the real-cluster tier's Kubernetes binaries and containerd
+cluster-tools: ## build (once per machine) the real-cluster tier's Kubernetes binaries, containerd and flanneld
 	hack/kube-tools.sh cluster >/dev/null
+	hack/flannel-tools.sh >/dev/null
 
 CLUSTER_RESULTS ?= $(CURDIR)/results/cluster_e2e.json
-cluster-e2e: cluster-tools ## as root: a real 3-node cluster, Cutover installed from its release and driven by kubectl cutover: results/cluster_e2e.json
+cluster-e2e: cluster-tools agent-debs ## as root: real 3-node clusters, Cutover installed from its release and driven by kubectl cutover, beside the real flanneld: results/cluster_e2e.json, results/flannel_cluster.json
 	mkdir -p results
-	COT_CLUSTER_RESULTS=$(CLUSTER_RESULTS) flock /tmp/cutover-priv.lock $(GO) test -count=1 -p 1 -timeout 30m -v ./harness/cluster/
+	COT_CLUSTER_RESULTS=$(CLUSTER_RESULTS) flock /tmp/cutover-priv.lock $(GO) test -count=1 -p 1 -timeout 40m -v ./harness/cluster/...

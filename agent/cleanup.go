@@ -30,7 +30,7 @@ func Cleanup(ctx context.Context, cfg Config, be dataplane.Backend) (CleanupRepo
 	store := operation.FileStore{Dir: cfg.StateDir}
 	rec, err := store.Load()
 	if err != nil {
-		return rep, fmt.Errorf("cleanup refused: the operation record %s cannot be read (%v): it may describe a change still applied; fix or inspect it first", store.Path(), err)
+		return rep, fmt.Errorf("cleanup refused: the operation record %s cannot be read (%w): it may describe a change still applied; fix or inspect it first", store.Path(), err)
 	}
 	if rec != nil && (rec.Phase.InFlight() || rec.Phase == operation.PhaseFailed) {
 		return rep, fmt.Errorf("cleanup refused: operation %s is %s on this node (port %d -> %d, per %s): finish it or roll it back (coordctl rollback) first, then run cleanup again",

@@ -347,7 +347,7 @@ func (c *Cluster) waitAPIServer(ctx context.Context, timeout time.Duration) erro
 	for {
 		for _, p := range []*proc{c.etcd, c.apiserver} {
 			if p.exited() {
-				return fmt.Errorf("cluster: %s exited: %v\n%s", p.name, p.waitErr, p.tail(30))
+				return fmt.Errorf("cluster: %s exited: %w\n%s", p.name, p.waitErr, p.tail(30))
 			}
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.apiURL()+"/readyz", nil)
@@ -386,7 +386,7 @@ func (c *Cluster) waitNodesReady(ctx context.Context, timeout time.Duration) err
 		for _, n := range c.Nodes {
 			for _, p := range []*proc{n.containerd, n.kubelet, n.kubeProxy} {
 				if p != nil && p.exited() {
-					return fmt.Errorf("cluster: node %s: %s exited: %v\n%s", n.Name, p.name, p.waitErr, p.tail(30))
+					return fmt.Errorf("cluster: node %s: %s exited: %w\n%s", n.Name, p.name, p.waitErr, p.tail(30))
 				}
 			}
 		}

@@ -183,7 +183,7 @@ func (n *Node) Flannel(ctx context.Context) (FlannelDevice, error) {
 		} `json:"linkinfo"`
 	}
 	if err := json.Unmarshal([]byte(out), &links); err != nil || len(links) != 1 {
-		return d, fmt.Errorf("node %s: ip -j link show flannel.1: %v: %q", n.Name, err, out)
+		return d, fmt.Errorf("node %s: ip -j link show flannel.1: %w: %q", n.Name, err, out)
 	}
 	d.Port, d.MAC, d.Ifindex = links[0].LinkInfo.InfoData.Port, links[0].Address, links[0].Ifindex
 	d.FDB, d.Neigh = map[string]string{}, map[string]string{}
@@ -215,9 +215,9 @@ func (n *Node) Flannel(ctx context.Context) (FlannelDevice, error) {
 }
 
 // PodNetns is the path, inside the node's mount namespace, of the network
-// namespace whose eth0 holds ip (containerd's /run/netns/cni-*).
+// namespace whose eth0 holds ip (containerd's cni-*, PodNetnsDir).
 func (n *Node) PodNetns(ctx context.Context, ip netip.Addr) (string, error) {
-	out, err := n.Exec(ctx, "sh", "-c", `for f in /run/netns/cni-*; do echo "$f $(nsenter --net=$f ip -4 -o addr show dev eth0 2>/dev/null)"; done`)
+	out, err := n.Exec(ctx, "sh", "-c", `for f in `+n.PodNetnsDir()+`/cni-*; do echo "$f $(nsenter --net=$f ip -4 -o addr show dev eth0 2>/dev/null)"; done`)
 	if err != nil {
 		return "", err
 	}
@@ -249,7 +249,7 @@ func StartPodRing(pods []PodEnd, interval time.Duration) (*Ring, error) {
 		if len(pods) < 2 {
 			break
 		}
-		rp := &ringPair{from: p.Node.Name, to: to.Node.Name, done: make(chan error, 1)}
+		rp := &ringPair{from: p.Node.Name, to: to.Node.Name, done: make(chan struct{})}
 		argv := p.Node.in("nsenter", "--net="+p.Netns, "--",
 			"ping", "-n", "-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "1", to.IP.String())
 		rp.cmd = exec.Command(argv[0], argv[1:]...)
@@ -259,7 +259,10 @@ func StartPodRing(pods []PodEnd, interval time.Duration) (*Ring, error) {
 			_, _ = r.Stop()
 			return nil, err
 		}
-		go func() { rp.done <- rp.cmd.Wait() }()
+		go func() {
+			_ = rp.cmd.Wait() // ping exits non-zero when a reply was missed
+			close(rp.done)
+		}()
 		r.pairs = append(r.pairs, rp)
 	}
 	return r, nil

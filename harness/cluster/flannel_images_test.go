@@ -78,7 +78,11 @@ func buildFlannelImage(t *testing.T, dir string) string {
 		s.Files = append(s.Files, image.File{Path: x, Mode: 0o644, Src: x})
 	}
 	out := filepath.Join(dir, "flannel.tar")
-	if _, err := image.Build(s, out); err != nil {
+	img, err := image.Image(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := image.WriteOCI(out, flannelRef, img); err != nil {
 		t.Fatal(err)
 	}
 	return out

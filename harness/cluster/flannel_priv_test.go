@@ -68,11 +68,13 @@ func TestFlannelCutover(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	c, err := cluster.Up(ctx, cluster.Config{Name: "cotfl", Dir: filepath.Join(dir, "cluster"),
-		Images: []string{im.pause, im.agent, im.coordinator, flImg}, PauseImage: im.pauseR, Logf: t.Logf})
+		Images: []string{im.pause, im.agent, im.coordinator, flImg}, PauseImage: im.pauseRef, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fl{e2e: &e2e{t: t, c: c, im: im, dir: dir, bin: filepath.Join(im.dir, "bin")}, res: newFlannelResult(t), macs: map[string]string{}}
+	e := &e2e{t: t, c: c, im: im, dir: dir, bin: im.bin, flannel: true, stagedZero: true,
+		nodePort: func(n *cluster.Node) (int, error) { return n.KernelPort(context.Background()) }}
+	f := &fl{e2e: e, res: newFlannelResult(t), macs: map[string]string{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			keepLogs(t, c)
@@ -98,10 +100,10 @@ func TestFlannelCutover(t *testing.T) {
 		f.macs[n.Name] = f.device(n).MAC
 	}
 	f.annotations()
-	f.kubectlApply(ringManifest)
+	f.kubectlApply(ringManifest(im.pauseRef))
 	f.kubectl("rollout", "status", "ds/ring", "--timeout=180s")
 	f.run("baseline", 2*time.Second, nil, 8472, true)
-	f.install("flannel")
+	f.install("overlays/flannel")
 
 	// 1. The cutover (default strategy) under the ring.
 	f.run("cutover to 4889", time.Second, func() {
@@ -165,7 +167,9 @@ func TestFlannelCutover(t *testing.T) {
 	f.res.Completed = true
 }
 
-const ringManifest = `apiVersion: apps/v1
+// ringManifest is a pause pod on every node: the ring's endpoints.
+func ringManifest(pause string) string {
+	return `apiVersion: apps/v1
 kind: DaemonSet
 metadata: {name: ring, namespace: default}
 spec:
@@ -175,8 +179,9 @@ spec:
     spec:
       terminationGracePeriodSeconds: 1
       containers:
-      - {name: pause, image: ` + pauseRef + `, imagePullPolicy: Never}
+      - {name: pause, image: ` + pause + `, imagePullPolicy: Never}
 `
+}
 
 func newFlannelResult(t *testing.T) *flannelResult {
 	commit, _ := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -27,6 +28,8 @@ type e2e struct {
 	// manifest is the applied release manifest; lastPort the overlay's.
 	manifest string
 	lastPort int
+	// agentRef is the agent image the DaemonSet runs now (pinned).
+	agentRef string
 	// nodePort reads a node's VXLAN port from the node itself; flannel:
 	// the overlay is flannel's, whose ConfigMap must follow the port;
 	// stagedZero: the default strategy runs staged here, so nothing may be
@@ -92,8 +95,8 @@ func (e *e2e) plugin(timeout time.Duration, args ...string) (string, int) {
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
 			e.t.Fatalf("kubectl cutover %s: %v", strings.Join(args, " "), err)
 		}
 		code = ee.ExitCode()
@@ -124,6 +127,7 @@ func (e *e2e) install(overlay string, patches ...string) {
 			"--from-file=tls.key="+filepath.Join(pkiDir, s.crt+"-key.pem"))
 	}
 	e.manifest = e.render(overlay, patches...)
+	e.agentRef = e.im.pinned[agentRepo]
 	e.kubectl("apply", "-f", e.manifest)
 	e.waitRollout()
 }
@@ -284,6 +288,7 @@ func TestInstallKernelVXLAN(t *testing.T) {
 			}
 		}
 		e.kubectl("-n", "cutover", "set", "image", "ds/cutover-agent", "agent="+ref)
+		e.agentRef = ref
 		e.waitRollout()
 		out := e.kubectl("-n", "cutover", "get", "pods", "-l", "app.kubernetes.io/name=cutover-agent", "-o", "jsonpath={range .items[*]}{.spec.containers[0].image}{\"\\n\"}{end}")
 		if strings.Count(out, ref) != len(e.c.Nodes) {

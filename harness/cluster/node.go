@@ -3,9 +3,9 @@ package cluster
 import (
 	"archive/tar"
 	"context"
-	"encoding/json"
 	"crypto/ecdsa"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -45,6 +45,12 @@ func (n *Node) Dir() string { return filepath.Join(n.c.cfg.Dir, n.Name) }
 func (n *Node) runDir() string { return filepath.Join("/run", n.c.cfg.Name, n.Name) }
 
 func (n *Node) sock() string { return filepath.Join(n.runDir(), "containerd.sock") }
+
+// PodNetnsDir is where the node's containerd mounts its pods' network
+// namespaces (cni-*), seen inside the node's mount namespace (Exec).
+func (n *Node) PodNetnsDir() string {
+	return filepath.Join(n.runDir(), "state", "io.containerd.grpc.v1.cri", "netns")
+}
 
 // HostPaths are the paths a node owns, each bound in its mount namespace
 // to a directory of its own under Dir/host.
@@ -159,7 +165,7 @@ func (n *Node) mountNamespace() error {
 			return nil
 		}
 		if n.holder.exited() || time.Now().After(deadline) {
-			return fmt.Errorf("holder did not come up: %v\n%s", n.holder.waitErr, n.holder.tail(10))
+			return fmt.Errorf("holder did not come up: %w\n%s", n.holder.waitErr, n.holder.tail(10))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -280,7 +286,7 @@ state = %q
 			return nil
 		}
 		if n.containerd.exited() {
-			return fmt.Errorf("containerd exited: %v\n%s", n.containerd.waitErr, n.containerd.tail(20))
+			return fmt.Errorf("containerd exited: %w\n%s", n.containerd.waitErr, n.containerd.tail(20))
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("containerd not answering after 60s\n%s", n.containerd.tail(20))
@@ -354,6 +360,12 @@ func ociPins(tarball string) (map[string]string, error) {
 		}
 		return pins, nil
 	}
+}
+
+// Ctr runs ctr against the node's containerd (namespace k8s.io) inside the
+// node's namespaces, as an admin on the node would.
+func (n *Node) Ctr(ctx context.Context, args ...string) (string, error) {
+	return run(n.in(n.ctr(args...)...)...)
 }
 
 // RemoveImage removes ref from the node's containerd.

@@ -26,7 +26,7 @@ type ringPair struct {
 	from, to string
 	cmd      *exec.Cmd
 	out      bytes.Buffer
-	done     chan error
+	done     chan struct{} // closed once Wait returned
 }
 
 // RingPair is one direction's count.
@@ -46,7 +46,7 @@ func (c *Cluster) StartRing(interval time.Duration) (*Ring, error) {
 		if to == n {
 			break
 		}
-		p := &ringPair{from: n.Name, to: to.Name, done: make(chan error, 1)}
+		p := &ringPair{from: n.Name, to: to.Name, done: make(chan struct{})}
 		p.cmd = exec.Command("nsenter", "--net="+filepath.Join(netns.Dir, n.Netns), "--",
 			"ping", "-q", "-n", "-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "1", GatewayIP(to.Index).String())
 		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
@@ -55,7 +55,10 @@ func (c *Cluster) StartRing(interval time.Duration) (*Ring, error) {
 			_, _ = r.Stop()
 			return nil, err
 		}
-		go func() { p.done <- p.cmd.Wait() }()
+		go func() {
+			_ = p.cmd.Wait() // ping exits non-zero when a reply was missed
+			close(p.done)
+		}()
 		r.pairs = append(r.pairs, p)
 	}
 	return r, nil

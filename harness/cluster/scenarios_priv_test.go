@@ -203,8 +203,12 @@ func (e *e2e) uninstall(t *testing.T) {
 	}
 	e.kubectl("delete", "-f", e.manifest, "--wait=true", "--timeout=180s")
 	for _, n := range e.c.Nodes {
-		out, err := n.Exec(ctx, filepath.Join(e.bin, "agent"), "cleanup", "--backend=kernel-vxlan", "--kernel-device=flannel.1",
-			"--firewall-chain=INPUT", "--state-dir=/var/lib/cutover")
+		// docs/install.md, Uninstall, step 3, as written: the release's
+		// agent image run once on the node.
+		out, err := n.Ctr(ctx, "run", "--rm", "--privileged", "--net-host",
+			"--mount", "type=bind,src=/var/lib/cutover,dst=/var/lib/cutover,options=rbind:rw",
+			e.agentRef, "cutover-cleanup",
+			"/usr/local/bin/cutover-agent", "cleanup", "--backend=kernel-vxlan", "--kernel-device=flannel.1", "--firewall-chain=INPUT")
 		if err != nil {
 			t.Fatalf("node %s: cutover-agent cleanup: %v\n%s", n.Name, err, out)
 		}

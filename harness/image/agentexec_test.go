@@ -78,13 +78,6 @@ func agentPackages(t *testing.T, main string) map[string]*listedPkg {
 	return pkgs
 }
 
-// execSite is one exec found in the code.
-type execSite struct {
-	pos      string
-	programs []string
-	unknown  []string // "<package>: <expr>" not resolved
-}
-
 func derivePrograms(t *testing.T, main string) (programs map[string][]string, unknown []string, thirdParty []string) {
 	t.Helper()
 	pkgs := agentPackages(t, main)

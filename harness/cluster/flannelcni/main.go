@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -170,7 +171,7 @@ func readSubnetEnv(path string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	env := map[string]string{}
 	s := bufio.NewScanner(f)
 	for s.Scan() {
@@ -203,7 +204,8 @@ func delegate(conf []byte) error {
 	cmd.Stdin = bytes.NewReader(conf)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			os.Exit(ee.ExitCode()) // the delegate printed its error
 		}
 		return err
