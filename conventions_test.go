@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -301,5 +302,107 @@ func TestShipMentionsCheckFails(t *testing.T) {
 	bad := shipMentions(map[string]string{"Dockerfile.agent": "go build -tags " + faultInjectTag + " ./agent/cmd/agent", "Makefile": "build:"})
 	if fmt.Sprint(bad) != "[Dockerfile.agent]" {
 		t.Fatalf("shipMentions = %v", bad)
+	}
+}
+
+// trackerCitation matches what only the project's tracker or its folder
+// of field reports can explain: the word issue or issues followed by a
+// number, or a path into that folder. Neither ships with the code, so a
+// comment must say the reason itself.
+var trackerCitation = regexp.MustCompile(`(?i)\bissues?\s+[0-9]+\b|seeds/`)
+
+// commentCitations parses src as the Go file name and returns
+// "name:line: match" for every comment that cites the tracker or the
+// field reports' folder.
+// The comments of a group are read as one text, so a citation split over
+// two lines is found too; only comments are read, never code or strings.
+func commentCitations(name string, src []byte) ([]string, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, name, src, parser.ParseComments)
+	if err != nil {
+		return nil, err
+	}
+	var bad []string
+	for _, g := range f.Comments {
+		var text strings.Builder
+		var starts []int // offset in text where each comment begins
+		var lines []int  // and the line it is on
+		for _, c := range g.List {
+			body := strings.TrimPrefix(c.Text, "//")
+			if strings.HasPrefix(c.Text, "/*") {
+				body = strings.TrimSuffix(strings.TrimPrefix(c.Text, "/*"), "*/")
+			}
+			starts = append(starts, text.Len())
+			lines = append(lines, fset.Position(c.Slash).Line)
+			text.WriteString(body)
+			text.WriteString("\n")
+		}
+		s := text.String()
+		for _, m := range trackerCitation.FindAllStringIndex(s, -1) {
+			i := sort.SearchInts(starts, m[0]+1) - 1
+			line := lines[i] + strings.Count(s[starts[i]:m[0]], "\n")
+			bad = append(bad, fmt.Sprintf("%s:%d: %q", name, line, strings.Join(strings.Fields(s[m[0]:m[1]]), " ")))
+		}
+	}
+	return bad, nil
+}
+
+// Readers of the repository cannot open the issue tracker or the field
+// reports: a comment that cites an issue by number explains nothing to
+// them. Every
+// non-generated Go file's comments say the reason in their own words, or
+// point at docs/, which ships with the code.
+func TestNoCommentCitesAnIssueOrSeed(t *testing.T) {
+	out, err := exec.Command("git", "ls-files", "*.go").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	files := strings.Fields(string(out))
+	if len(files) < 100 {
+		t.Fatalf("git ls-files listed only %d Go files; the check would prove nothing", len(files))
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, ".pb.go") {
+			continue // generated: its comments are the .proto file's
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad, err := commentCitations(name, src)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		for _, b := range bad {
+			t.Errorf("%s: cites the tracker or the field reports; say the reason instead", b)
+		}
+	}
+}
+
+func TestNoCommentCitesCheckFails(t *testing.T) {
+	src := `// Package x is a sample.
+package x
+
+// Bounded at 10,000 agents (issue 13).
+var a = "issue 13 in a string is not a comment"
+
+/* As in seeds/001. */
+var b = 1
+
+// The fix for Issues
+// 35 and more.
+var c = 2
+
+// No citation here: tissue 13, reissue 2.
+var d = 3
+`
+	bad, err := commentCitations("x.go", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[x.go:4: "issue 13" x.go:7: "seeds/" x.go:10: "Issues 35"]`
+	if fmt.Sprint(bad) != want {
+		t.Fatalf("commentCitations = %v\nwant %s", bad, want)
 	}
 }

@@ -17,8 +17,8 @@ type CleanupReport struct {
 	Removed []string
 }
 
-// Cleanup removes everything Cutover made on this node (uninstall, issue
-// 33; `cutover-agent cleanup`): the firewall rules marked as the agent's
+// Cleanup removes everything Cutover made on this node (uninstall,
+// `cutover-agent cleanup`): the firewall rules marked as the agent's
 // own, the backend's leftover devices, receive ports and flows
 // (dataplane.NodeCleaner), then the state directory. It refuses, changing
 // nothing, while the durable record says an operation is in flight or

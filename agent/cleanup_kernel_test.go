@@ -16,7 +16,7 @@ import (
 	"github.com/cutover-dev/cutover/pkg/netns"
 )
 
-// TestCleanupLeavesNothing (issue 33, uninstall): on a real kernel VXLAN
+// TestCleanupLeavesNothing (uninstall leaves nothing behind): on a real kernel VXLAN
 // node (fresh namespaces, real iptables), a snapshot of links and
 // iptables-save is taken before Cutover first runs; then the agent's keeper
 // opens the port with its marked rule, an operation is prepared (cleanup

@@ -40,7 +40,7 @@ func pathAlwaysPasses(node string) bool {
 
 // FaultInjectFlipDelayEnv, set to a duration D, makes every agent flip at
 // a random moment 0-D after the commit instant instead of at it: a barrier
-// that does not hold (issue 35 item 7: at D = 150 ms the product reported
+// that does not hold (in the lab, at D = 150 ms the product reported
 // SUCCEEDED at a 142 ms commit spread, 340 probes lost), so that the lab's
 // end-to-end spread bounds and the report's spread warning can be shown
 // to catch one.

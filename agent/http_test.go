@@ -332,7 +332,7 @@ func (k portKeeperFake) KeepPortOpen(_ context.Context, removeStale bool) (datap
 	return kept, err
 }
 
-// TestPortKeptOpenFromStart (issue 33): the agent opens the overlay's
+// TestPortKeptOpenFromStart: the agent opens the overlay's
 // current port at start, before any operation, with no operation in
 // flight (stale marks may go), and counts it as opened.
 func TestPortKeptOpenFromStart(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
 
-// The underlay path check's side of the AgentService (issue 14): before
+// The underlay path check's side of the AgentService (docs/pathcheck.md): before
 // anything changes, the coordinator has every agent bind the target port
 // on its underlay address and exchange real VXLAN frames with its peers.
 // It touches neither OVS nor the tunnel device: one UDP socket on a port

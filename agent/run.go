@@ -382,7 +382,8 @@ func keepBackend(ctx context.Context, k dataplane.Keeper, every, timeout time.Du
 }
 
 // keepPortOpen has k keep the overlay's current port open in the firewall
-// now and every every (issue 33). Stale marked rules of other ports go
+// now and every every: a node that rebooted or joined after a cutover
+// must still accept the overlay's traffic on it. Stale marked rules of other ports go
 // only while m has no operation in flight: an undo may go back to them.
 // Nothing is removed when the agent stops: in a DaemonSet rolling update
 // the old pod stops before the new one starts, and the port must stay open

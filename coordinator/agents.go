@@ -71,8 +71,8 @@ type clockSample struct {
 // wall-clock steps; the wall clock is what agents are told, so the
 // midpoint uses wall time.
 //
-// At most ClockParallel agents are sampled at once, across every caller
-// (issue 13). A sample is only as good as its round trip, and a round
+// At most ClockParallel agents are sampled at once, across every caller.
+// A sample is only as good as its round trip, and a round
 // trip taken while the coordinator sends a thousand other calls measures
 // the coordinator's own queue: at 1,000 simulated agents sampled all at
 // once the worst agent's best round trip was 84 ms, at 10,000 332 ms;
@@ -159,7 +159,7 @@ const fanWorkerIdle = 10 * time.Second
 // agents time out together, not one after another (a bounded pool would
 // make a rollback's fan-out wait for them in series).
 //
-// Why keep them (issue 13): a new goroutine's stack grows, copied each
+// Why keep them: a new goroutine's stack grows, copied each
 // time, through the gRPC call, protobuf and fmt; a kept one has grown
 // already. At 10,000 simulated agents that growth was 7.6 % of the
 // operation's CPU, both ends together, in the fan-outs alone (docs/

@@ -25,7 +25,7 @@ type connMemResult struct {
 }
 
 // BenchmarkAgentConnMemory measures what the coordinator holds for its
-// agent connections while they are open and idle (issue 13): N simulated
+// agent connections while they are open and idle: N simulated
 // agents in a second process (COT_CONN_MEM_AGENTS, default 10,000), one
 // connection each dialled by dialAgents and used once (an Info), then the
 // heap and the goroutine stacks in use after a GC, above the same process

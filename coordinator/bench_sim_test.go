@@ -42,7 +42,7 @@ type simScaleResult struct {
 	// listeners, one heap with the coordinator) or "process" (a second
 	// process, loopback TCP: the coordinator's CPU and RSS its own).
 	Host     string `json:"agents_host"`
-	Sampling string `json:"clock_sampling"` // "bounded" (the defaults) or "unbounded" (as before issue 13's change)
+	Sampling string `json:"clock_sampling"` // "bounded" (the defaults) or "unbounded" (as before the sampling was bounded)
 	// Conns is "warm" (the agent connections open before the operation,
 	// as on a coordinator that ran one within gRPC's 30-minute idle
 	// timeout) or "cold" (every connection dialled inside the preflight,
@@ -100,11 +100,11 @@ func TestMain(m *testing.M) {
 // over N cheap simulated agents (coordinator/internal/fakeagent: every
 // RPC answered from memory, the probe mesh simulated), each its own gRPC
 // server, so that what is measured is the coordinator: its fan-outs, clock
-// sampling, journal writes and the barrier core (issue 13: preflight +
+// sampling, journal writes and the barrier core (the scale targets: preflight +
 // prepare + commit + verify <= 1 s at 1,000 agents and <= 5 s at 10,000,
 // the commit fan-out done before the instant). Each size runs three ways
 // in the same run: the agents in-process on in-memory listeners (the
-// issue's setting) with the clock sampling's defaults, the same as the
+// targets' setting) with the clock sampling's defaults, the same as the
 // sampling was before they existed (every agent at once, every sample),
 // and the defaults with the agents in a second process on loopback TCP,
 // where the process's CPU and RSS are the coordinator's own. Sizes: COT_SCALE_SIM_SIZES
@@ -144,7 +144,7 @@ func BenchmarkCoordinatorScaleSim(b *testing.B) {
 	benchresult.Save(b, "coordinator_scale_sim.json", map[string]any{
 		"benchmark": "BenchmarkCoordinatorScaleSim",
 		"setup": "real coordinator in the benchmark's process; simulated agents (fakeagent), each its own gRPC server, in-process on in-memory listeners or in a second process on loopback TCP ports (agents_host); plaintext unless tls (mTLS, ECDSA P-256, TLS 1.3); connections warm (opened before the operation) unless cold (dialled in its preflight); GOMAXPROCS=" + fmt.Sprint(runtime.GOMAXPROCS(0)) +
-			" in each process, everything sharing the machine's cores; unbounded = --clock-parallel 4096 --clock-good-rtt 0 (every agent sampled at once, every sample taken: as before issue 13's change)",
+			" in each process, everything sharing the machine's cores; unbounded = --clock-parallel 4096 --clock-good-rtt 0 (every agent sampled at once, every sample taken: as before the sampling was bounded)",
 		"targets": map[string]string{"preflight_prepare_commit_verify_ms": "<= 1000 at 1000 agents, <= 5000 at 10000", "commit_margin_ms": "> 0 at 10000 (the commit fan-out lands before the instant)"},
 		"results": rows,
 	})

@@ -96,7 +96,7 @@ type Config struct {
 	PathSampleAbove int
 	PathPeersK      int
 	// DefaultStrategy is what a request that names no strategy runs over
-	// the whole overlay: "auto" (staged where it loses less, issue 15:
+	// the whole overlay: "auto" (staged where it loses less by
 	// the lab's figures at N = 32) or "atomic" (one instant, always). A
 	// request that names nodes or a selector and no strategy runs atomic
 	// either way: auto covers every node (docs/staged.md).

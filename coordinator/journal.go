@@ -73,8 +73,7 @@ const DefaultJournalKeep = 100
 
 // encode is r as JSON, its fields indented and its report (protojson's
 // bytes, already valid JSON) appended as it is: encoding/json would check
-// and re-indent the report at every write, 4-8 MB at 10,000 nodes
-// (issue 13).
+// and re-indent the report at every write, 4-8 MB at 10,000 nodes.
 func (r Record) encode() ([]byte, error) {
 	rep := r.Report
 	r.Report = nil

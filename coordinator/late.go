@@ -178,8 +178,8 @@ func lateWarningsLocked(op *operation, out barrier.Outcome) {
 // spreadWarningLocked adds the report's warning for a SUCCEEDED atomic
 // operation whose commit spread (the nodes' wake-ups) exceeded target:
 // the barrier did not hold, every node flipped but not together, and the
-// overlay was split for that long between the first and the last (issue
-// 35: a 142 ms spread with 340 probes lost once passed as a clean
+// overlay was split for that long between the first and the last (in
+// the lab a 142 ms spread with 340 probes lost once passed as a clean
 // success). A warning, not a failure: the change is complete and
 // verified; coordctl exits 7. op.mu is held.
 func spreadWarningLocked(op *operation, out barrier.Outcome, target time.Duration) {

@@ -11,7 +11,7 @@ import (
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
-// Issue 12: n2 is away for 1.5 s right after it received Commit. Under the
+// n2 is away for 1.5 s right after it received Commit. Under the
 // rollback policy the others are rolled back at about the instant plus the
 // answer deadline (1 s), the report names n2 as late, the metric
 // counts it and the agents were sent the budget; under the wait policy
@@ -63,7 +63,7 @@ func TestLateCommit(t *testing.T) {
 	}
 }
 
-// Issue 35, defect 4: n2 applies at the instant but its answer comes
+// n2 applies at the instant but its answer comes
 // 600 ms later (an agent that did its work after the flip before
 // answering), past the lateness budget (200 ms) and within the answer
 // deadline (1 s). Lateness is judged by when a node applied: nobody is
@@ -95,7 +95,7 @@ func TestLateAnswerAppliedOnTime(t *testing.T) {
 	}
 }
 
-// Issue 35, defect 4, the other way: an agent that applies past the
+// The other way: an agent that applies past the
 // budget (its clock put it there: it was sent an instant 400 ms earlier
 // than the others, as a wrong offset would) is late by its own report
 // although its answer is prompt, and everyone is rolled back.
@@ -118,7 +118,7 @@ func TestLateApplyPromptAnswer(t *testing.T) {
 	}
 }
 
-// Issue 35, item 7: n2 applies 120 ms after the others, within the
+// n2 applies 120 ms after the others, within the
 // lateness budget: the change SUCCEEDED, but the nodes did not flip
 // together, and the report says so (a warning: coordctl exits 7) when the
 // commit spread exceeds the target; without a target it does not.

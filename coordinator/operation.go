@@ -145,7 +145,7 @@ func (op *operation) setResult(node string, f func(*coordinatorv1.NodeResult)) {
 // the encoder is free (requests while it is busy coalesce). The report is
 // the change record, not the protocol's state; encoding it took 35-75 ms
 // at 1,000 nodes and 0.3-0.7 s at 10,000 per save, with op.mu held, at
-// every step boundary (issue 13). After a crash the journaled report is
+// every step boundary. After a crash the journaled report is
 // at most one background encoding old. Failures are logged and reported
 // as events (the operation itself goes on: stopping half way would be
 // worse); the error returned is the synchronous write's.
@@ -312,7 +312,7 @@ const maxJournaledRecord = 384 << 10
 // of the JSON's (names, quotes, decimal numbers): a report whose binary
 // form is already past the bound is slimmed without marshalling it whole
 // first. At 1,000 nodes every save
-// marshalled the report twice, 25–50 ms of each step (issue 13).
+// marshalled the report twice, 25–50 ms of each step.
 func journaledReport(rep *coordinatorv1.Report) ([]byte, error) {
 	if proto.Size(rep) <= maxJournaledRecord {
 		b, err := protojson.Marshal(rep)

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Subset safety (issue 12). I1 asks that when an operation ends every
+// Subset safety. I1 asks that when an operation ends every
 // reachable node of an overlay sends on one port. The atomic strategy
 // moves exactly the targeted nodes, so a request that targets part of an
 // overlay is safe only when every other node of that overlay already

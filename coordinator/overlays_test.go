@@ -55,7 +55,7 @@ func TestSplitProblems(t *testing.T) {
 	}
 }
 
-// TestSubsetRefused is issue 12: a subset of one overlay is refused by
+// TestSubsetRefused is subset safety: a subset of one overlay is refused by
 // plan, dry run and cutover, naming who would be cut off from whom, and
 // nothing changes (I1, I3, I6).
 func TestSubsetRefused(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
-// The underlay path check (issue 14, docs/pathcheck.md): before anything
+// The underlay path check (docs/pathcheck.md): before anything
 // changes, every targeted agent binds the target port on its underlay
 // address and exchanges real VXLAN frames with its peers, both ways, at
 // the overlay's VNIs and up to its full frame size with DF set. What
@@ -32,7 +32,7 @@ const defaultOverlayMTU = 1450
 // agent round trip; at most maxPathLead, under the agents' refusal of a
 // start more than 5 s ahead (agent maxPathDelay). It was 3 ms per node:
 // 3.1 s at 1,000 nodes, and past 1,633 nodes over the agents' bound, so
-// the agents the fan-out reached first refused the check (issue 13).
+// the agents the fan-out reached first refused the check.
 const (
 	pathLeadMin = 100 * time.Millisecond
 	maxPathLead = 4500 * time.Millisecond
@@ -256,7 +256,7 @@ func (c *Coordinator) preflightPath(ctx context.Context, r request, pf *prefligh
 	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs, clocks, pf.round)
 	pf.resp.PathCheck = res
 	// What the current port shows as well is no reason to refuse: the
-	// check is there to say whether the new port is worse (issue 35).
+	// check is there to say whether the new port is worse.
 	pf.pathWarnings = append(pf.pathWarnings, res.Warnings...)
 	if len(res.Problems) == 0 {
 		return

@@ -328,7 +328,7 @@ func TestCommitLead(t *testing.T) {
 	}
 }
 
-// TestPathCheckSharedWithControl (issue 35, defect 3): a problem the
+// TestPathCheckSharedWithControl: a problem the
 // current port has as well is a warning naming it, not a refusal: the
 // check says whether the new port is worse. A new port worse than the
 // current one still refuses.
@@ -393,7 +393,7 @@ func TestPathCheckSharedWithControl(t *testing.T) {
 	}
 }
 
-// TestPathCheckNodeFirewall (issue 35, defect 2): frames that reach a
+// TestPathCheckNodeFirewall: frames that reach a
 // node's interfaces (its capture sees them) but not the check's socket
 // were dropped by that node's own firewall, which Prepare opens: a note,
 // no refusal, no warning, and the underlay is not blamed. A pair the

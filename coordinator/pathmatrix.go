@@ -94,8 +94,7 @@ type direction struct {
 }
 
 // dir looks the two sides up once per direction: at 10,000 nodes judging
-// looked them up per frame, three map reads each, 1.2 million reads
-// (issue 13).
+// looked them up per frame, three map reads each, 1.2 million reads.
 func (m *pathMatrix) dir(from, to string) direction {
 	return direction{atTo: m.sides[to][from], atFrom: m.sides[from][to]}
 }
@@ -115,7 +114,7 @@ func (d direction) passed(f pathFrame) bool {
 // passed, or to's packet capture saw it arrive on its interfaces. The
 // capture sees a frame before to's own firewall, as it sees the control
 // frames on the current port: the two ports are judged on the same
-// evidence (issue 35), and a frame to's own firewall drops before Prepare
+// evidence, and a frame to's own firewall drops before Prepare
 // opens the port is not taken for the underlay's.
 func (d direction) arrived(f pathFrame) bool {
 	if r := d.atTo[f]; r != nil && r.Wire {

@@ -312,7 +312,7 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		cctx, cancel := context.WithTimeout(ctx, r.step)
 		defer cancel()
 		// Info rides in the preflight's answer: one call per node, not
-		// two (issue 13). An agent older than that field is asked Info.
+		// two. An agent older than that field is asked Info.
 		if err, ok := r.unreached[n]; ok {
 			nc.err = err
 		} else {

@@ -111,8 +111,8 @@ func TestPlanRefusesUnreadPortWithoutReason(t *testing.T) {
 }
 
 // infoCounter is a simulated agent that counts Info calls and, when
-// older, answers Preflight without the Info that rides along since issue
-// 13 (as an agent from before that field would).
+// older, answers Preflight without the Info that rides along in its answer
+// (as an agent from before that field would).
 type infoCounter struct {
 	*fakeagent.Agent
 	older bool

@@ -133,7 +133,7 @@ func (op *operation) addWarning(w string) {
 func (c *Coordinator) probeCandidates(r request) []string {
 	inv := c.inventory()
 	// A set, not a scan of r.nodes per agent: 10,000 × 10,000 compares
-	// were a quarter of a second of preflight (issue 13).
+	// were a quarter of a second of preflight.
 	targeted := setOf(r.nodes)
 	overlays := map[string]bool{}
 	for _, a := range inv.Agents {

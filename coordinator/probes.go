@@ -39,7 +39,7 @@ func (c *Coordinator) probeStats(op *operation, reset bool) {
 // old holds the nodes prepared without saying their counters were zeroed
 // (agents older than the field). ResetProbes then calls ProbeStats with
 // reset on those alone: at 10,000 agents the separate reset was 10,000
-// calls more inside the prepare round (issue 13). A node whose Prepare
+// calls more inside the prepare round. A node whose Prepare
 // failed is not reset: the operation aborts, and its counters are never
 // read (they are read only once Commit was sent).
 type prepReset struct {

@@ -151,8 +151,8 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 	// Each round reads only the senders of pairs not yet passed or
 	// known dark before the change: at 10,000 nodes one read of every
 	// sender takes seconds on a small coordinator, and rereading the
-	// passed ones each round made the reads of the rest time out
-	// (issue 13). The budget counts from the end of the first round, the
+	// passed ones each round made the reads of the rest time out.
+	// The budget counts from the end of the first round, the
 	// one that reads every sender: it bounds the wait for probes, not
 	// the reads' own time.
 	verdict := map[probePair]pairVerdict{}

@@ -86,7 +86,7 @@ func TestAgentDaemonSet(t *testing.T) {
 	}
 }
 
-// checkAgent holds the agent DaemonSet to the requirements of issue 7 and
+// checkAgent holds the agent DaemonSet to the requirements of
 // docs/design.md (R6; privileged, host network, every taint, OVS run dir, xtables
 // lock, state dir, probes, resources).
 func checkAgent(ds *appsv1.DaemonSet) error {
@@ -156,7 +156,7 @@ var probeInterfaces = map[string]string{
 	"overlays/flannel": "flannel.1", "overlays/calico": "vxlan.calico",
 }
 
-// Issue 12: every shipped agent runs the probe mesh on its CNI's overlay
+// Every shipped agent runs the probe mesh on its CNI's overlay
 // interface, and declares the probe port, so verify can prove the overlay
 // carries traffic (I7) on a real cluster, not in the lab only.
 func TestAgentProbesTheOverlay(t *testing.T) {
@@ -602,7 +602,7 @@ func servedByThisAPIServer(t *testing.T, y []byte) []byte {
 	return out
 }
 
-// The openshift overlay targets OpenShift 3.11 (issue 18): the agent runs
+// The openshift overlay targets OpenShift 3.11: the agent runs
 // the openshift-sdn profile, the coordinator elects on a ConfigMap (3.11
 // serves no Leases), the PDB is an API version 3.11 serves, and nothing
 // else needs an API group 3.11 lacks.
@@ -705,7 +705,7 @@ spec: {secretName: x, uris: cutover://role/agent, issuerRef: {name: cutover-ca}}
 			t.Fatal(err)
 		}
 		// The finalize components and the OpenShift RBAC, for real too:
-		// rights by object name (issue 18).
+		// rights by object name.
 		var extra []byte
 		for _, k := range []string{"overlays/full", "testdata/openshift-field-report"} {
 			objs, err := kubetest.DecodeYAML(kubetest.Kustomize(t, k))
@@ -751,7 +751,7 @@ spec: {secretName: x, uris: cutover://role/agent, issuerRef: {name: cutover-ca}}
 			{"kube-flannel", "", "configmaps", "update", false, ""},
 			{"", "crd.projectcalico.org", "felixconfigurations", "update", false, ""},
 			{"cutover", "apps", "daemonsets", "patch", false, ""},
-			// Issue 18: no unused grants; CNI objects by name only.
+			// No unused grants; CNI objects by name only.
 			{"cutover", "events.k8s.io", "events", "create", false, ""},
 			{"cutover", "", "events", "patch", false, ""},
 			{"", "crd.projectcalico.org", "felixconfigurations", "update", true, "default"},

@@ -38,7 +38,7 @@ func badTags(imgs []string) []string {
 	return bad
 }
 
-// Issue 18: every rendered image has a versioned tag, never :latest or
+// Every rendered image has a versioned tag, never :latest or
 // none (with IfNotPresent, nodes would run whatever they pulled once).
 func TestImagesVersioned(t *testing.T) {
 	for _, k := range kustomizations {
@@ -55,7 +55,7 @@ func TestImagesVersioned(t *testing.T) {
 	}
 }
 
-// Issue 18: `kubectl port-forward` and `kubectl exec ... coordctl` reach
+// `kubectl port-forward` and `kubectl exec ... coordctl` reach
 // the coordinator on loopback, and the admin Secret, mounted in the
 // coordinator's pod, is a directory coordctl's --tls-dir reads.
 func TestCoordctlReachesCoordinator(t *testing.T) {

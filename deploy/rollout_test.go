@@ -136,7 +136,7 @@ func (r rollout) check() error {
 	return errors.Join(errs...)
 }
 
-// Issue 18: the shipped Deployment and PDB, with the binary's readiness
+// The shipped Deployment and PDB, with the binary's readiness
 // (every replica Ready: the standby forwards, TestClusterHandOver),
 // complete a rolling update and let the leader's node drain.
 func TestRolloutArithmetic(t *testing.T) {
@@ -173,7 +173,7 @@ func TestRolloutArithmetic(t *testing.T) {
 	}
 }
 
-// The check fails on what shipped before issue 18 and on the obvious
+// The check fails on what shipped first (only the leader Ready, no PDB) and on the obvious
 // wrong fixes.
 func TestRolloutArithmeticFailsOnBadSettings(t *testing.T) {
 	for _, c := range []struct {
@@ -181,7 +181,7 @@ func TestRolloutArithmeticFailsOnBadSettings(t *testing.T) {
 		r    rollout
 		want []string
 	}{
-		{"before issue 18: only the leader Ready, no PDB", rollout{replicas: 2, maxUnavailable: 1, pdbMinAvailable: -1}, []string{"rolling update stuck", "no PodDisruptionBudget"}},
+		{"as first shipped: only the leader Ready, no PDB", rollout{replicas: 2, maxUnavailable: 1, pdbMinAvailable: -1}, []string{"rolling update stuck", "no PodDisruptionBudget"}},
 		{"a PDB with only the leader Ready", rollout{replicas: 2, maxUnavailable: 1, pdbMinAvailable: 1}, []string{"rolling update stuck", "drain of the leader's node blocked"}},
 		{"minAvailable = replicas", rollout{replicas: 2, maxUnavailable: 1, pdbMinAvailable: 2, standbyReady: true}, []string{"no eviction is ever allowed"}},
 		{"surge", rollout{replicas: 2, maxSurge: 1, maxUnavailable: 0, pdbMinAvailable: 1, standbyReady: true}, []string{"maxSurge 1"}},

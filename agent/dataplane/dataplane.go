@@ -86,7 +86,7 @@ type Backend interface {
 // that answer arrives, and the overlay gains nothing from waiting for it
 // (the kernel backend's deletion of the old port's conntrack entries
 // walks the kernel's whole conntrack table: 90-220 ms per node in an
-// 8-node lab, issue 35). The agent calls AfterCommit once a commit was
+// 8-node lab). The agent calls AfterCommit once a commit was
 // answered, before any later command for the operation is served. Detail
 // is what it measured, for the log; an error is logged, never a reason to
 // undo the change.

@@ -12,7 +12,7 @@ import (
 	"github.com/cutover-dev/cutover/pkg/netns"
 )
 
-// TestKeepOpenOnRealIptables (issue 33): a node whose firewall rejects
+// TestKeepOpenOnRealIptables: a node whose firewall rejects
 // everything but what its chain accepts, and whose overlay port 8472 has
 // no rule (it rebooted, or joined, after a cutover): KeepOpen opens the
 // port with the agent's marked rule, in a chain it creates, and UDP passes;

@@ -413,7 +413,7 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 // than this one would, and the in-memory record answers replays. The
 // backend's AfterCommit (the kernel's conntrack cleanup: 90-220 ms) and
 // the log line can wait too. Together they held each answer back by
-// 150-250 ms at N = 8 and ~600 ms at N = 32 (issue 35), and the
+// 150-250 ms at N = 8 and ~600 ms at N = 32 in the lab, and the
 // coordinator judged the node late by it.
 func (m *Machine) afterCommit(rec Record, st dataplane.State, late, dur time.Duration) {
 	defer m.afterWG.Done()

@@ -665,7 +665,7 @@ func (c frozenClock) SleepUntil(at time.Time) time.Duration {
 	return c.Now().Sub(at)
 }
 
-// Issue 12: an agent that reaches the commit instant later than its
+// An agent that reaches the commit instant later than its
 // lateness budget applies nothing and aborts (the coordinator rolled the
 // others back); within the budget, or with no budget, it applies.
 func TestCommitLateBudget(t *testing.T) {

@@ -73,7 +73,7 @@ func TestEndToEndRealCoordinator(t *testing.T) {
 		t.Errorf("plan unknown node: exit %d: %s", code, stderr)
 	}
 
-	// A subset of the overlay would split it (issue 12): a preflight
+	// A subset of the overlay would split it: a preflight
 	// problem naming who would be cut off from whom, exit 4.
 	code, stdout, stderr = ctl("plan", "--port", "4889", "--nodes", "n1")
 	if code != ExitProblems || !strings.Contains(strings.ReplaceAll(stdout, "\n    ", " "), "n1 would move to 4889 while n2 stays on 4789: n1 could no longer reach n2 over the overlay; target every node of the overlay") {

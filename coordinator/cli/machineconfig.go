@@ -84,8 +84,9 @@ func newMachineConfigCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "machineconfig",
 		Short: "Play the machine-config-controller's node updates when it cannot (break glass)",
-		Long: `When the machine-config-controller cannot run (seeds/001: the pod network is
-down and it reaches the API through the kubernetes Service), roll a
+		Long: `When the machine-config-controller cannot run (after an SDN-to-OVN
+migration switched half way: the pod network is down and it reaches the
+API through the kubernetes Service), roll a
 MachineConfigPool's nodes to a rendered MachineConfig by the
 machine-config-daemon's annotation protocol: desiredConfig, drain on
 request, lastAppliedDrain, uncordon on request after the reboot, until

@@ -87,7 +87,7 @@ func TestMTLS(t *testing.T) {
 		t.Fatalf("agents with --tls-ca/--tls-cert/--tls-key: exit %d: %s", code, stderr)
 	}
 
-	// Issue 18: --tls-dir also reads a Kubernetes TLS Secret's layout
+	// --tls-dir also reads a Kubernetes TLS Secret's layout
 	// (cert-manager's cutover-admin-tls saved or mounted as files).
 	sec := t.TempDir()
 	for from, to := range map[string]string{a.CA: "ca.crt", a.Cert: "tls.crt", a.Key: "tls.key"} {

@@ -38,7 +38,7 @@ func TestReportExitForReverseCutover(t *testing.T) {
 	}
 }
 
-// Issue 12: a SUCCEEDED report with warnings (a late node applied under
+// A SUCCEEDED report with warnings (a late node applied under
 // --commit-late-policy=wait) is not a clean success: exit 7, and the
 // report shows the late nodes and the warnings.
 func TestReportExitWithWarnings(t *testing.T) {

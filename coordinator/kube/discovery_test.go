@@ -159,7 +159,7 @@ func TestPreflightAfterChanges(t *testing.T) {
 }
 
 // TestPreflightOverlays: nodes of an overlay the operation does not touch
-// are not its business (issue 12); those of its own overlay are, targeted
+// are not its business; those of its own overlay are, targeted
 // or not.
 func TestPreflightOverlays(t *testing.T) {
 	blue := map[string]string{coordinator.OverlayLabel: "blue"}

@@ -150,8 +150,8 @@ func testRebootless(t *testing.T, e *env) {
 	}
 }
 
-// testNotReady: every node NotReady at the start (seeds/001: the CNI is
-// down, the kubelets report NetworkNotReady) must not block the rollout.
+// testNotReady: every node NotReady at the start (the CNI is down, the
+// kubelets report NetworkNotReady, as when the SDN broke) must not block the rollout.
 func testNotReady(t *testing.T, e *env) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -472,7 +472,7 @@ func testEmptyDir(t *testing.T, e *env) {
 }
 
 // testResume kills the driver (cancels its context) at each step and
-// checks a new driver finishes with the exact seeds/001 sequence and one
+// checks a new driver finishes with the exact sequence of seeds001 and one
 // reboot: nothing repeated, no drain skipped.
 func testResume(t *testing.T, e *env) {
 	for i, kill := range []struct {
@@ -625,7 +625,7 @@ func testMCCAlive(t *testing.T, e *env) {
 	}
 	e.noJournal(t, f.pool)
 
-	// A lapsed Lease (seeds/001: the MCC cannot reach the API) is no refusal.
+	// A lapsed Lease (the MCC cannot reach the API) is no refusal.
 	e.lease(t, time.Now().Add(-10*time.Minute))
 	m, err := e.d.C.MCCState(ctx, time.Now())
 	if err != nil || m.Alive || !strings.Contains(m.Why, "lapsed") {

@@ -140,8 +140,8 @@ type MCC struct {
 
 // MCCState judges whether the MCC is alive by its leader-election Lease: it
 // is alive while the Lease has a holder whose renewTime is less than
-// leaseDurationSeconds old. An MCC that cannot reach the API (seeds/001:
-// its service address was served by the broken SDN) cannot renew, so its
+// leaseDurationSeconds old. An MCC that cannot reach the API (its
+// service address was served by a broken SDN, docs/machineconfig.md) cannot renew, so its
 // Lease lapses within a lease duration (137 s by library-go's defaults).
 // Pool status is no evidence either way: a healthy MCC with nothing to do
 // changes nothing.

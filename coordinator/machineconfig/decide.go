@@ -11,7 +11,7 @@ import (
 // left, and the journal only adds when each step began.
 type Step string
 
-// The steps in protocol order (seeds/001; the MCC's drain controller).
+// The steps in protocol order (the MCC's drain controller; docs/machineconfig.md).
 const (
 	StepPending             Step = "Pending"             // desiredConfig is not the target yet
 	StepWaitDrainRequest    Step = "WaitDrainRequest"    // desiredConfig set; the MCD has not asked for drain-<target>

@@ -12,8 +12,9 @@ const (
 	newCfg = "rendered-app-c2144a20e3d0e37e96785165ba81f4e8"
 )
 
-// TestDecideSeeds001 replays the node annotations of seeds/001 (qsu-app-01)
-// in order and checks the step and action at each.
+// TestDecideSeeds001 replays the node annotations of qsu-app-01, a node of
+// the field report in docs/machineconfig.md (an SDN-to-OVN migration
+// switched half way, the MCC unable to reach the API), in order and checks the step and action at each.
 func TestDecideSeeds001(t *testing.T) {
 	v := NodeView{Name: "qsu-app-01", Current: oldCfg, Desired: oldCfg, State: StateDone,
 		DesiredDrain: UncordonRequest(oldCfg), LastAppliedDrain: UncordonRequest(oldCfg), Ready: true}

@@ -107,7 +107,7 @@ func (e *env) options(f fixture) Options {
 }
 
 // recorder keeps, per node, the sequence of protocol changes seen on a
-// watch: the four annotations of seeds/001, the cordon and Ready.
+// watch: the four annotations of the MCD's protocol, the cordon and Ready.
 type recorder struct {
 	mu   sync.Mutex
 	seq  map[string][]string
@@ -186,7 +186,8 @@ func (r *recorder) order() []string {
 	return slices.Clone(r.all)
 }
 
-// seeds001 is the per-node sequence of seeds/001, with the cordon, the
+// seeds001 is the per-node sequence of the field report in
+// docs/machineconfig.md, with the cordon, the
 // reboot and the uncordon where they happen.
 func seeds001(cfg string) []string {
 	return []string{

@@ -47,11 +47,11 @@ type cutoverFigure struct {
 	IdleLost     uint64  `json:"idle_lost_per_s"`  // lost in one idle second before, the noise floor
 	// Cutover: the report's spreads of the instants the nodes' writes left
 	// (write) and took effect (effect: OVS confirmed, the netlink window
-	// closed), where SpreadMS is when the agents woke (issue 13).
+	// closed), where SpreadMS is when the agents woke.
 	WriteSpreadMS  float64 `json:"write_spread_ms,omitempty"`
 	EffectSpreadMS float64 `json:"effect_spread_ms,omitempty"`
 	// LossVsLimit is cutover's (lost+1)/(limit's lost+1) in the same run
-	// (OVS; issue 13's target: <= 1.5).
+	// (OVS; the target: <= 1.5).
 	LossVsLimit float64 `json:"loss_vs_limit,omitempty"`
 	// LostByGapPhase (coordctl rows) adds each losing pair's lost probes
 	// to the phase its longest gap began in: where the loss comes from.
@@ -254,7 +254,7 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 		}
 	}
 	figs = append(figs, cut)
-	// The staged strategy (issue 15), from the new port to a third one: a
+	// The staged strategy (docs/staged.md), from the new port to a third one: a
 	// canary, half, the rest; no instant, so no spread.
 	sargs := []string{"--port", strconv.Itoa(stagedPort), "--strategy", "staged", "--batches", "1,50%,100%"}
 	if k := envInt("COT_LAB_BENCH_MAX_PARALLEL", 0); k > 0 {
@@ -340,7 +340,7 @@ func stagedStanding(b *testing.B, ctx context.Context, l *lab.Lab, bin string, n
 	}
 }
 
-// limitOVS is the lab's physical limit (issue 13): one OVSDB connection per
+// limitOVS is the lab's physical limit: one OVSDB connection per
 // node opened in advance, the same compare-and-set transaction the agent
 // sends prepared on each (ovs.PreparedChange), then released to all nodes
 // at once from one process — no gRPC, no clocks, no barrier. Cutover's loss

@@ -58,7 +58,7 @@ type footprintFigure struct {
 // coordinator's --probe-peers-k and the agent's --probe-interval defaults),
 // idle as the DaemonSet's defaults leave it between operations (after a
 // cutover whose sample lingered out: --probe-linger is 3 s here instead of
-// 10 min, the only change), and with probes off. Issue 13's targets: RSS <=
+// 10 min, the only change), and with probes off. The targets: RSS <=
 // 30 MB, idle CPU <= 0.5 % of a core. Figures, not a pass/fail:
 // results/agent_footprint.json.
 func BenchmarkAgentFootprint(b *testing.B) {

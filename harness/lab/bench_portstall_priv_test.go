@@ -85,7 +85,7 @@ func coverageDelta(before, after map[string]int64, n int) map[string]int64 {
 // removed (as the staged strategy's receive port is; no flow uses it here),
 // the flow table read, and flows added and removed (one, then 32 in one
 // ovs-ofctl run, as the staged strategy's copies are) in a table no packet
-// reaches. Issue 15: the
+// reaches. The
 // staged change loses nothing on OVS at N = 8 but thousands of probes at
 // N = 32; this says whether a node's port change alone stalls its pairs at
 // that size, whatever Cutover does around it. Sizes COT_PORT_STALL_SIZES

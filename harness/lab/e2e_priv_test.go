@@ -37,14 +37,14 @@ const (
 	maxGap         = 2 * time.Second
 )
 
-// Spread bounds of an atomic operation at N = 8 (issue 35 item 7): the
+// Spread bounds of an atomic operation at N = 8: the
 // loss bounds above do not catch a barrier that fails to hold (with every
 // agent flipping at a random 0-150 ms after the instant, the e2e tests
 // passed and the product reported SUCCEEDED at a 142 ms commit spread).
 // Measured on the loaded 2-core machine: commit spread (wake-ups)
 // 1.3-6.7 ms (results/lab_cutover.json, lab_staged_n8.json) and
 // 1.6-4.4 ms in 8 kernel cutovers on 2026-11-27; effect spread (the
-// dataplanes confirming) OVS 11-22 ms (issue 37), kernel 9-171 ms (the
+// dataplanes confirming) OVS 11-22 ms, kernel 9-171 ms (the
 // same 8 cutovers: 8 nodes' RTNL work on one kernel). Both bounds leave a
 // loaded runner several times that; the commit spread bound sits below
 // the product's --commit-spread-target (50 ms), so a run the product

@@ -18,7 +18,7 @@ import (
 // its own UDP sockets on the nodes' overlay addresses (port EchoRingPort),
 // its own packet format, its own goroutines in the test process, sending
 // over the same ordered pairs at the same interval. It exists to check the
-// mesh (issue 12, "a meter that tells the truth"): both see the same
+// mesh ("a meter that tells the truth"): both see the same
 // network, so the mesh must not report much more loss than the ring.
 //
 // A ring request is answered whenever it arrives, and an answer counts

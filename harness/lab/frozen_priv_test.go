@@ -27,7 +27,7 @@ const frozenFor = 2 * time.Second
 // same CI run: 233-245 on each of n2's pairs).
 const frozenStagedPairBound = 25
 
-// TestFrozenNodeStagedVsAtomic (issue 15: "a frozen node during the switch
+// TestFrozenNodeStagedVsAtomic (the staged strategy's promise: "a frozen node during the switch
 // costs nothing but its own switch"). On the meter lab (kernel VXLAN, 8
 // nodes, probes every 1 ms to 2 peers, the independent echo ring beside
 // the agents' mesh), n2's agent is stopped (SIGSTOP) for frozenFor as the

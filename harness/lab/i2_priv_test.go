@@ -56,7 +56,7 @@ func i2Cutover(t *testing.T, agentBin string) (*lab.I2Observer, *coordinatorv1.R
 	if rep.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
 		t.Fatalf("cutover: %s: %s", rep.GetState(), rep.GetError())
 	}
-	// The barrier held in time too, not only in order (issue 35 item 7).
+	// The barrier held in time too, not only in order.
 	for _, p := range spreadProblems(rep) {
 		t.Error(p)
 	}

@@ -20,7 +20,7 @@ import (
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
-// The meter agreement check (issue 12, "a meter that tells the truth"): the
+// The meter agreement check ("a meter that tells the truth"): the
 // agents' probe mesh and an independent UDP echo ring (lab.EchoRing) over
 // the same ordered pairs at the same interval, during the same operation.
 // The ring runs from before the operation starts to after coordctl

@@ -21,7 +21,8 @@ var (
 
 // Fixture is a MachineConfigPool whose nodes run Old while the pool's spec
 // points at New, both rendered configs owned by the pool as the MCC's
-// render controller makes them: the state seeds/001 starts from.
+// render controller makes them: the state the field report's rollout
+// (docs/machineconfig.md) started from.
 type Fixture struct {
 	Pool     string
 	Nodes    []string

@@ -5,8 +5,8 @@
 // Why: a unary call costs both ends a new stream (headers both ways,
 // trailers, a server goroutine, a flush) whatever its message. The
 // coordinator makes about ten calls per agent per operation, and at 10,000
-// agents that per-call cost bounds its phases on a small machine (issue 13,
-// docs/benchmarks.md). Over a stream a call costs a frame each way.
+// agents that per-call cost bounds its phases on a small machine
+// (docs/benchmarks.md). Over a stream a call costs a frame each way.
 //
 // A call keeps the unary call's meaning: the server runs the method's
 // generated handler, with the server's interceptor, under a context that

@@ -12,7 +12,7 @@ const Window = 1 << 20
 // stream, ServerOptions the server's. They fix the flow-control windows,
 // which turns off gRPC's bandwidth-delay estimation.
 //
-// Why (issue 13): with the estimation on, the receiver of a data frame
+// Why: with the estimation on, the receiver of a data frame
 // starts a sample with a window update and a ping, which the peer
 // acknowledges, whenever no sample is in flight. Calls spaced apart, the
 // way an operation's rounds are, start one every time, so each message of

@@ -20,7 +20,7 @@ import (
 // port under test arrive on the same terms: a frame the capture sees and
 // the check's socket does not crossed the underlay and was dropped by the
 // node itself (its own firewall, before Prepare opens the port). Both
-// ports observed alike, so the control compares like with like (issue 35).
+// ports observed alike, so the control compares like with like.
 // It needs CAP_NET_RAW.
 type Capture struct {
 	fd int

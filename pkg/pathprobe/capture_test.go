@@ -78,7 +78,7 @@ func TestControlCapture(t *testing.T) {
 	}
 }
 
-// TestWireSeesOwnFirewallDrop (issue 35): in a fresh network namespace, b's
+// TestWireSeesOwnFirewallDrop: in a fresh network namespace, b's
 // own INPUT chain drops what comes to the port under test (real iptables,
 // no ESTABLISHED rule before it: a stateless firewall). a's frames reach
 // b's interface and no socket of b's: b's capture sees them (Wire), its

@@ -455,7 +455,7 @@ func (b *Backend) Commit(_ context.Context, s dataplane.Snapshot) (dataplane.Sta
 // expire later, so nothing waits for this: the deletion dumps the
 // kernel's whole conntrack table (every namespace's), which took
 // 90-220 ms per node in an 8-node lab and held every answer back by as
-// much (issue 35).
+// much.
 func (b *Backend) AfterCommit(_ context.Context, s dataplane.Snapshot) (map[string]string, error) {
 	if _, err := b.decode(s); err != nil {
 		return nil, err
@@ -491,7 +491,7 @@ func (b *Backend) Revert(_ context.Context, s dataplane.Snapshot) (dataplane.Sta
 	// port) and a prebuilt device never committed. Left for the next
 	// operation, they made a retry to the same port fail its path check
 	// ("not free": the check binds the port) and kept a Cutover device on
-	// a node the operation was over for (issue 35). The deletion holds the
+	// a node the operation was over for. The deletion holds the
 	// kernel's RTNL lock for tens of milliseconds, after this node's move
 	// back: on separate kernels no other node waits for it.
 	if err := b.cfg.VXLAN.Cleanup(b.cfg.Device); err != nil {

@@ -603,8 +603,7 @@ func TestPreparePrebuilds(t *testing.T) {
 				}
 			}
 			// Commit adopted it; Abort and Revert removed it (a
-			// leftover on the target port failed a retry's path check,
-			// issue 35).
+			// leftover on the target port failed a retry's path check).
 			if len(r.vx.Prebuilt) != 0 {
 				t.Fatalf("after %s: prebuilt devices %v", end, r.vx.Prebuilt)
 			}

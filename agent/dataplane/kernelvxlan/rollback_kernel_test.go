@@ -12,7 +12,7 @@ import (
 	"github.com/cutover-dev/cutover/pkg/netns"
 )
 
-// Privileged (issue 35, defect 1): a rolled-back change must leave nothing
+// Privileged: a rolled-back change must leave nothing
 // of Cutover's holding the port it was going to: a retry to the same port
 // is planned again, and the path check binds that port on every node.
 

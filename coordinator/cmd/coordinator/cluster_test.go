@@ -322,7 +322,7 @@ func TestClusterHandOver(t *testing.T) {
 	a := startReplica(t, ctx, admin, sa, "coord-a", "127.0.0.2:"+port, dial)
 	waitFor(t, "A to lead and be ready", 30*time.Second, func() bool { code, _ := a.readyz(); return code == http.StatusOK })
 	b := startReplica(t, ctx, admin, sa, "coord-b", "127.0.0.3:"+port, dial)
-	// Issue 18: the standby is Ready (a rolling update of the Deployment
+	// The standby is Ready (a rolling update of the Deployment
 	// needs both replicas Ready to complete) and serves the API by
 	// forwarding to the leader it finds from the Lease and A's pod.
 	waitFor(t, "B ready as a standby", 10*time.Second, func() bool { code, _ := b.readyz(); return code == http.StatusOK })
@@ -491,7 +491,7 @@ func TestClusterHandOver(t *testing.T) {
 	}
 }
 
-// TestClusterInventoryFollows is issue 12's cluster half: a node that
+// TestClusterInventoryFollows is the cluster half of subset safety: a node that
 // joins after the leader started is in the next plan. Without a ready
 // agent it is a problem by name (the cutover would leave it on the old
 // port, cut off from the rest); once its agent is ready, plan passes with

@@ -29,7 +29,7 @@
 //   - Lateness is judged by when a node applied, never by when its answer
 //     arrived (an answer leaves after the apply, and at N = 32 the answers
 //     of nodes that applied within 11 ms of the instant came ~600 ms after
-//     it: issue 35). With Config.LateBudget set, a Commit answer that
+//     it in the lab). With Config.LateBudget set, a Commit answer that
 //     applied more than the budget after the instant (Reply.Lateness, what
 //     the node reported, converted to the coordinator's clock, less the
 //     clock offset's error bound) is status late: once the others

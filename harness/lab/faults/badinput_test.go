@@ -46,7 +46,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"port bound by a socket on n2", []string{"cutover", "--port", "4999"}, 4, `n2.*4999|4999.*n2`},
 		{"unknown node", []string{"cutover", "--port", "4889", "--nodes", "n1,n9"}, 2, `n9`},
 		{"plan with a bad port", []string{"plan", "--port", "70000"}, 2, `70000`},
-		// Issue 12: a subset of one overlay would leave it on two ports.
+		// A subset of one overlay would leave it on two ports.
 		{"subset that would split the overlay", []string{"cutover", "--port", "4889", "--nodes", "n1,n2"}, 4, `n1,n2 would move to 4889 while n3.* stays? on 4789`},
 		{"plan of a subset that would split the overlay", []string{"plan", "--port", "4889", "--nodes", "n1,n2"}, 4, `n1,n2 could no longer reach n3`},
 	}

@@ -32,7 +32,7 @@ const (
 	stepTimeout    = 1500 * time.Millisecond
 	deadman        = 5 * time.Second
 	prepareTimeout = 6 * time.Second
-	consistentIn   = 10 * time.Second // the bound
+	consistentIn   = 10 * time.Second // how soon the overlay must be consistent again
 	fromPort       = 4789
 	toPort         = 4889
 )

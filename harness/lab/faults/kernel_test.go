@@ -9,7 +9,7 @@ import (
 	"github.com/cutover-dev/cutover/harness/lab"
 )
 
-// TestAgentFrozenAtCommitKernel (issue 35, defect 1): on the kernel VXLAN
+// TestAgentFrozenAtCommitKernel: on the kernel VXLAN
 // backend (flannel.1 on 8472), n2's agent is stopped (SIGSTOP) as soon as
 // the coordinator journals the commit, for 6 s, under the product's
 // rollback policy and lateness budget, so n1 and n3 flip and are rolled

@@ -15,7 +15,8 @@ import (
 	"github.com/cutover-dev/cutover/harness/lab"
 )
 
-// lateFigure is one measurement of issue 12 ("Late commits").
+// lateFigure is one measurement of a late commit: a node stopped after
+// the commit went out, under one lateness policy.
 type lateFigure struct {
 	Policy   string  `json:"policy"`
 	Freeze   string  `json:"freeze"` // how long n2 was stopped after the commit went out ("never": until the operation ended)

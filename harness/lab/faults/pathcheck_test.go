@@ -17,7 +17,7 @@ import (
 	"github.com/cutover-dev/cutover/pkg/pathprobe"
 )
 
-// The underlay path check (issue 14) against an NSX-like filter in the
+// The underlay path check (docs/pathcheck.md) against an NSX-like filter in the
 // lab's underlay (nftables on the hub's side of the nodes' links): UDP to
 // the new port dropped between two nodes; only VXLAN frames with the
 // overlay's VNI dropped; frames above a size dropped. Each: plan and
@@ -156,7 +156,7 @@ func refusedNaming(e *env, cmd, port string, want []string) error {
 // TestPathCheckBites is the test of the test (STYLE.md "a safety test
 // must bite"), with agents built with the test-only tag
 // cutover_faultinject, and asserts why the guard fails, not only that it
-// does (issue 35, item 8):
+// does:
 //   - n1's agent reports every frame as passed: the blocked n1↔n3 pair
 //     goes unseen, so the plan passes (exit 0) where the guard wants 4;
 //   - n3's agent reports every peer's frame as seen arriving on its
@@ -285,7 +285,7 @@ func packetSocket(dev string) (int, error) {
 	return fd, nil
 }
 
-// TestPathCheckStatelessFirewall (issue 35, defect 2): n2's own INPUT
+// TestPathCheckStatelessFirewall: n2's own INPUT
 // chain rejects UDP from the underlay with no conntrack ESTABLISHED rule
 // before it (a stateless firewall), and nothing in the underlay drops
 // anything. The frames to udp/4889 cross the underlay and reach n2's
@@ -346,7 +346,7 @@ func statelessFirewall(t *testing.T, e *env, extra [][]string, current int) {
 	e.fact("n2's INPUT rejects UDP, no ESTABLISHED rule (stateless)", "plan, cutover", "not refused; n2's firewall named, not the underlay", "exit 0, every node on 4889", 0)
 }
 
-// TestPathCheckSharedMTU (issue 35, defect 3): every node's pod interface
+// TestPathCheckSharedMTU: every node's pod interface
 // (br0) at MTU 1500 on a 1500-byte underlay, so full-size VXLAN frames
 // (1550 bytes) pass on neither port. The new port is no worse than the
 // current one: plan exit 0 with a warning naming the MTU and the current

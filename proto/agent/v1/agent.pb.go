@@ -471,7 +471,7 @@ type PreflightResponse struct {
 	Problems       []string               `protobuf:"bytes,4,rep,name=problems,proto3" json:"problems,omitempty"`                                     // empty when this node can go ahead
 	Actions        []string               `protobuf:"bytes,5,rep,name=actions,proto3" json:"actions,omitempty"`                                       // what prepare/commit would do here
 	// What Info answers, read as the preflight began: one call where
-	// preflight made two (issue 13). Unset from an agent older than the
+	// preflight made two. Unset from an agent older than the
 	// field: the coordinator then asks Info itself.
 	Info *InfoResponse `protobuf:"bytes,6,opt,name=info,proto3" json:"info,omitempty"`
 	// Whether on this node, as its backend is configured, the staged
@@ -587,7 +587,7 @@ type PrepareRequest struct {
 	// reset_probe_stats: once prepared and its peers set, zero the probe
 	// mesh's counters (what ProbeStats with reset does), so that the
 	// operation's disruption figures start here. It saves the coordinator a
-	// second call per agent at the first Prepare (issue 13: 10,000 more
+	// second call per agent at the first Prepare (at 10,000 agents, 10,000 more
 	// calls inside the prepare round). An agent that did it says so
 	// (PrepareResponse.probe_stats_reset); one older than the field is sent
 	// ProbeStats with reset instead.

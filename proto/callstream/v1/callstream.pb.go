@@ -5,7 +5,7 @@
 // source: callstream/v1/callstream.proto
 
 // One long-lived stream per connection that carries a service's unary
-// calls (issue 13). A unary call opens an HTTP/2 stream of its own: headers
+// calls. A unary call opens an HTTP/2 stream of its own: headers
 // both ways, trailers, a server goroutine and a flush per call. At 10,000
 // agents that per-call cost, not the messages, bound the coordinator's
 // phases on 2 cores. A frame carries one call or its answer instead; the
