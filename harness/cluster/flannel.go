@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -249,21 +248,9 @@ func StartPodRing(pods []PodEnd, interval time.Duration) (*Ring, error) {
 		if len(pods) < 2 {
 			break
 		}
-		rp := &ringPair{from: p.Node.Name, to: to.Node.Name, done: make(chan struct{})}
-		argv := p.Node.in("nsenter", "--net="+p.Netns, "--",
-			"ping", "-n", "-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "1", to.IP.String())
-		rp.cmd = exec.Command(argv[0], argv[1:]...)
-		rp.cmd.Stdout, rp.cmd.Stderr = &rp.out, &rp.out
-		rp.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := rp.cmd.Start(); err != nil {
-			_, _ = r.Stop()
+		if err := r.start(p.Node.Name, to.Node.Name, p.Node.in("nsenter", "--net="+p.Netns, "--"), "", interval, to.IP.String()); err != nil {
 			return nil, err
 		}
-		go func() {
-			_ = rp.cmd.Wait() // ping exits non-zero when a reply was missed
-			close(rp.done)
-		}()
-		r.pairs = append(r.pairs, rp)
 	}
 	return r, nil
 }

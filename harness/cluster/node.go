@@ -268,7 +268,11 @@ state = %q
   [plugins.'io.containerd.grpc.v1.cri']
     stream_server_address = '127.0.0.1'
     stream_server_port = '0'
-`, root, filepath.Join(rd, "state"), n.sock(), n.sock()+".ttrpc", n.c.cfg.PauseImage, filepath.Join(rd, "runc"))
+
+  # One NRI socket per node: the nodes share the machine's /var/run/nri.
+  [plugins.'io.containerd.nri.v1.nri']
+    socket_path = %q
+`, root, filepath.Join(rd, "state"), n.sock(), n.sock()+".ttrpc", n.c.cfg.PauseImage, filepath.Join(rd, "runc"), filepath.Join(rd, "nri.sock"))
 	cf := filepath.Join(n.Dir(), "containerd.toml")
 	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
 		return err

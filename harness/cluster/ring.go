@@ -46,22 +46,36 @@ func (c *Cluster) StartRing(interval time.Duration) (*Ring, error) {
 		if to == n {
 			break
 		}
-		p := &ringPair{from: n.Name, to: to.Name, done: make(chan struct{})}
-		p.cmd = exec.Command("nsenter", "--net="+filepath.Join(netns.Dir, n.Netns), "--",
-			"ping", "-q", "-n", "-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "1", GatewayIP(to.Index).String())
-		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := p.cmd.Start(); err != nil {
-			_, _ = r.Stop()
+		if err := r.start(n.Name, to.Name, []string{"nsenter", "--net=" + filepath.Join(netns.Dir, n.Netns), "--"},
+			"-q", interval, GatewayIP(to.Index).String()); err != nil {
 			return nil, err
 		}
-		go func() {
-			_ = p.cmd.Wait() // ping exits non-zero when a reply was missed
-			close(p.done)
-		}()
-		r.pairs = append(r.pairs, p)
 	}
 	return r, nil
+}
+
+// start adds a pair to the ring: ping (with flag, "-q" for its statistics
+// only or "" for a line per reply) to addr every interval, run through
+// prefix (the namespaces it pings from). On error it stops the ring.
+func (r *Ring) start(from, to string, prefix []string, flag string, interval time.Duration, addr string) error {
+	argv := append(prefix, "ping", "-n", "-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "1")
+	if flag != "" {
+		argv = append(argv, flag)
+	}
+	p := &ringPair{from: from, to: to, done: make(chan struct{})}
+	p.cmd = exec.Command(argv[0], append(argv[1:], addr)...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		_, _ = r.Stop()
+		return err
+	}
+	go func() {
+		_ = p.cmd.Wait() // ping exits non-zero when a reply was missed
+		close(p.done)
+	}()
+	r.pairs = append(r.pairs, p)
+	return nil
 }
 
 var pingStatsRE = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
