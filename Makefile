@@ -178,7 +178,7 @@ cluster-tools: ## build (once per machine) the real-cluster tier's Kubernetes bi
 	hack/kube-tools.sh cluster >/dev/null
 	hack/flannel-tools.sh >/dev/null
 
-CLUSTER_RESULTS ?= $(CURDIR)/results/cluster_e2e.json
-cluster-e2e: cluster-tools agent-debs ## as root: real 3-node clusters, Cutover installed from its release and driven by kubectl cutover, beside the real flanneld: results/cluster_e2e.json, results/flannel_cluster.json
+CLUSTER_RESULTS ?= $(CURDIR)/results
+cluster-e2e: cluster-tools agent-debs ## as root: real 3-node clusters, Cutover installed from its release and driven by kubectl cutover, beside the real flanneld: results/cluster_e2e_*.json, results/flannel_cluster.json
 	mkdir -p results
 	COT_CLUSTER_RESULTS=$(CLUSTER_RESULTS) flock /tmp/cutover-priv.lock $(GO) test -count=1 -p 1 -timeout 40m -v ./harness/cluster/...

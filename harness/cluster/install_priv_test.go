@@ -424,11 +424,15 @@ func TestInstallOVS(t *testing.T) {
 	cluster.Require(t)
 	im := buildImages(t, "v0.0.0-e2e")
 	e := startCluster(t, im, 4789)
+	e.res.TierUpMs = benchMs(e.c.StartupTime)
+	installStart := time.Now()
+	defer func() { e.saveResults(t) }()
 	e.install("base", `- target: {kind: Deployment, name: cutover-coordinator}
   patch: |-
     - op: add
       path: /spec/template/spec/containers/0/args/-
       value: --leader-lock=configmap`)
+	e.res.InstallMs = benchMs(time.Since(installStart))
 	t.Log(e.kubectl("-n", "cutover", "get", "pods", "-o", "wide"))
 	if _, err := e.c.Kubectl(context.Background(), "-n", "cutover", "get", "lease", "cutover-coordinator"); err == nil {
 		t.Fatal("the coordinator holds a Lease although it runs --leader-lock=configmap")
@@ -447,5 +451,4 @@ func TestInstallOVS(t *testing.T) {
 	})
 	step("cutover", func(t *testing.T) { e.change(t, "cutover", 4889) })
 	step("rollback", func(t *testing.T) { e.change(t, "rollback", 4789) })
-	e.saveResults(t)
 }

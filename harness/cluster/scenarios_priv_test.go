@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -237,9 +236,14 @@ func (e *e2e) uninstall(t *testing.T) {
 	}
 }
 
+// saveResults writes the test's figures into $COT_CLUSTER_RESULTS (a
+// directory: make cluster-e2e sets results/) as cluster_e2e_<overlay>.json,
+// with their provenance.
 func (e *e2e) saveResults(t *testing.T) {
-	if p := os.Getenv("COT_CLUSTER_RESULTS"); p != "" {
-		t.Setenv(benchresult.EnvDir, filepath.Dir(p))
-		benchresult.Save(t, filepath.Base(p), e.res)
+	dir := os.Getenv("COT_CLUSTER_RESULTS")
+	if dir == "" {
+		return
 	}
+	t.Setenv(benchresult.EnvDir, dir)
+	benchresult.Save(t, "cluster_e2e_"+strings.ToLower(strings.TrimPrefix(t.Name(), "TestInstall"))+".json", e.res)
 }
