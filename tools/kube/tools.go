@@ -13,7 +13,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "sigs.k8s.io/kustomize/kustomize/v5"
 )
