@@ -320,7 +320,7 @@ func meterLab(t *testing.T, agentBin string, coordinatorArgs ...string) (*e2eLab
 	// A loaded 2-core machine can make every agent miss the default 200 ms
 	// lateness budget (a rolled-back cutover measures nothing here): the
 	// e2e tests' lead and a 1 s budget.
-	cfg.ExtraCoordinatorArgs = append([]string{"--commit-lead-min", "1s", "--commit-late-budget", "1s"}, coordinatorArgs...)
+	cfg.ExtraCoordinatorArgs = append([]string{"--commit-lead-min", "1s", "--commit-late-budget", "1s", "--commit-answer-deadline", "1500ms"}, coordinatorArgs...)
 	e := &e2eLab{t: t, l: up(t, cfg), cutoverLab: filepath.Join(bin, "cutover-lab")}
 	if m, err := e.l.Mesh(context.Background(), 10*time.Second); err != nil || !m.AllOK() {
 		t.Fatalf("overlay not complete before the test: %v\n%s", err, m)

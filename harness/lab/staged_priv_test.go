@@ -571,7 +571,9 @@ func TestRxObserverBites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer obs.Stop()
-	e.report(ctx, 0, "cutover", "--port", "4889")
+	// n1 flips at Prepare: the product flags the commit spread (exit 7);
+	// the observer must fail the run on its own evidence.
+	e.report(ctx, 7, "cutover", "--port", "4889")
 	time.Sleep(200 * time.Millisecond)
 	obs.Stop()
 	sum, err := obs.Check()
