@@ -17,7 +17,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/cutover-dev/cutover/harness/kubetest"
@@ -269,15 +268,7 @@ var icmpSeqRE = regexp.MustCompile(`bytes from [^:]+: icmp_seq=(\d+) `)
 
 // StopPods stops a ring StartPodRing started and counts each pair.
 func (r *Ring) StopPods() ([]PodRingPair, error) {
-	for _, p := range r.pairs {
-		_ = p.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-p.done:
-		case <-time.After(5 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	}
+	r.halt()
 	var out []PodRingPair
 	var errs []error
 	for _, p := range r.pairs {

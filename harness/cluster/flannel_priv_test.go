@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -18,12 +16,8 @@ import (
 )
 
 // flannelResult is results/flannel_cluster.json: what each phase of
-// TestFlannelCutover measured, with its provenance.
+// TestFlannelCutover measured (benchresult adds its provenance).
 type flannelResult struct {
-	Commit    string   `json:"commit"`
-	UTC       string   `json:"utc"`
-	Cores     int      `json:"cores"`
-	LoadAvg   string   `json:"loadavg"`
 	Flanneld  string   `json:"flanneld"`
 	CNI       string   `json:"cni"`
 	Interval  string   `json:"ringInterval"`
@@ -74,7 +68,7 @@ func TestFlannelCutover(t *testing.T) {
 	}
 	e := &e2e{t: t, c: c, im: im, dir: dir, bin: im.bin, flannel: true, stagedZero: true,
 		nodePort: func(n *cluster.Node) (int, error) { return n.KernelPort(context.Background()) }}
-	f := &fl{e2e: e, res: newFlannelResult(t), macs: map[string]string{}}
+	f := &fl{e2e: e, res: newFlannelResult(), macs: map[string]string{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			keepLogs(t, c)
@@ -183,24 +177,15 @@ spec:
 `
 }
 
-func newFlannelResult(t *testing.T) *flannelResult {
-	commit, _ := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
-	dirty, _ := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output()
-	load, _ := os.ReadFile("/proc/loadavg")
-	r := &flannelResult{
-		Commit:   strings.TrimSpace(string(commit)),
-		UTC:      time.Now().UTC().Format(time.RFC3339),
-		Cores:    runtime.NumCPU(),
-		LoadAvg:  strings.Join(strings.Fields(string(load))[:3], " "),
+// newFlannelResult's provenance (commit, time, cores, load) is written by
+// benchresult.Write, as for every results file.
+func newFlannelResult() *flannelResult {
+	return &flannelResult{
 		Flanneld: "flanneld " + cluster.FlannelVersion + " (hack/flannel-tools.sh, from github.com/flannel-io/flannel), DaemonSet with --kube-subnet-mgr",
 		CNI:      "harness/cluster/flannelcni (stand-in for github.com/flannel-io/cni-plugin, refused by the module proxy) delegating to Debian's bridge + host-local",
 		Interval: ringInterval.String(),
 		Note:     "TestFlannelCutover (harness/cluster, real-cluster tier, 3 kubelets + 1 joining): ring = ping from each ring pod's netns to the next node's ring pod; lost = sequence numbers up to the last answered without an answer",
 	}
-	if len(dirty) > 0 {
-		r.Commit += "-dirty"
-	}
-	return r
 }
 
 func (f *fl) finding(s string) {

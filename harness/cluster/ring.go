@@ -80,11 +80,9 @@ func (r *Ring) start(from, to string, prefix []string, flag string, interval tim
 
 var pingStatsRE = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
 
-// Stop ends every ping (SIGINT, so it prints its statistics) and returns
-// the counts.
-func (r *Ring) Stop() ([]RingPair, error) {
-	var out []RingPair
-	var errs []error
+// halt ends every ping with SIGINT, so that it prints its statistics
+// (SIGKILL after 5 s), and waits for it.
+func (r *Ring) halt() {
 	for _, p := range r.pairs {
 		_ = p.cmd.Process.Signal(syscall.SIGINT)
 		select {
@@ -93,6 +91,16 @@ func (r *Ring) Stop() ([]RingPair, error) {
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
+	}
+}
+
+// Stop ends every ping (SIGINT, so it prints its statistics) and returns
+// the counts.
+func (r *Ring) Stop() ([]RingPair, error) {
+	r.halt()
+	var out []RingPair
+	var errs []error
+	for _, p := range r.pairs {
 		m := pingStatsRE.FindStringSubmatch(p.out.String())
 		if m == nil {
 			errs = append(errs, fmt.Errorf("ring %s->%s: no statistics in %q", p.from, p.to, strings.TrimSpace(p.out.String())))
