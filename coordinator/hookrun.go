@@ -100,13 +100,34 @@ func (c *Coordinator) hookNamed(name string) Hook {
 	return nil
 }
 
-// preflightHooks asks every hook for problems; each is prefixed with the
-// hook's name.
-func (c *Coordinator) preflightHooks(ctx context.Context, info OpInfo) []string {
+// preflightHooks asks every hook for problems, and a Planner for the
+// steps it will take too; each line is prefixed with the hook's name.
+func (c *Coordinator) preflightHooks(ctx context.Context, info OpInfo) (steps, problems []string) {
+	for _, h := range c.hooks {
+		var s, p []string
+		if pl, ok := h.(Planner); ok {
+			s, p = pl.Plan(ctx, info)
+		} else {
+			p = h.Preflight(ctx, info)
+		}
+		for _, l := range s {
+			steps = append(steps, h.Name()+": "+l)
+		}
+		for _, l := range p {
+			problems = append(problems, h.Name()+": "+l)
+		}
+	}
+	return steps, problems
+}
+
+// nextSteps is what the hooks leave the admin after op succeeded.
+func (c *Coordinator) nextSteps(info OpInfo) []string {
 	var out []string
 	for _, h := range c.hooks {
-		for _, p := range h.Preflight(ctx, info) {
-			out = append(out, h.Name()+": "+p)
+		if n, ok := h.(NextStepper); ok {
+			for _, l := range n.NextSteps(info) {
+				out = append(out, h.Name()+": "+l)
+			}
 		}
 	}
 	return out
@@ -125,8 +146,9 @@ func (c *Coordinator) fullPreflight(ctx context.Context, r request, kind string)
 	if len(c.hooks) == 0 {
 		return pf
 	}
-	probs := c.preflightHooks(ctx, OpInfo{ID: r.id, Kind: kind, FromPort: pf.from, ToPort: r.to, Nodes: slices.Clone(r.nodes)})
+	steps, probs := c.preflightHooks(ctx, OpInfo{ID: r.id, Kind: kind, FromPort: pf.from, ToPort: r.to, Nodes: slices.Clone(r.nodes)})
 	pf.problems = append(pf.problems, probs...)
 	pf.resp.Problems = pf.problems
+	pf.resp.HookSteps = steps
 	return pf
 }

@@ -41,6 +41,25 @@ type Hook interface {
 	Restore(ctx context.Context, op OpInfo) error
 }
 
+// Planner is a Hook that can say what it will do. When a hook implements
+// it, plan, dry run and cutover call Plan instead of Preflight (one read
+// of the cluster, not two): its problems refuse the cutover as
+// Preflight's do, and its steps reach the admin in the plan
+// (PlanResponse.hook_steps), where a line in the coordinator's log would
+// reach nobody who runs kubectl cutover.
+type Planner interface {
+	Plan(ctx context.Context, op OpInfo) (steps, problems []string)
+}
+
+// NextStepper is a Hook that leaves the admin work once an operation
+// succeeded: what only a person (or another controller's owner) can do,
+// such as restarting a CNI daemon that keeps the old port in memory, or
+// editing a master's configuration file. The lines go into the report
+// (Report.next_steps), which coordctl and kubectl cutover print.
+type NextStepper interface {
+	NextSteps(op OpInfo) []string
+}
+
 // NopHook is a Hook that does nothing; embed it to implement only some
 // methods.
 type NopHook struct{}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -416,5 +417,68 @@ func TestHooksStagedOrder(t *testing.T) {
 		a finalize cutover 4789→4889`)
 	if len(bad) > 0 {
 		t.Errorf("BeforeCommit while some node did not send the new port: %v", bad)
+	}
+}
+
+// planHook is a recHook that also says its steps (Planner) and leaves the
+// admin a step once an operation succeeded (NextStepper).
+type planHook struct{ *recHook }
+
+func (h planHook) Plan(ctx context.Context, op OpInfo) (steps, problems []string) {
+	return []string{fmt.Sprintf("before commit: source of truth to %d", op.ToPort)}, h.Preflight(ctx, op)
+}
+
+func (h planHook) NextSteps(op OpInfo) []string {
+	return []string{fmt.Sprintf("restart the CNI daemon so that it reads %d", op.ToPort)}
+}
+
+// TestHookStepsReachTheAdmin: a Planner's steps are in the plan, each
+// named by its hook, its problems still refuse (and Preflight is not asked
+// a second time); a NextStepper's steps are in the report of an operation
+// that succeeded, and of no other.
+func TestHookStepsReachTheAdmin(t *testing.T) {
+	p := planHook{newRecHook("cni")}
+	plain := newRecHook("plain")
+	l := newLabHooks(t, 2, nil, nil, p, plain)
+	pr, err := l.c.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(pr.GetHookSteps(), "\n"), "cni: before commit: source of truth to 4889"; got != want {
+		t.Errorf("plan hook steps %q, want %q", got, want)
+	}
+	if n := strings.Count(strings.Join(p.Calls(), "\n"), "preflight"); n != 1 {
+		t.Errorf("the Planner hook was asked %d times for one plan, want once: %q", n, p.Calls())
+	}
+
+	p.mu.Lock()
+	p.probs = []string{"ConfigMap says 8472"}
+	p.mu.Unlock()
+	pr, err = l.c.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pr.GetProblems(), "cni: ConfigMap says 8472") {
+		t.Errorf("a Planner's problem is not in the plan's problems: %q", pr.GetProblems())
+	}
+	p.mu.Lock()
+	p.probs = nil
+	p.mu.Unlock()
+
+	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil || rep.State != succeeded {
+		t.Fatalf("%v %v", rep.GetState(), err)
+	}
+	if got, want := strings.Join(rep.GetNextSteps(), "\n"), "cni: restart the CNI daemon so that it reads 4889"; got != want {
+		t.Errorf("next steps %q, want %q", got, want)
+	}
+
+	plain.fail[HookBeforeCommit] = errors.New("forbidden")
+	rep, _, err = l.cutover(&coordinatorv1.CutoverRequest{Port: 4999, OperationId: "op2"})
+	if err != nil || rep.State != aborted {
+		t.Fatalf("%v %v", rep.GetState(), err)
+	}
+	if len(rep.GetNextSteps()) != 0 {
+		t.Errorf("an aborted operation leaves next steps %q: nothing changed, there is nothing to keep", rep.GetNextSteps())
 	}
 }

@@ -195,8 +195,13 @@ func (c *Coordinator) phaseDoneLocked(op *operation, step barrier.Step, d time.D
 
 // declare records the outcome; endRun finishes the run.
 func (c *Coordinator) declare(op *operation, d barrier.Declare) {
+	var next []string
+	if d.Outcome == barrier.Succeeded {
+		next = c.nextSteps(op.info())
+	}
 	now := time.Now()
 	op.mu.Lock()
+	op.report.NextSteps = next
 	if op.curStep != "" {
 		c.phaseDoneLocked(op, op.curStep, now.Sub(op.stepStart))
 		op.curStep = ""

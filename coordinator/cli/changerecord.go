@@ -32,6 +32,7 @@ type recordView struct {
 	Duration    string
 	Error       string
 	Warnings    []string
+	NextSteps   []string
 
 	Request []kv
 	Plan    *planView
@@ -192,7 +193,7 @@ func newRecordView(r *coordinatorv1.Report, now time.Time) *recordView {
 		State: stateName(r.GetState()), StateClass: stateClass(r), Partial: running,
 		From: r.GetFromPort(), To: r.GetToPort(), RequestedBy: orDash(r.GetRequestedBy()),
 		Started: fmtInstant(start), Ended: fmtInstant(r.GetEndedUnixNano()), Generated: fmtInstant(now.UnixNano()),
-		Error: r.GetError(), Warnings: r.GetWarnings(), CommitAt: fmtInstant(r.GetCommitUnixNano()),
+		Error: r.GetError(), Warnings: r.GetWarnings(), NextSteps: r.GetNextSteps(), CommitAt: fmtInstant(r.GetCommitUnixNano()),
 		Spread: fmtMillis(r.GetCommitSpreadNanos()) + " ms",
 	}
 	v.Title = fmt.Sprintf("Change record: operation %s, VXLAN port %d → %d, %s", v.ID, v.From, v.To, v.State)

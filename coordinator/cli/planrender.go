@@ -183,6 +183,14 @@ func renderPlan(w io.Writer, p *coordinatorv1.PlanResponse, wide bool) {
 			}
 		}
 	}
+	if steps := p.GetHookSteps(); len(steps) > 0 {
+		_, _ = fmt.Fprintln(w, "\ncluster (the coordinator's hooks, on the API; the admin's part is named):")
+		// Not wrapped, as the report's next steps: a line may end in a
+		// command to copy.
+		for _, s := range steps {
+			_, _ = fmt.Fprintf(w, "  - %s\n", s)
+		}
+	}
 	if pc := p.GetPathCheck(); pc != nil {
 		_, _ = fmt.Fprintln(w)
 		renderPathCheck(w, pc, false)

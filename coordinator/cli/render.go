@@ -197,6 +197,17 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 		_ = t.Flush()
 		renderStalls(w, r)
 	}
+	// Last, so that it is what the admin reads when the command returns:
+	// what the cluster still needs from a person now that the overlay is
+	// on the new port.
+	if n := r.GetNextSteps(); len(n) > 0 {
+		_, _ = fmt.Fprintln(w, "\nnext steps (yours: the operation succeeded, these keep it so):")
+		// Not wrapped: a step may end in a command to copy, and a line
+		// break inside it would break the paste.
+		for _, x := range n {
+			_, _ = fmt.Fprintf(w, "  - %s\n", x)
+		}
+	}
 }
 
 // renderHeld says, for a held staged operation, which nodes send which

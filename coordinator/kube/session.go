@@ -153,24 +153,52 @@ func (s *Session) Refresh(ctx context.Context) (coordinator.Inventory, error) {
 // Name implements coordinator.Hook; it keys the journal's hook calls.
 func (s *Session) Name() string { return "cluster" }
 
-// Preflight implements coordinator.Hook: the cluster's objections to an
-// operation moving op.Nodes off op.FromPort: targeted nodes without a
-// ready agent (by name), agents that appeared or moved since the session
-// began, and a source of truth that disagrees with the agents.
+// Preflight implements coordinator.Hook: Plan's problems.
 func (s *Session) Preflight(ctx context.Context, op coordinator.OpInfo) []string {
+	_, problems := s.Plan(ctx, op)
+	return problems
+}
+
+// Plan implements coordinator.Planner: the cluster's objections to an
+// operation moving op.Nodes off op.FromPort (targeted nodes without a
+// ready agent, by name; agents that appeared or moved since the session
+// began; a source of truth that disagrees with the agents) and, with a
+// source of truth, what the session does to it and what it leaves to the
+// admin.
+func (s *Session) Plan(ctx context.Context, op coordinator.OpInfo) (steps, problems []string) {
 	s.mu.Lock()
 	inv := s.latest
 	s.mu.Unlock()
-	probs, err := s.discovery.Preflight(ctx, inv, op.Nodes)
+	problems, err := s.discovery.Preflight(ctx, inv, op.Nodes)
 	if err != nil {
-		probs = append(probs, err.Error())
+		problems = append(problems, err.Error())
 	}
-	if s.Source != nil {
-		if _, err := CheckSourceOfTruth(ctx, s.Source, tunnelport.Port(op.FromPort)); err != nil {
-			probs = append(probs, err.Error())
-		}
+	if s.Source == nil {
+		return nil, problems
 	}
-	return probs
+	desc, err := CheckSourceOfTruth(ctx, s.Source, tunnelport.Port(op.FromPort))
+	if err != nil {
+		return nil, append(problems, err.Error())
+	}
+	steps = []string{desc, fmt.Sprintf("before the commit (staged: before the old port's retirement) it is set to %d; if the operation is undone, back to %d", op.ToPort, op.FromPort)}
+	for _, n := range s.NextSteps(op) {
+		steps = append(steps, "once the operation succeeded, the admin: "+n)
+	}
+	return steps, problems
+}
+
+// NextSteps implements coordinator.NextStepper: flanneld reads
+// net-conf.json only when it starts, so a running flanneld still holds the
+// old port and would give a flannel.1 it recreates (a device it finds
+// "incompatible") the old port; restarted, it reads the new one and keeps
+// the device Cutover moved, MAC included. Calico's Felix reconciles from
+// FelixConfiguration while it runs: nothing to restart.
+func (s *Session) NextSteps(op coordinator.OpInfo) []string {
+	f, ok := s.Source.(*Flannel)
+	if !ok {
+		return nil
+	}
+	return []string{f.RestartStep(tunnelport.Port(op.ToPort))}
 }
 
 // BeforeCommit implements coordinator.Hook: it points the CNI's source of

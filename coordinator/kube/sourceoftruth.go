@@ -65,11 +65,21 @@ type Flannel struct {
 	Namespace string // kube-flannel (current manifests) or kube-system (older)
 	Name      string // kube-flannel-cfg
 	Key       string // net-conf.json
+	DaemonSet string // kube-flannel-ds: the DaemonSet running flanneld
 }
 
 // NewFlannel returns flannel's source of truth with the usual names.
 func NewFlannel(client kubernetes.Interface, namespace string) *Flannel {
-	return &Flannel{Client: client, Namespace: namespace, Name: "kube-flannel-cfg", Key: "net-conf.json"}
+	return &Flannel{Client: client, Namespace: namespace, Name: "kube-flannel-cfg", Key: "net-conf.json", DaemonSet: "kube-flannel-ds"}
+}
+
+// RestartStep is the admin's command that restarts every flanneld, one
+// node at a time (the DaemonSet's rolling update), so that each reads
+// port from net-conf.json.
+func (f *Flannel) RestartStep(port tunnelport.Port) string {
+	return fmt.Sprintf("restart flanneld one node at a time so that it reads Backend.Port %d (it keeps the port it read at start, and a flannel.1 it recreates would get that one): "+
+		"kubectl -n %s rollout restart daemonset/%s && kubectl -n %s rollout status daemonset/%s",
+		port, f.Namespace, f.DaemonSet, f.Namespace, f.DaemonSet)
 }
 
 func (f *Flannel) where() string {

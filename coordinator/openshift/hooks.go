@@ -217,6 +217,18 @@ func (h *Hook) Plan(ctx context.Context, op coordinator.OpInfo) (lines, problems
 	return lines, problems
 }
 
+// NextSteps implements coordinator.NextStepper: the masters' configuration
+// is a file on each master, out of the API's reach, and a master restarted
+// with the old vxlanPort recreates the ClusterNetwork on it; the next SDN
+// restart would then rebuild every node's br0 onto the old port.
+func (h *Hook) NextSteps(op coordinator.OpInfo) []string {
+	return []string{fmt.Sprintf("set networkConfig.vxlanPort: %d in /etc/origin/master/master-config.yaml on every master, then restart the masters one at a time (master-restart api; master-restart controllers): a master restarted with %d recreates ClusterNetwork %s on it, and the next SDN restart rebuilds br0 there",
+		op.ToPort, op.FromPort, h.cfg.ClusterNetwork)}
+}
+
+var _ coordinator.NextStepper = (*Hook)(nil)
+var _ coordinator.Planner = (*Hook)(nil)
+
 func presence(m map[string]string, k string) string {
 	if _, ok := m[k]; ok {
 		return "present"

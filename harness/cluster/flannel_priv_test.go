@@ -100,10 +100,13 @@ func TestFlannelCutover(t *testing.T) {
 	f.install("overlays/flannel")
 
 	// 1. The cutover (default strategy) under the ring.
+	var restart []string // the flanneld restart the report printed
 	f.run("cutover to 4889", time.Second, func() {
-		if out, code := f.plugin(3*time.Minute, "cutover", "--port", "4889"); code != 0 {
+		out, code := f.plugin(3*time.Minute, "cutover", "--port", "4889")
+		if code != 0 {
 			t.Fatalf("kubectl cutover cutover --port 4889: exit %d\n%s", code, out)
 		}
+		restart = nextStepCommands(t, out, 4889)
 	}, 4889, true)
 	if p := f.flannelPort(); p != 4889 {
 		t.Fatalf("kube-flannel-cfg Backend.Port %d after the cutover, want 4889", p)
@@ -134,27 +137,32 @@ func TestFlannelCutover(t *testing.T) {
 	f.deleteDevice(c.Nodes[1])
 
 	// 3. Every flanneld restarted one node at a time with net-conf.json
-	// updated: each keeps its device, port and MAC.
-	f.run("rolling flanneld restart on 4889", time.Second, f.rollingRestart, 4889, true)
+	// updated, by the commands the cutover's report printed as the admin's
+	// next step: each keeps its device, port and MAC.
+	f.run("rolling flanneld restart on 4889", time.Second, func() { f.runPrinted(restart) }, 4889, true)
 
-	// 4. Rollback, then the rolling restart again.
+	// 4. Rollback, then the rolling restart it printed.
 	f.run("rollback to 8472", time.Second, func() {
-		if out, code := f.plugin(3*time.Minute, "rollback"); code != 0 {
+		out, code := f.plugin(3*time.Minute, "rollback")
+		if code != 0 {
 			t.Fatalf("kubectl cutover rollback: exit %d\n%s", code, out)
 		}
+		restart = nextStepCommands(t, out, 8472)
 	}, 8472, true)
 	if p := f.flannelPort(); p != 8472 {
 		t.Errorf("kube-flannel-cfg Backend.Port %d after the rollback, want 8472", p)
 	}
-	f.run("rolling flanneld restart on 8472", time.Second, f.rollingRestart, 8472, true)
+	f.run("rolling flanneld restart on 8472", time.Second, func() { f.runPrinted(restart) }, 8472, true)
 
 	// 5. A second cutover, then a node joins before any flanneld restarts.
 	f.run("second cutover to 4889", time.Second, func() {
-		if out, code := f.plugin(3*time.Minute, "cutover", "--port", "4889"); code != 0 {
+		out, code := f.plugin(3*time.Minute, "cutover", "--port", "4889")
+		if code != 0 {
 			t.Fatalf("kubectl cutover cutover --port 4889 (second): exit %d\n%s", code, out)
 		}
+		restart = nextStepCommands(t, out, 4889)
 	}, 4889, true)
-	f.join()
+	f.join(restart)
 
 	// 6. A node rebooted after the cutover.
 	f.reboot(c.Nodes[1])
@@ -385,17 +393,52 @@ func (f *fl) restartFlanneld(n *cluster.Node) {
 	}
 }
 
-// rollingRestart is what a flannel user runs after the ConfigMap changed:
-// every flanneld restarted, one node at a time (maxUnavailable 1).
-func (f *fl) rollingRestart() {
-	f.kubectl("-n", "kube-flannel", "rollout", "restart", "ds/kube-flannel-ds")
-	f.kubectl("-n", "kube-flannel", "rollout", "status", "ds/kube-flannel-ds", "--timeout=300s")
+// nextStepCommands finds, in kubectl cutover's output, the report's next
+// step that restarts flanneld for port and returns its commands (after
+// the step's last ": ", joined by " && "), each a kubectl command line.
+func nextStepCommands(t *testing.T, out string, port int) []string {
+	t.Helper()
+	_, steps, ok := strings.Cut(out, "\nnext steps")
+	if !ok {
+		t.Fatalf("kubectl cutover printed no next steps: a running flanneld keeps the old port in memory, the admin must be told to restart it\n%s", out)
+	}
+	for _, l := range strings.Split(steps, "\n") {
+		if !strings.Contains(l, "restart flanneld") {
+			continue
+		}
+		if !strings.Contains(l, fmt.Sprintf("Backend.Port %d", port)) {
+			t.Errorf("the flanneld step does not name port %d: %s", port, l)
+		}
+		i := strings.LastIndex(l, ": ")
+		cmds := strings.Split(l[i+2:], " && ")
+		for _, c := range cmds {
+			if !strings.HasPrefix(c, "kubectl ") {
+				t.Fatalf("next step command %q is not a kubectl command line", c)
+			}
+		}
+		return cmds
+	}
+	t.Fatalf("the next steps name no flanneld restart:%s", steps)
+	return nil
+}
+
+// runPrinted runs the kubectl command lines kubectl cutover printed, as
+// the admin pastes them: every flanneld restarted, one node at a time.
+func (f *fl) runPrinted(cmds []string) {
+	f.t.Helper()
+	if len(cmds) == 0 {
+		f.t.Fatal("no printed command to run")
+	}
+	for _, c := range cmds {
+		f.kubectl(strings.Fields(strings.TrimPrefix(c, "kubectl "))...)
+	}
 }
 
 // join adds a node after the cutover, before any flanneld restarted: it
 // gets its device from net-conf.json; the old nodes' flanneld add its
-// entries on the device they cached at their start.
-func (f *fl) join() {
+// entries on the device they cached at their start. restart is the
+// flanneld restart the cutover printed: the repair.
+func (f *fl) join(restart []string) {
 	t := f.t
 	t.Helper()
 	n, err := f.c.AddNode(context.Background())
@@ -446,7 +489,7 @@ func (f *fl) join() {
 		f.finding(fmt.Sprintf("%s joined after the cutover with no flanneld restarted: device on %d, every node has its FDB entry, 0 lost", n.Name, d.Port))
 	}
 	// The repair: the old nodes reach the new one as each restarts.
-	f.run("rolling flanneld restart after the join (repairs it)", time.Second, f.rollingRestart, 4889, false)
+	f.run("rolling flanneld restart after the join (repairs it)", time.Second, func() { f.runPrinted(restart) }, 4889, false)
 	f.run(n.Name+" after the rolling restart", 2*time.Second, nil, 4889, true)
 }
 

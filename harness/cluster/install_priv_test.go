@@ -39,13 +39,15 @@ type e2e struct {
 	stagedZero bool
 }
 
-func startCluster(t *testing.T, im e2eImages, ovsPort int) *e2e {
+// startCluster starts the tier with the release's images and extra (more
+// image tarballs) imported on every node; ovsPort 0: no OVS overlay.
+func startCluster(t *testing.T, im e2eImages, ovsPort int, extra ...string) *e2e {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	c, err := cluster.Up(ctx, cluster.Config{Name: "cote2e", Dir: filepath.Join(dir, "cluster"),
-		Images: []string{im.pause, im.agent, im.coordinator}, PauseImage: im.pauseRef, OVSPort: ovsPort, Logf: t.Logf})
+		Images: append([]string{im.pause, im.agent, im.coordinator}, extra...), PauseImage: im.pauseRef, OVSPort: ovsPort, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +307,8 @@ func TestInstallKernelVXLAN(t *testing.T) {
 // change runs kubectl cutover VERB (cutover --port to, or rollback) under
 // the ring and checks the exit code, every node's port from its kernel,
 // flannel's ConfigMap, and that the overlay carried the ring throughout.
-func (e *e2e) change(t *testing.T, verb string, to int) {
+// It returns what kubectl cutover printed.
+func (e *e2e) change(t *testing.T, verb string, to int) string {
 	t.Helper()
 	args := []string{verb}
 	if verb == "cutover" {
@@ -353,6 +356,7 @@ func (e *e2e) change(t *testing.T, verb string, to int) {
 	if max := 3 * len(pairs); !e.stagedZero && row.Lost > max {
 		t.Errorf("the overlay lost %d of %d ring packets during kubectl cutover %s (atomic: want at most %d, 3 per pair)", row.Lost, row.Sent, strings.Join(args, " "), max)
 	}
+	return out
 }
 
 func (e *e2e) wantKernelPortsT(t *testing.T, want int) {
@@ -413,42 +417,4 @@ type e2eResults struct {
 	TierUpMs  float64   `json:"tierUpMs"`
 	InstallMs float64   `json:"installMs"`
 	Changes   []ringRow `json:"changes"`
-}
-
-// TestInstallOVS installs Cutover's base manifests (the OVS backend) onto a
-// real cluster whose nodes run an openshift-sdn-shaped userspace Open
-// vSwitch overlay, with the coordinator's leader lock on a ConfigMap as
-// OpenShift 3.11 needs it (the plugin must find the leader there), and
-// drives plan, cutover and rollback through kubectl cutover.
-func TestInstallOVS(t *testing.T) {
-	cluster.Require(t)
-	im := buildImages(t, "v0.0.0-e2e")
-	e := startCluster(t, im, 4789)
-	e.res.TierUpMs = benchMs(e.c.StartupTime)
-	installStart := time.Now()
-	defer func() { e.saveResults(t) }()
-	e.install("base", `- target: {kind: Deployment, name: cutover-coordinator}
-  patch: |-
-    - op: add
-      path: /spec/template/spec/containers/0/args/-
-      value: --leader-lock=configmap`)
-	e.res.InstallMs = benchMs(time.Since(installStart))
-	t.Log(e.kubectl("-n", "cutover", "get", "pods", "-o", "wide"))
-	if _, err := e.c.Kubectl(context.Background(), "-n", "cutover", "get", "lease", "cutover-coordinator"); err == nil {
-		t.Fatal("the coordinator holds a Lease although it runs --leader-lock=configmap")
-	}
-	step := func(name string, fn func(t *testing.T)) {
-		if !t.Run(name, fn) {
-			t.FailNow()
-		}
-	}
-	step("plan", func(t *testing.T) {
-		out, code := e.plugin(2*time.Minute, "plan", "--port", "4889")
-		if code != 0 || !strings.Contains(out, "may go") {
-			t.Fatalf("kubectl cutover plan --port 4889: exit %d, want 0 and \"may go\"\n%s", code, out)
-		}
-		e.wantKernelPortsT(t, 4789)
-	})
-	step("cutover", func(t *testing.T) { e.change(t, "cutover", 4889) })
-	step("rollback", func(t *testing.T) { e.change(t, "rollback", 4789) })
 }

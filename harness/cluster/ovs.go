@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/harness/ovsproc"
+	"github.com/cutover-dev/cutover/harness/sdnsim"
 	"github.com/cutover-dev/cutover/pkg/netns"
 )
 
@@ -18,8 +19,9 @@ import (
 // (datapath_type=netdev: there is no OVS kernel module here): br0 with
 // vxlan0 (remote_ip=flow, key=flow) at ofport 1 and tun0 at ofport 2
 // holding the node's pod gateway, flows that send a peer's subnet into the
-// tunnel towards the peer's node address, and OpenShift's
-// OS_FIREWALL_ALLOW chain jumped to from INPUT. The userspace datapath
+// tunnel towards the peer's node address, the SDN's drop flow and version
+// note, and OpenShift's OS_FIREWALL_ALLOW chain jumped to from INPUT (the
+// SDN's own chains are its pod's to write: harness/sdnsim). The userspace datapath
 // terminates tunnels on an OVS bridge, so the node address moves from
 // eth0 to br-ul, which carries eth0: the node's Kubernetes traffic crosses
 // OVS too. Its files live at the node's /run/openvswitch, where the agent
@@ -93,7 +95,13 @@ func (n *Node) startOVS(ctx context.Context, port int) error {
 			flows = append(flows, fmt.Sprintf("table=0,priority=100,in_port=2,%s%s,actions=set_field:%s->tun_dst,output:1", m, NodeSubnet(i), NodeIP(i)))
 		}
 	}
-	flows = append(flows, "table=0,priority=0,actions=drop")
+	// What openshift-sdn's setup leaves besides the node's flows: the drop
+	// of pod traffic to the VXLAN port (table 20) and the version note it
+	// checks to know br0 is already set up (table 253). With them the
+	// SDN stand-in, started as a pod, finds the node set up and leaves br0
+	// alone, as the real SDN does on a node it set up before.
+	flows = append(flows, "table=0,priority=0,actions=drop", sdnsim.DropFlow(uint16(port)),
+		fmt.Sprintf("table=%d,actions=note:%s", sdnsim.VersionTable, sdnsim.VersionNote))
 	f := filepath.Join(n.Dir(), "br0.flows")
 	if err := os.WriteFile(f, []byte(strings.Join(flows, "\n")+"\n"), 0o644); err != nil {
 		return err
@@ -127,4 +135,51 @@ func sysctlNS(ns, key, value string) error {
 	return netns.Do(ns, func() error {
 		return os.WriteFile("/proc/sys/"+key, []byte(value), 0o644)
 	})
+}
+
+// SDNPorts reads, from the node itself, the VXLAN ports openshift-sdn's
+// own state names besides vxlan0: the udp_dst of br0's drop flows in table
+// 20, and the --dport of the ACCEPT rules in filter
+// OPENSHIFT-FIREWALL-ALLOW. A cutover must leave both on the new port
+// alone, or the SDN's next resync and a pod's traffic disagree with vxlan0.
+func (n *Node) SDNPorts(ctx context.Context) (drop, allow []int, err error) {
+	if n.ovs == nil {
+		return nil, nil, fmt.Errorf("node %s runs no Open vSwitch", n.Name)
+	}
+	out, err := n.ovs.Ofctl(ctx, "-O", "OpenFlow13", "dump-flows", "br0", "table=20") // sdnsim.DropFlow's table
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, f := range strings.Fields(out) {
+		f = strings.TrimSuffix(f, ",")
+		for _, part := range strings.Split(f, ",") {
+			if v, ok := strings.CutPrefix(part, "tp_dst="); ok {
+				part = "udp_dst=" + v
+			}
+			if v, ok := strings.CutPrefix(part, "udp_dst="); ok {
+				p, err := strconv.Atoi(v)
+				if err != nil {
+					return nil, nil, fmt.Errorf("node %s: br0 table 20 flow %q: %w", n.Name, f, err)
+				}
+				drop = append(drop, p)
+			}
+		}
+	}
+	rules, err := n.Exec(ctx, "iptables", "-w", "5", "-t", "filter", "-S", "OPENSHIFT-FIREWALL-ALLOW")
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, l := range strings.Split(rules, "\n") {
+		f := strings.Fields(l)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == "--dport" {
+				p, err := strconv.Atoi(f[i+1])
+				if err != nil {
+					return nil, nil, fmt.Errorf("node %s: OPENSHIFT-FIREWALL-ALLOW rule %q: %w", n.Name, l, err)
+				}
+				allow = append(allow, p)
+			}
+		}
+	}
+	return drop, allow, nil
 }

@@ -550,8 +550,12 @@ type PlanResponse struct {
 	// request's strategy "auto" why that one.
 	Strategy       string `protobuf:"bytes,100,opt,name=strategy,proto3" json:"strategy,omitempty"`
 	StrategyReason string `protobuf:"bytes,101,opt,name=strategy_reason,json=strategyReason,proto3" json:"strategy_reason,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What the coordinator's hooks (the CNI's or the SDN's source of truth)
+	// will do during the operation and what they leave to the admin, each
+	// line prefixed with the hook's name.
+	HookSteps     []string `protobuf:"bytes,110,rep,name=hook_steps,json=hookSteps,proto3" json:"hook_steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlanResponse) Reset() {
@@ -631,6 +635,13 @@ func (x *PlanResponse) GetStrategyReason() string {
 		return x.StrategyReason
 	}
 	return ""
+}
+
+func (x *PlanResponse) GetHookSteps() []string {
+	if x != nil {
+		return x.HookSteps
+	}
+	return nil
 }
 
 // PathCheckResult is the matrix of an underlay path check: real VXLAN
@@ -1432,6 +1443,12 @@ type Report struct {
 	// applied within the policy, nodes left out of the probe mesh, pairs dark
 	// before the change, mesh verification off. coordctl exits 7, not 0.
 	Warnings []string `protobuf:"bytes,40,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// What the admin still has to do now that the overlay is on the new
+	// port, from the hooks (e.g. restart flanneld so that its in-memory
+	// configuration says the new port; set master-config's vxlanPort). Not a
+	// warning: the operation succeeded and coordctl exits as it would
+	// without them.
+	NextSteps []string `protobuf:"bytes,41,rep,name=next_steps,json=nextSteps,proto3" json:"next_steps,omitempty"`
 	// Nodes that had not applied the commit by the instant plus the lateness
 	// budget, and how late they were.
 	LateNodes       []*LateNode `protobuf:"bytes,60,rep,name=late_nodes,json=lateNodes,proto3" json:"late_nodes,omitempty"`
@@ -1620,6 +1637,13 @@ func (x *Report) GetRevertsOperationId() string {
 func (x *Report) GetWarnings() []string {
 	if x != nil {
 		return x.Warnings
+	}
+	return nil
+}
+
+func (x *Report) GetNextSteps() []string {
+	if x != nil {
+		return x.NextSteps
 	}
 	return nil
 }
@@ -1988,7 +2012,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\fcurrent_port\x18\x02 \x01(\rR\vcurrentPort\x12(\n" +
 	"\x10target_port_free\x18\x03 \x01(\bR\x0etargetPortFree\x12\x1a\n" +
 	"\bproblems\x18\x04 \x03(\tR\bproblems\x12\x18\n" +
-	"\aactions\x18\x05 \x03(\tR\aactions\"\xb3\x02\n" +
+	"\aactions\x18\x05 \x03(\tR\aactions\"\xd2\x02\n" +
 	"\fPlanResponse\x12!\n" +
 	"\fcurrent_port\x18\x01 \x01(\rR\vcurrentPort\x12\x1f\n" +
 	"\vtarget_port\x18\x02 \x01(\rR\n" +
@@ -1998,7 +2022,9 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"path_check\x18F \x01(\v2'.cutover.coordinator.v1.PathCheckResultR\tpathCheck\x12\x1a\n" +
 	"\bstrategy\x18d \x01(\tR\bstrategy\x12'\n" +
-	"\x0fstrategy_reason\x18e \x01(\tR\x0estrategyReason\"\xa5\x04\n" +
+	"\x0fstrategy_reason\x18e \x01(\tR\x0estrategyReason\x12\x1d\n" +
+	"\n" +
+	"hook_steps\x18n \x03(\tR\thookSteps\"\xa5\x04\n" +
 	"\x0fPathCheckResult\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x12\n" +
 	"\x04vnis\x18\x02 \x03(\rR\x04vnis\x12#\n" +
@@ -2077,7 +2103,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x04lost\x18\x04 \x01(\x04R\x04lost\x12,\n" +
 	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\x12:\n" +
 	"\x1alongest_gap_from_unix_nano\x18\x06 \x01(\x03R\x16longestGapFromUnixNano\x12*\n" +
-	"\x11longest_gap_phase\x18\a \x01(\tR\x0flongestGapPhase\"\x98\v\n" +
+	"\x11longest_gap_phase\x18\a \x01(\tR\x0flongestGapPhase\"\xb7\v\n" +
 	"\x06Report\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12<\n" +
 	"\x05state\x18\x02 \x01(\x0e2&.cutover.coordinator.v1.OperationStateR\x05state\x12\x1b\n" +
@@ -2100,7 +2126,9 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x12longest_gap_micros\x18\x0e \x01(\x03R\x10longestGapMicros\x12\x12\n" +
 	"\x04kind\x18\x0f \x01(\tR\x04kind\x120\n" +
 	"\x14reverts_operation_id\x18\x10 \x01(\tR\x12revertsOperationId\x12\x1a\n" +
-	"\bwarnings\x18( \x03(\tR\bwarnings\x12?\n" +
+	"\bwarnings\x18( \x03(\tR\bwarnings\x12\x1d\n" +
+	"\n" +
+	"next_steps\x18) \x03(\tR\tnextSteps\x12?\n" +
 	"\n" +
 	"late_nodes\x18< \x03(\v2 .cutover.coordinator.v1.LateNodeR\tlateNodes\x12*\n" +
 	"\x11late_budget_nanos\x18= \x01(\x03R\x0flateBudgetNanos\x12\x1f\n" +

@@ -4,9 +4,11 @@
 // set up for that port), owns the SDN's iptables chains, and exits with
 // code 2 when its health check finds vxlan0 on another port.
 //
-// It runs in the host namespace: the apiserver is on loopback there, and
-// the node's Open vSwitch is reached over its unix sockets, as the SDN
-// container reaches the host's; iptables and ip run in --netns.
+// In a lab it runs in the host namespace: the apiserver is on loopback
+// there, and the node's Open vSwitch is reached over its unix sockets, as
+// the SDN container reaches the host's; iptables and ip run in --netns. On
+// the real-cluster tier it runs as the sdn DaemonSet's pod: host network,
+// the node's /var/run/openvswitch mounted, in-cluster credentials.
 package main
 
 import (
@@ -21,6 +23,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cutover-dev/cutover/harness/sdnsim"
@@ -39,7 +42,7 @@ func run() int {
 	)
 	fs := flag.NewFlagSet("sdnsim", flag.ContinueOnError)
 	fs.StringVar(&node, "node", "", "node name (for logs)")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the apiserver holding the ClusterNetwork")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the apiserver holding the ClusterNetwork; empty: in-cluster (run as the sdn DaemonSet's pod)")
 	fs.StringVar(&ovsDir, "ovs-dir", "", "the node's OVS_RUNDIR (db.sock, br0.mgmt)")
 	fs.StringVar(&netns, "netns", "", "the node's network namespace (iptables, ip)")
 	fs.StringVar(&flows, "flows-file", "", "the pods' br0 flows, re-attached at a rebuild")
@@ -56,9 +59,6 @@ func run() int {
 		log.Error(fmt.Sprintf("--%s %q: %s", flag, value, why))
 		return sdnsim.ExitSetup
 	}
-	if kubeconfig == "" {
-		return bad("kubeconfig", kubeconfig, "required")
-	}
 	if ovsDir == "" {
 		return bad("ovs-dir", ovsDir, "required")
 	}
@@ -72,7 +72,13 @@ func run() int {
 			return bad("addr", addr, "want address/length, e.g. 198.19.1.1/16")
 		}
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	// In a pod (the real-cluster tier runs it as openshift-sdn's
+	// DaemonSet) it reads the ClusterNetwork as the SDN does: with its
+	// service account.
+	rc, err := rest.InClusterConfig()
+	if kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
 	if err != nil {
 		return bad("kubeconfig", kubeconfig, err.Error())
 	}
