@@ -282,18 +282,18 @@ func (c *Client) buildDstPortTxn(cur Interface, id ovsdb.UUID, options map[strin
 
 // prepared is Client's PreparedChange.
 type prepared struct {
-	c              *Client
-	name           string
-	from, to       uint16
-	cur            Interface
-	noop           bool
-	ops            []ovsdb.Operation
-	nWaits         int
-	db             *ovsdb.Client
-	w              *cfgWatch
-	target         int64 // next_cfg to wait for
-	used, closed   bool
-	sent, applied  time.Time
+	c             *Client
+	name          string
+	from, to      uint16
+	cur           Interface
+	noop          bool
+	ops           []ovsdb.Operation
+	nWaits        int
+	db            *ovsdb.Client
+	w             *cfgWatch
+	target        int64 // next_cfg to wait for
+	used, closed  bool
+	sent, applied time.Time
 }
 
 // watch opens the cur_cfg monitor on db. For a no-op the value to wait for
