@@ -10,7 +10,6 @@ import (
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/dataplane/kernelvxlan"
 	"github.com/cutover-dev/cutover/agent/dataplane/ovsvxlan"
-	"github.com/cutover-dev/cutover/pkg/execseam"
 	"github.com/cutover-dev/cutover/pkg/iptables"
 	"github.com/cutover-dev/cutover/pkg/nftables"
 	"github.com/cutover-dev/cutover/pkg/openflow"
@@ -56,7 +55,7 @@ func NewBackend(cfg Config) (dataplane.Backend, error) {
 	}
 	local, _ := underlayAddr(cfg) // none: the staged strategy is refused, saying why
 	return ovsvxlan.New(ovsvxlan.Config{OVS: drv, Interface: cfg.Interface, Bridge: cfg.Bridge, Firewall: fw, Ports: ports, Flows: flows,
-		OF: &openflow.Client{RunDir: ovsRunDir(cfg)}, Vsctl: vsctl(cfg), SDN: cfg.Profile == ProfileOpenShiftSDN, RxLocalIP: local,
+		OF: &openflow.Client{RunDir: ovsRunDir(cfg)}, SDN: cfg.Profile == ProfileOpenShiftSDN, RxLocalIP: local,
 		StandingRedirects: cfg.StandingRedirects})
 }
 
@@ -68,16 +67,6 @@ func ovsRunDir(cfg Config) string {
 		return filepath.Dir(strings.TrimPrefix(cfg.OVSDB, "unix:"))
 	}
 	return ""
-}
-
-// vsctl runs ovs-vsctl against the agent's OVSDB: the staged strategy's
-// receive port and its retirement's one transaction (ovs-vsctl waits for
-// ovs-vswitchd to apply it).
-func vsctl(cfg Config) func(ctx context.Context, args ...string) ([]byte, error) {
-	return func(ctx context.Context, args ...string) ([]byte, error) {
-		argv := append([]string{"ovs-vsctl", "--db=" + cfg.OVSDB, "--timeout=10"}, args...)
-		return execseam.Exec(ctx, argv, nil)
-	}
 }
 
 // openshiftSDN wires the openshift-sdn profile: the SDN's two port rules

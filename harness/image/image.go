@@ -96,8 +96,9 @@ func Coordinator(ref, version, arch, binDir string) Spec {
 // from (with their Depends closure, hack/agent-debs.sh); Dockerfile.agent
 // installs the same set (deploy/images_test.go). iptables: both backends'
 // iptables and *-save; nftables: nft; openvswitch-common: ovs-ofctl;
-// openvswitch-switch: ovs-vsctl (Debian ships it there, beside the
-// daemons, which the image never runs); iproute2: ip, which pkg/openflow runs for a client in a
+// openvswitch-switch: ovs-vsctl for an operator in the agent's container
+// (the agent itself speaks OVSDB, pkg/ovs; Debian ships ovs-vsctl beside
+// the daemons, which the image never runs); iproute2: ip, which pkg/openflow runs for a client in a
 // network namespace. No conntrack: pkg/conntrack speaks netlink.
 var AgentPackages = []string{"iptables", "nftables", "openvswitch-common", "openvswitch-switch", "iproute2"}
 
@@ -105,7 +106,7 @@ var AgentPackages = []string{"iptables", "nftables", "openvswitch-common", "open
 // derives them from the code); the image must carry each, runnable. Plain
 // iptables is Debian's default alternative (iptables-nft), which pkg/iptables
 // asks for its --version when both backends hold as many rules.
-var AgentTools = []string{"iptables", "iptables-legacy", "iptables-legacy-save", "iptables-nft", "iptables-nft-save", "ip", "nft", "ovs-ofctl", "ovs-vsctl"}
+var AgentTools = []string{"iptables", "iptables-legacy", "iptables-legacy-save", "iptables-nft", "iptables-nft-save", "ip", "nft", "ovs-ofctl"}
 
 // DefaultPath is the PATH of every image (Debian's root PATH).
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -275,8 +275,8 @@ func writeTree(t *testing.T, c *Contents, dir string) {
 }
 
 // The check names what an agent image lacks: a tool (no
-// openvswitch-common: ovs-ofctl; no openvswitch-switch: ovs-vsctl) and a library (no
-// libnftables1: nft's libnftables.so.1).
+// openvswitch-common: ovs-ofctl) and a library (no libnftables1: nft's
+// libnftables.so.1).
 func TestAgentImageCheckNamesWhatIsMissing(t *testing.T) {
 	arch := runtime.GOARCH
 	full := debs(t, arch)
@@ -300,7 +300,6 @@ func TestAgentImageCheckNamesWhatIsMissing(t *testing.T) {
 	}
 	for drop, want := range map[string][]string{
 		"openvswitch-common": {"ovs-ofctl: not on the image's PATH"},
-		"openvswitch-switch": {"ovs-vsctl: not on the image's PATH"},
 		"libnftables1":       {"nft (/usr/sbin/nft): does not resolve in the image: libnftables.so.1 (needed by nft)"},
 	} {
 		s := Agent("ghcr.io/cutover-dev/cutover-agent:"+testVersion, testVersion, arch, binaries(t, arch), without(drop))

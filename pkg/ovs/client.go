@@ -133,7 +133,7 @@ func (c *Client) Ping(ctx context.Context) error {
 	return db.Echo(ctx)
 }
 
-var ifaceColumns = []string{"_uuid", "name", "type", "options", "ofport", "error"}
+var ifaceColumns = []string{"_uuid", "name", "type", "options", "ofport", "error", "ofport_request", "mtu_request"}
 
 // GetInterface implements Driver.
 func (c *Client) GetInterface(ctx context.Context, name string) (Interface, error) {
@@ -176,6 +176,12 @@ func rowToInterface(r ovsdb.Row) (Interface, ovsdb.UUID, error) {
 	}
 	if iface.Error, _, err = ovsdb.AsString(r["error"]); err != nil {
 		return iface, "", fmt.Errorf("ovs: Interface %s: error: %w", iface.Name, err)
+	}
+	if iface.OFPortRequest, _, err = ovsdb.AsInt(r["ofport_request"]); err != nil {
+		return iface, "", fmt.Errorf("ovs: Interface %s: ofport_request: %w", iface.Name, err)
+	}
+	if iface.MTURequest, _, err = ovsdb.AsInt(r["mtu_request"]); err != nil {
+		return iface, "", fmt.Errorf("ovs: Interface %s: mtu_request: %w", iface.Name, err)
 	}
 	return iface, id, nil
 }
@@ -276,30 +282,29 @@ func (c *Client) buildDstPortTxn(cur Interface, id ovsdb.UUID, options map[strin
 
 // prepared is Client's PreparedChange.
 type prepared struct {
-	c              *Client
-	name           string
-	from, to       uint16
-	cur            Interface
-	noop           bool
-	ops            []ovsdb.Operation
-	nWaits         int
-	db             *ovsdb.Client
-	mon            *ovsdb.Monitor
-	curCfg, target int64 // cur_cfg seen; next_cfg to wait for
-	used, closed   bool
-	sent, applied  time.Time
+	c             *Client
+	name          string
+	from, to      uint16
+	cur           Interface
+	noop          bool
+	ops           []ovsdb.Operation
+	nWaits        int
+	db            *ovsdb.Client
+	w             *cfgWatch
+	target        int64 // next_cfg to wait for
+	used, closed  bool
+	sent, applied time.Time
 }
 
 // watch opens the cur_cfg monitor on db. For a no-op the value to wait for
 // is the next_cfg already pending: a replay right after a commit must not
 // report success before ovs-vswitchd applied it.
 func (p *prepared) watch(ctx context.Context, db *ovsdb.Client) error {
-	mon, err := db.Monitor(ctx, dbName, map[string]ovsdb.MonitorRequest{"Open_vSwitch": {Columns: []string{"cur_cfg", "next_cfg"}}})
+	w, err := watchCfg(ctx, db)
 	if err != nil {
-		return fmt.Errorf("ovs: monitor cur_cfg: %w", err)
+		return err
 	}
-	p.db, p.mon = db, mon
-	p.curCfg, p.target = cfgOf(mon.Initial)
+	p.db, p.w, p.target = db, w, w.next
 	return nil
 }
 
@@ -347,14 +352,8 @@ func (p *prepared) Apply(ctx context.Context) (Interface, error) {
 			return p.cur, fmt.Errorf("ovs: Open_vSwitch next_cfg: %w", err)
 		}
 	}
-	for p.curCfg < p.target {
-		u, err := p.mon.Next(ctx)
-		if err != nil {
-			return p.cur, &NotAppliedError{Name: p.name, NextCfg: p.target, CurCfg: p.curCfg, Err: err}
-		}
-		if cc, _ := cfgOf(u); cc > p.curCfg {
-			p.curCfg = cc
-		}
+	if err := p.w.until(ctx, p.target); err != nil {
+		return p.cur, &NotAppliedError{Name: p.name, NextCfg: p.target, CurCfg: p.w.cur, Err: err}
 	}
 	if !p.noop {
 		p.applied = time.Now()
@@ -377,10 +376,8 @@ func (p *prepared) Close() {
 		return
 	}
 	p.closed = true
-	if p.mon != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = p.mon.Cancel(ctx)
-		cancel()
+	if p.w != nil {
+		p.w.close()
 	}
 }
 
@@ -434,6 +431,46 @@ func sameTunnelPort(a, b Interface) bool {
 		return i
 	}
 	return sameTunnel(strip(a), strip(b))
+}
+
+// cfgWatch follows Open_vSwitch cur_cfg, so that a writer can wait for
+// ovs-vswitchd to apply the next_cfg its transaction set: what ovs-vsctl
+// waits for unless told --no-wait.
+type cfgWatch struct {
+	mon       *ovsdb.Monitor
+	cur, next int64 // cur_cfg seen; next_cfg when the watch opened
+}
+
+// watchCfg opens the monitor. It must be open before the write it waits
+// for: the cur_cfg update may follow the commit by microseconds.
+func watchCfg(ctx context.Context, db *ovsdb.Client) (*cfgWatch, error) {
+	mon, err := db.Monitor(ctx, dbName, map[string]ovsdb.MonitorRequest{"Open_vSwitch": {Columns: []string{"cur_cfg", "next_cfg"}}})
+	if err != nil {
+		return nil, fmt.Errorf("ovs: monitor cur_cfg: %w", err)
+	}
+	w := &cfgWatch{mon: mon}
+	w.cur, w.next = cfgOf(mon.Initial)
+	return w, nil
+}
+
+// until waits until cur_cfg >= target.
+func (w *cfgWatch) until(ctx context.Context, target int64) error {
+	for w.cur < target {
+		u, err := w.mon.Next(ctx)
+		if err != nil {
+			return err
+		}
+		if cc, _ := cfgOf(u); cc > w.cur {
+			w.cur = cc
+		}
+	}
+	return nil
+}
+
+func (w *cfgWatch) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = w.mon.Cancel(ctx)
+	cancel()
 }
 
 // cfgOf extracts cur_cfg and next_cfg from Open_vSwitch updates (0 if absent).

@@ -25,12 +25,17 @@ type env struct {
 	breakPort func(name string)
 	// port reads options:dst_port independently ("" when absent).
 	port func(name string) string
+	// addInternal adds an internal port to br0, with mtu_request when
+	// mtu > 0.
+	addInternal func(name string, mtu int64)
 }
 
 var baseOpts = map[string]string{"remote_ip": "flow", "key": "flow"}
 
 func fakeEnv(t *testing.T) env {
-	f := NewFake(Interface{Name: "vxlan0", Type: "vxlan", Options: baseOpts, OFPort: 1})
+	f := NewFake()
+	f.SetPort("br0", Interface{Name: "br0", Type: "internal", OFPort: 65534})
+	f.SetPort("br0", Interface{Name: "vxlan0", Type: "vxlan", Options: baseOpts, OFPort: 1, OFPortRequest: 1})
 	return env{
 		d: f,
 		addVxlan: func(name string, extra map[string]string) {
@@ -38,7 +43,10 @@ func fakeEnv(t *testing.T) env {
 			for k, v := range extra {
 				o[k] = v
 			}
-			f.Set(Interface{Name: name, Type: "vxlan", Options: o})
+			f.SetPort("br0", Interface{Name: name, Type: "vxlan", Options: o})
+		},
+		addInternal: func(name string, mtu int64) {
+			f.SetPort("br0", Interface{Name: name, Type: "internal", MTURequest: mtu})
 		},
 		setOption: func(name, key, value string) {
 			i, err := f.GetInterface(context.Background(), name)
@@ -110,6 +118,13 @@ func realEnv(t *testing.T) (env, *ovsproc.Instance, *Client) {
 			vsctl(args...)
 		},
 		setOption: func(name, key, value string) { vsctl("set", "interface", name, "options:"+key+"="+value) },
+		addInternal: func(name string, mtu int64) {
+			args := []string{"add-port", "br0", name, "--", "set", "interface", name, "type=internal"}
+			if mtu > 0 {
+				args = append(args, "mtu_request="+strconv.FormatInt(mtu, 10))
+			}
+			vsctl(args...)
+		},
 		breakPort: func(name string) { vsctl("set", "interface", name, "options:remote_ip=bad") },
 		port: func(name string) string {
 			out, err := inst.Vsctl(context.Background(), "--if-exists", "get", "interface", name, "options:dst_port")
@@ -251,6 +266,8 @@ func contract(t *testing.T, mk func(*testing.T) env) {
 			t.Fatalf("vxlan1 -> 4789 beside vxlan0 on implicit 4789: %v", err)
 		}
 	})
+
+	portsContract(t, mk)
 }
 
 // TestRealOVSAcceptsDuplicateTunnels documents why the driver guards against

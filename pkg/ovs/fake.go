@@ -16,6 +16,7 @@ import (
 type Fake struct {
 	mu     sync.Mutex
 	ifaces map[string]Interface
+	bridge map[string]string // name -> the bridge its port is on, if any
 	fail   map[string]string // name -> error ovs-vswitchd reports for it
 	writes int
 	down   error // set: every call fails, the database is unreachable
@@ -25,7 +26,7 @@ var _ Driver = (*Fake)(nil)
 
 // NewFake returns a Fake holding ifaces.
 func NewFake(ifaces ...Interface) *Fake {
-	f := &Fake{ifaces: map[string]Interface{}, fail: map[string]string{}}
+	f := &Fake{ifaces: map[string]Interface{}, bridge: map[string]string{}, fail: map[string]string{}}
 	for _, i := range ifaces {
 		f.Set(i)
 	}
@@ -33,22 +34,38 @@ func NewFake(ifaces ...Interface) *Fake {
 }
 
 // Set creates or replaces an interface, as another controller (or ovs-vsctl)
-// would. A zero OFPort is filled in with the next free number.
+// would; it stays on the bridge it was on, if any. A zero OFPort is filled
+// in as ovs-vswitchd would: OFPortRequest when free, else the lowest free
+// number.
 func (f *Fake) Set(i Interface) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.set(i)
+}
+
+func (f *Fake) set(i Interface) {
 	i.Options = copyOptions(i.Options)
+	delete(f.ifaces, i.Name)
 	if i.OFPort == 0 {
-		i.OFPort = f.nextOFPort()
+		i.OFPort = f.nextOFPort(i.OFPortRequest)
 	}
 	f.ifaces[i.Name] = i
 }
 
-// Delete removes an interface.
+// SetPort is Set with the interface in a port of its name on bridge.
+func (f *Fake) SetPort(bridge string, i Interface) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.set(i)
+	f.bridge[i.Name] = bridge
+}
+
+// Delete removes an interface (and its port).
 func (f *Fake) Delete(name string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.ifaces, name)
+	delete(f.bridge, name)
 }
 
 // FailPort makes "ovs-vswitchd" fail the interface with reason from its next
@@ -63,14 +80,15 @@ func (f *Fake) FailPort(name, reason string) {
 	f.fail[name] = reason
 }
 
-// Writes counts committed SetDstPort transactions (no-ops do not write).
+// Writes counts committed write transactions (no-ops do not write).
 func (f *Fake) Writes() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.writes
 }
 
-// Dump returns one canonical line per interface, sorted by name.
+// Dump returns one canonical line per interface, sorted by name, ending in
+// bridge=<name> for one on a bridge.
 func (f *Fake) Dump() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -82,6 +100,9 @@ func (f *Fake) Dump() string {
 	var b strings.Builder
 	for _, n := range names {
 		b.WriteString(f.ifaces[n].String())
+		if br := f.bridge[n]; br != "" {
+			b.WriteString(" bridge=" + br)
+		}
 		b.WriteByte('\n')
 	}
 	return b.String()
@@ -153,19 +174,26 @@ func (f *Fake) reconfigure(i *Interface) {
 		return
 	}
 	if i.OFPort <= 0 {
-		i.OFPort = f.nextOFPort()
+		i.OFPort = f.nextOFPort(i.OFPortRequest)
 	}
 	i.Error = ""
 }
 
-func (f *Fake) nextOFPort() int64 {
-	var max int64
+// nextOFPort is the number ovs-vswitchd gives an interface: the one it
+// requests if no other has it, else the lowest free one.
+func (f *Fake) nextOFPort(request int64) int64 {
+	used := map[int64]bool{}
 	for _, i := range f.ifaces {
-		if i.OFPort > max && i.OFPort < 65279 { // skip LOCAL (65534) and friends
-			max = i.OFPort
-		}
+		used[i.OFPort] = true
 	}
-	return max + 1
+	if request > 0 && !used[request] {
+		return request
+	}
+	n := int64(1)
+	for used[n] {
+		n++
+	}
+	return n
 }
 
 func copyOptions(o map[string]string) map[string]string {
@@ -239,4 +267,91 @@ func (p *fakePrepared) Apply(ctx context.Context) (Interface, error) {
 		p.sent, p.applied = sent, time.Now()
 	}
 	return got, err
+}
+
+// Interfaces implements Driver.
+func (f *Fake) Interfaces(ctx context.Context, bridge string) ([]Interface, error) {
+	if err := f.Ping(ctx); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Interface
+	for n, br := range f.bridge {
+		if br == bridge {
+			i := f.ifaces[n]
+			i.Options = copyOptions(i.Options)
+			out = append(out, i)
+		}
+	}
+	if len(out) == 0 {
+		// A bridge always has its own internal port: none, no bridge.
+		return nil, &NotFoundError{Name: bridge, Kind: "bridge"}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// ChangePorts implements Driver: every part is checked before any applies,
+// as Client's one transaction does.
+func (f *Fake) ChangePorts(ctx context.Context, c PortsChange) error {
+	if err := f.Ping(ctx); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	onBridge := false
+	for _, br := range f.bridge {
+		onBridge = onBridge || br == c.Bridge
+	}
+	if !onBridge {
+		return &NotFoundError{Name: c.Bridge, Kind: "bridge"}
+	}
+	for _, a := range c.Add {
+		if _, ok := f.ifaces[a.Name]; ok && f.bridge[a.Name] != c.Bridge {
+			return fmt.Errorf("ovs: add port %s to %s: a port or interface of that name is elsewhere (another bridge, another port); remove it first", a.Name, c.Bridge)
+		}
+	}
+	moves := map[string]map[string]string{}
+	for _, m := range c.Move {
+		cur, ok := f.ifaces[m.Name]
+		if !ok {
+			return &NotFoundError{Name: m.Name}
+		}
+		options, noop, err := planDstPort(cur, m.From, m.To)
+		if err != nil {
+			return err
+		}
+		if !noop {
+			moves[m.Name] = options
+		}
+	}
+	wrote := len(moves) > 0
+	for _, a := range c.Add {
+		i, ok := f.ifaces[a.Name]
+		if !ok {
+			i = Interface{Name: a.Name}
+		}
+		i.Type, i.Options, i.OFPortRequest = a.Type, copyOptions(a.Options), a.OFPortRequest
+		f.reconfigure(&i)
+		f.ifaces[a.Name], f.bridge[a.Name] = i, c.Bridge
+		wrote = true
+	}
+	for name, options := range moves {
+		i := f.ifaces[name]
+		i.Options = options
+		f.reconfigure(&i)
+		f.ifaces[name] = i
+	}
+	for _, d := range c.Del {
+		if f.bridge[d] == c.Bridge {
+			delete(f.ifaces, d)
+			delete(f.bridge, d)
+			wrote = true
+		}
+	}
+	if wrote {
+		f.writes++
+	}
+	return nil
 }

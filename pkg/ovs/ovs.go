@@ -1,13 +1,15 @@
 // Package ovs is the agent's Open vSwitch driver: it reads an Interface and
 // moves a tunnel interface's UDP port (options:dst_port) with one
 // compare-and-set OVSDB transaction, then waits for ovs-vswitchd to apply it
-// and reads the result back.
+// and reads the result back. For the staged strategy it also adds and
+// removes ports of one interface on a bridge (the receive ports), together
+// with such moves, in one transaction that ovs-vswitchd applies as a whole.
 //
-// It owns only the Interface rows it is asked about (and Open_vSwitch
-// next_cfg, to make ovs-vswitchd reconfigure). It must not create or delete
-// bridges, ports or flows, and it never retries a write: a refused
-// compare-and-set means another controller changed the interface, and the
-// caller decides what to do.
+// It owns only the Interface and Port rows it is asked about (and
+// Open_vSwitch next_cfg, to make ovs-vswitchd reconfigure). It must not
+// create or delete bridges or flows, and it never retries a write: a
+// refused compare-and-set means another controller changed the interface,
+// and the caller decides what to do.
 //
 // Driver is the seam: Client speaks OVSDB (pkg/ovsdb) to a real
 // ovsdb-server, Fake keeps the same rules in memory and dumps its state as
@@ -31,6 +33,13 @@ type Interface struct {
 	Options map[string]string
 	OFPort  int64  // -1: ovs-vswitchd failed the interface; 0: not (yet) assigned
 	Error   string // ovs-vswitchd's reason when it failed the interface
+	// OFPortRequest is the OpenFlow port number asked for (0: none), which
+	// ovs-vswitchd gives the interface when no other has it.
+	OFPortRequest int64
+	// MTURequest is the MTU asked for (0: none). An internal interface
+	// without one gets its MTU recomputed whenever a port joins or leaves
+	// its bridge.
+	MTURequest int64
 }
 
 // Default UDP ports of OVS tunnel types when options:dst_port is absent.
@@ -64,6 +73,12 @@ func (i Interface) Healthy() bool { return i.OFPort > 0 && i.Error == "" }
 func (i Interface) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s type=%s ofport=%d", i.Name, i.Type, i.OFPort)
+	if i.OFPortRequest != 0 {
+		fmt.Fprintf(&b, " ofport_request=%d", i.OFPortRequest)
+	}
+	if i.MTURequest != 0 {
+		fmt.Fprintf(&b, " mtu_request=%d", i.MTURequest)
+	}
 	for _, k := range sortedKeys(i.Options) {
 		fmt.Fprintf(&b, " options:%s=%s", k, i.Options[k])
 	}
@@ -93,6 +108,55 @@ type Driver interface {
 	// that at the instant Apply sends one message. It writes nothing. The
 	// errors are SetDstPort's; on error, Current still tells what was read.
 	PrepareDstPort(ctx context.Context, name string, from, to uint16) (PreparedChange, error)
+	// Interfaces reads the interfaces of bridge's ports (the bridge's own
+	// internal one included), sorted by name; a missing bridge is a
+	// *NotFoundError.
+	Interfaces(ctx context.Context, bridge string) ([]Interface, error)
+	// ChangePorts applies c as one transaction, which ovs-vswitchd applies
+	// as a whole, and returns once it has (cur_cfg). Nothing to do writes
+	// nothing, but still waits for a change pending in ovs-vswitchd.
+	// Errors: *NotFoundError (the bridge, an interface to move),
+	// *ConflictError (a move's interface not at From, or changed
+	// concurrently: nothing was written), *NotAppliedError.
+	ChangePorts(ctx context.Context, c PortsChange) error
+}
+
+// PortsChange is one transaction on a bridge's ports. Its parts apply
+// together or not at all: the staged strategy's switch adds a receive port
+// and moves vxlan0 in one, so that no instant has the old port unheard.
+type PortsChange struct {
+	Bridge string
+	// Add are ports of one interface each, named as the interface, with
+	// its Type, Options and OFPortRequest. A port of that name on the
+	// bridge already stays, and its interface gets them (a replay).
+	Add []Interface
+	// Move are dst_port moves, each a compare-and-set as SetDstPort's; one
+	// already at To is nothing to do.
+	Move []Move
+	// Del are ports removed from the bridge, with their interfaces; an
+	// absent one is nothing to do.
+	Del []string
+}
+
+// Move is an interface's options:dst_port moving From -> To.
+type Move struct {
+	Name     string
+	From, To uint16
+}
+
+// String renders the change for a transaction comment and errors.
+func (c PortsChange) String() string {
+	var parts []string
+	for _, a := range c.Add {
+		parts = append(parts, "add "+a.Name)
+	}
+	for _, m := range c.Move {
+		parts = append(parts, fmt.Sprintf("%s dst_port %d -> %d", m.Name, m.From, m.To))
+	}
+	for _, d := range c.Del {
+		parts = append(parts, "del "+d)
+	}
+	return c.Bridge + ": " + strings.Join(parts, ", ")
 }
 
 // PreparedChange is a dst_port change built ahead of its instant. It is used
@@ -113,11 +177,19 @@ type PreparedChange interface {
 	Close()
 }
 
-// NotFoundError is an interface that does not exist.
-type NotFoundError struct{ Name string }
+// NotFoundError is an interface (or, Kind "bridge", a bridge) that does
+// not exist.
+type NotFoundError struct {
+	Name string
+	Kind string // "" for an interface
+}
 
 func (e *NotFoundError) Error() string {
-	return fmt.Sprintf("ovs: interface %q not found", e.Name)
+	kind := e.Kind
+	if kind == "" {
+		kind = "interface"
+	}
+	return fmt.Sprintf("ovs: %s %q not found", kind, e.Name)
 }
 
 // ConflictError is a compare-and-set that found the interface not as
@@ -161,14 +233,21 @@ func (e *PortError) Error() string {
 // did not report applied (cur_cfg) in time: the database holds the new
 // port, the datapath may not.
 type NotAppliedError struct {
-	Name            string
+	Name string
+	// What is the change when it is not Name's dst_port alone (a
+	// PortsChange, as its String).
+	What            string
 	NextCfg, CurCfg int64
 	Err             error
 }
 
 func (e *NotAppliedError) Error() string {
-	return fmt.Sprintf("ovs: interface %s: change committed (next_cfg %d) but ovs-vswitchd has not applied it (cur_cfg %d): %v; is ovs-vswitchd running?",
-		e.Name, e.NextCfg, e.CurCfg, e.Err)
+	what := "interface " + e.Name
+	if e.What != "" {
+		what = e.What
+	}
+	return fmt.Sprintf("ovs: %s: change committed (next_cfg %d) but ovs-vswitchd has not applied it (cur_cfg %d): %v; is ovs-vswitchd running?",
+		what, e.NextCfg, e.CurCfg, e.Err)
 }
 
 func (e *NotAppliedError) Unwrap() error { return e.Err }

@@ -34,11 +34,9 @@ type Config struct {
 	// openshift-sdn profile's drop flow, sdn.go): opened, closed and
 	// reported like the firewall rules.
 	Flows *PortFlows
-	// OF and Vsctl serve the staged strategy (staged.go): the bridge's
-	// flow table, and ovs-vsctl for the receive port's add and the
-	// retirement's one transaction. Either nil: staged is refused.
-	OF    openflow.Interface
-	Vsctl func(ctx context.Context, args ...string) ([]byte, error)
+	// OF serves the staged strategy (staged.go): the bridge's flow
+	// table. Nil: staged is refused. Its ports go through OVS.
+	OF openflow.Interface
 	// SDN says the openshift-sdn profile is on: staged is refused
 	// (docs/openshift-sdn.md).
 	SDN bool
@@ -453,8 +451,7 @@ func (b *Backend) CleanupNode(ctx context.Context) ([]string, error) {
 			out = append(out, "receive ports of "+b.cfg.Interface)
 		}
 		if err == nil {
-			_, err = b.cfg.Vsctl(ctx, "--if-exists", "del-port", b.cfg.Bridge, RxName(b.cfg.Interface),
-				"--", "--if-exists", "del-port", b.cfg.Bridge, rxOld(b.cfg.Interface))
+			err = b.delReceivers(ctx)
 		}
 		if err == nil {
 			err = b.delOurs(ctx, CookieIn, CookieOut)

@@ -16,7 +16,7 @@ import (
 )
 
 // stagedRig is realRig with what the staged strategy needs: OpenFlow
-// access, ovs-vsctl, the node IP to bind the receive port to, br0's MTU
+// access, the node IP to bind the receive port to, br0's MTU
 // pinned, and owner's flows in the shape of OpenShift SDN's: what arrives
 // on vxlan0 (ofport 1) goes through table 0 to table 10, which matches
 // in_port again and delivers to br0; anything else is dropped.
@@ -25,10 +25,6 @@ func newStagedRig(ctx context.Context, t *testing.T) (realRig, *countingOF) {
 	r := newRealRig(ctx, t)
 	of := &countingOF{Interface: &openflow.Client{RunDir: r.inst.Dir}}
 	r.b.cfg.OF = of
-	r.b.cfg.Vsctl = func(ctx context.Context, args ...string) ([]byte, error) {
-		out, err := r.inst.Vsctl(ctx, args...)
-		return []byte(out), err
-	}
 	r.b.cfg.RxLocalIP = netip.MustParseAddr("198.18.0.11")
 	if _, err := r.inst.Vsctl(ctx, "set", "interface", "br0", "mtu_request=1450"); err != nil {
 		t.Fatal(err)

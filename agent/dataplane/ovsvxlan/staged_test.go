@@ -2,9 +2,7 @@ package ovsvxlan
 
 import (
 	"context"
-	"errors"
 	"net/netip"
-	"slices"
 	"strings"
 	"testing"
 
@@ -34,18 +32,19 @@ func TestStagedProblems(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pinned := true
 	r.b.cfg.OF = of
-	r.b.cfg.Vsctl = func(_ context.Context, args ...string) ([]byte, error) {
-		switch {
-		case slices.Contains(args, "find"):
-			if pinned {
-				return []byte("br0,1450\n"), nil
-			}
-			return []byte("br0,[]\n"), nil
-		}
-		return nil, errors.New("ovs-vsctl: no port named " + args[len(args)-1]) // as port-to-br answers for the bridge's own port
+	// br0 with its own internal port, MTU pinned, and vxlan0; an
+	// unpinned internal port of another bridge is none of its business.
+	pin := func(mtu int64) {
+		r.ovs.SetPort("br0", ovs.Interface{Name: "br0", Type: "internal", OFPort: 65534, MTURequest: mtu})
 	}
+	pin(1450)
+	vxlan0, err := r.ovs.GetInterface(ctx, "vxlan0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ovs.SetPort("br0", vxlan0)
+	r.ovs.SetPort("br1", ovs.Interface{Name: "br1", Type: "internal", OFPort: 65534})
 	if p := r.b.StagedProblems(ctx, 4889); len(p) != 1 || !strings.Contains(p[0], "no underlay address") {
 		t.Fatalf("no underlay address: %q", p)
 	}
@@ -61,17 +60,17 @@ func TestStagedProblems(t *testing.T) {
 	}
 	delete(bound.Options, "local_ip")
 	r.ovs.Set(bound)
-	pinned = false
+	pin(0)
 	if p := r.b.StagedProblems(ctx, 4889); len(p) != 1 || !strings.Contains(p[0], "br0 of br0 has no mtu_request") {
 		t.Fatalf("unpinned: %q", p)
 	}
-	pinned = true
+	pin(1450)
 	stranger := ovs.Interface{Name: "vxlan0-cot-old", Type: "vxlan", OFPort: 9, Options: map[string]string{"dst_port": "4789"}}
-	r.ovs.Set(stranger)
+	r.ovs.SetPort("br0", stranger)
 	if p := r.b.StagedProblems(ctx, 4889); len(p) != 1 || !strings.Contains(p[0], "vxlan0-cot-old exists already") {
 		t.Fatalf("stranger: %q", p)
 	}
-	r.ovs.Set(ovs.Interface{Name: "vxlan0-cot", Type: "vxlan", OFPort: 8, Options: map[string]string{"dst_port": "4889"}})
+	r.ovs.SetPort("br0", ovs.Interface{Name: "vxlan0-cot", Type: "vxlan", OFPort: 8, Options: map[string]string{"dst_port": "4889"}})
 	if p := r.b.StagedProblems(ctx, 4889); len(p) != 0 {
 		t.Fatalf("a switched node's receivers: %q", p)
 	}
