@@ -2,14 +2,6 @@ package barrier
 
 import "slices"
 
-// testNoUnswitch is the bite switch of TestStagedInvariantBites: staged
-// operations roll back without switching every sender back first.
-var testNoUnswitch bool
-
-// testNoHold is the bite switch of TestStagedSubsetBites: a subset's run
-// retires the old port instead of holding.
-var testNoHold bool
-
 // staged reports whether the operation switches its senders in batches.
 func (o *Op) staged() bool { return len(o.cfg.Batches) > 0 }
 
@@ -17,7 +9,7 @@ func (o *Op) staged() bool { return len(o.cfg.Batches) > 0 }
 // old port once its batches are confirmed: a node in no batch and not
 // Switched by an earlier run.
 func (o *Op) holds() bool {
-	if !o.staged() || testNoHold {
+	if !o.staged() || noHold() {
 		return false
 	}
 	return len(o.Sending()) < len(o.cfg.Nodes) // both are sets of cfg.Nodes
@@ -38,7 +30,7 @@ func (o *Op) Sending() []string {
 // rollbackStep is how an operation that sent Commit is undone: staged
 // ones switch every sender back before anyone stops listening.
 func (o *Op) rollbackStep() Step {
-	if o.staged() && !testNoUnswitch {
+	if o.staged() && !noUnswitch() {
 		return Unswitch
 	}
 	return Rollback
