@@ -17,6 +17,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/cutover-dev/cutover/harness/testenv"
 )
 
 const module = "github.com/cutover-dev/cutover"
@@ -226,29 +228,25 @@ func TestHarnessImportsCheckFails(t *testing.T) {
 	}
 }
 
-// faultInjectTag is the build tag that compiles the agent's test-only I2
-// mutation (agent/faultinject.go). Only the lab's test harness sets it.
-const faultInjectTag = "cutover_faultinject"
+// faultInjectTag is the build tag that compiles the test-only mutations
+// the bite tests set (faultinject.go in agent/, agent/probe,
+// coordinator/internal/barrier, coordinator/machineconfig). Only tests and
+// the lab's test harness set it.
+const faultInjectTag = testenv.FaultInjectTag
 
-// agentFaultInjectFiles returns the agent package's Go files, built with
-// tags, that carry the fault-injection switch.
-func agentFaultInjectFiles(t *testing.T, tags string) []string {
+// faultInjectFiles returns the faultinject.go files, as import path/file,
+// of the packages the shipped binaries link, built with tags.
+func faultInjectFiles(t *testing.T, tags string) []string {
 	t.Helper()
-	args := []string{"list", "-f", "{{join .GoFiles \"\\n\"}}"}
+	args := []string{"list", "-deps", "-f", `{{range .GoFiles}}{{if eq . "faultinject.go"}}{{$.ImportPath}}/{{.}} {{end}}{{end}}`}
 	if tags != "" {
 		args = append(args, "-tags", tags)
 	}
-	out, err := exec.Command("go", append(args, "./agent")...).Output()
+	out, err := exec.Command("go", append(args, shippedBinaries...)...).Output()
 	if err != nil {
-		t.Fatalf("go list ./agent: %v", err)
+		t.Fatalf("go list -deps %v: %v", shippedBinaries, err)
 	}
-	var files []string
-	for _, f := range strings.Fields(string(out)) {
-		if f == "faultinject.go" {
-			files = append(files, f)
-		}
-	}
-	return files
+	return strings.Fields(string(out))
 }
 
 // shipMentions returns the files among the shipped build's recipes
@@ -264,15 +262,19 @@ func shipMentions(files map[string]string) []string {
 	return bad
 }
 
-// The shipped agent cannot carry the I2 mutation: its default build does
-// not compile the switch, and no recipe that builds or deploys it sets the
-// tag. The tagged build does compile it (so the check would see it).
-func TestShippedAgentHasNoFaultInjection(t *testing.T) {
-	if got := agentFaultInjectFiles(t, ""); len(got) != 0 {
-		t.Errorf("the default agent build compiles %v", got)
+// The shipped binaries cannot carry a test-only mutation: their default
+// build compiles no faultinject.go, and no recipe that builds or deploys
+// them sets the tag. The tagged build does compile the agent's and the
+// coordinator's (so the check would see them).
+func TestShippedBinariesHaveNoFaultInjection(t *testing.T) {
+	if got := faultInjectFiles(t, ""); len(got) != 0 {
+		t.Errorf("the default build of the shipped binaries compiles %v", got)
 	}
-	if got := agentFaultInjectFiles(t, faultInjectTag); len(got) != 1 {
-		t.Fatalf("the %s build compiles %v, want faultinject.go: the check would prove nothing", faultInjectTag, got)
+	tagged := faultInjectFiles(t, faultInjectTag)
+	for _, side := range []string{module + "/agent/", module + "/coordinator/"} {
+		if !slices.ContainsFunc(tagged, func(f string) bool { return strings.HasPrefix(f, side) }) {
+			t.Fatalf("the %s build compiles %v, nothing under %s: the check would prove nothing", faultInjectTag, tagged, side)
+		}
 	}
 	files := map[string]string{}
 	for _, p := range []string{"Makefile", "Dockerfile.agent", "Dockerfile.coordinator"} {

@@ -31,9 +31,6 @@ func writeRecordHTML(w io.Writer, r *coordinatorv1.Report, now time.Time) error 
 	return err
 }
 
-// now is the record's clock; tests fix it.
-var now = time.Now
-
 func newReportCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "report [OP] [-o html|json|text]",
@@ -60,7 +57,7 @@ coordinator unreachable. See docs/change-record.md.`,
 			}
 			switch g.Output {
 			case "html":
-				return writeRecordHTML(g.Stdout, rep, now())
+				return writeRecordHTML(g.Stdout, rep, time.Now())
 			case "json":
 				return writeJSON(g.Stdout, rep)
 			}

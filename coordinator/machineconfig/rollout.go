@@ -91,11 +91,6 @@ func (e *MCCBackError) Error() string {
 type Driver struct {
 	C   *Cluster
 	Now func() time.Time // default time.Now
-
-	// answerWithoutDrain breaks the drain guarantee for the test that
-	// shows the guard test bites (TestRolloutOnAPIServer/DrainGuardBites). Never
-	// set outside tests.
-	answerWithoutDrain bool
 }
 
 func (d *Driver) now() time.Time {
@@ -482,7 +477,7 @@ func (d *Driver) act(ctx context.Context, o Options, p *prepared, rec *Record, v
 		case ActDrain:
 			emit(v.Name, s, "draining")
 			deadline := nr.Since.Add(o.Timeouts.Drain)
-			if !d.answerWithoutDrain {
+			if !d.answersWithoutDrain() {
 				if err := d.C.drain(ctx, v.Name, o.Drain, deadline, func(m string) { emit(v.Name, s, m) }); err != nil {
 					return err
 				}

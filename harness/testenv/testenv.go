@@ -1,4 +1,6 @@
-// Package testenv gates the privileged test tier.
+// Package testenv gates the privileged test tier, and runs the bite tests
+// whose switches only a build with FaultInjectTag compiles
+// (RunFaultInjected).
 //
 // A privileged test calls RequireRoot (and RequireBinaries for what it
 // execs). Outside CI a missing prerequisite skips the test with a reason; in CI

@@ -189,18 +189,3 @@ func TestStagedSubsetUndo(t *testing.T) {
 		})
 	}
 }
-
-// TestStagedSubsetBites: without the hold (testNoHold), a subset's run
-// retires the old port while untargeted nodes still send it, and the
-// invariant check sees it.
-func TestStagedSubsetBites(t *testing.T) {
-	testNoHold = true
-	t.Cleanup(func() { testNoHold = false })
-	s := newSubsetSim(t, subsetNodes)
-	s.op = New(subsetCfg([][]string{{"n1"}}, nil))
-	out := s.run(s.op.Start())
-	if out == Held || len(s.broken) == 0 {
-		t.Fatalf("the mutation went unseen: outcome %v, %d violations\n%s", out, len(s.broken), s.state())
-	}
-	t.Logf("mutation caught: %s (and %d more)", s.broken[0], len(s.broken)-1)
-}

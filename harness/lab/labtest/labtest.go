@@ -51,11 +51,12 @@ var (
 	fiErr  error
 )
 
-// FaultInjectTag is the build tag that compiles the agent's test-only I2
-// mutation (agent/faultinject.go: the agent named by
-// agent.FaultInjectEnv flips at Prepare). The shipped build never sets it
-// (conventions_test.go checks).
-const FaultInjectTag = "cutover_faultinject"
+// FaultInjectTag is the build tag that compiles the agent's test-only
+// mutations (agent/faultinject.go: the agent named by
+// agent.FaultInjectEnv flips at Prepare, and the others beside it): the
+// one tag of every bite test (testenv.FaultInjectTag). The shipped build
+// never sets it (conventions_test.go checks).
+const FaultInjectTag = testenv.FaultInjectTag
 
 // FaultInjectAgent builds the agent with FaultInjectTag once per test
 // binary and returns its path: only the tests that prove the suite's I2
