@@ -169,6 +169,7 @@ type Stats struct {
 
 type peerState struct {
 	peer     Peer
+	udpAddr  *net.UDPAddr // peer.Addr, made once: every probe is sent to it
 	nextSeq  uint64
 	settled  uint64 // every seq below this is counted as received or lost
 	base     uint64 // the first seq the counters cover (after the last reset)
@@ -195,9 +196,11 @@ type Mesh struct {
 	// peerState's fields are read and written under mu.
 	peers map[netip.AddrPort]*peerState
 	order []*peerState
-	conn  *net.UDPConn
 	// peersSet wakes an idle RunAt loop when SetPeers gives it peers.
 	peersSet chan struct{}
+	// ticking says the RunAt loop reads on its ticks (batch.go); the
+	// blocking reader is parked meanwhile.
+	ticking atomic.Bool
 	// Answered counts echo requests this node answered for others.
 	answered uint64
 	// rxStamped counts answers that carried the kernel's receive stamp.
@@ -249,7 +252,7 @@ func (m *Mesh) SetPeers(peers []Peer) error {
 		p.Addr = unmap(p.Addr)
 		ps := m.peers[p.Addr]
 		if ps == nil || ps.peer.Name != p.Name {
-			ps = &peerState{peer: p, gapFrom: now, since: now}
+			ps = &peerState{peer: p, udpAddr: net.UDPAddrFromAddrPort(p.Addr), gapFrom: now, since: now}
 		}
 		byAddr[p.Addr] = ps
 		order = append(order, ps)
@@ -282,140 +285,6 @@ func (m *Mesh) Interval() time.Duration { return m.cfg.Interval }
 // Run answers and sends probes on Config.Listen until ctx ends.
 func (m *Mesh) Run(ctx context.Context) error { return m.RunAt(ctx, m.cfg.Listen) }
 
-// RunAt answers and sends probes on listen until ctx ends. The peer set and
-// its counters belong to the mesh, not to one run: a mesh restarted on
-// another address (the overlay address changed) keeps them.
-func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
-	if !listen.IsValid() {
-		return errors.New("probe: no listen address: want ip:port on the overlay")
-	}
-	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(listen))
-	if err != nil {
-		return fmt.Errorf("probe: listen %s: %w", listen, err)
-	}
-	enableRxStamps(conn)
-	m.mu.Lock()
-	m.conn = conn
-	m.mu.Unlock()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		<-ctx.Done()
-		_ = conn.Close()
-	}()
-	errc := make(chan error, 1)
-	go func() { errc <- m.receive(conn) }()
-	// The ticker runs only while there are peers. An agent without any
-	// (between operations: the coordinator hands peers with Prepare) still
-	// answers its peers' probes but wakes for nothing else: a 10 ms ticker
-	// with nothing to send cost an idle agent about 1 % of a core
-	// (make bench-agent).
-	t := time.NewTicker(m.cfg.Interval)
-	defer t.Stop()
-	ticking := true
-loop:
-	for {
-		m.mu.Lock()
-		idle := len(m.order) == 0
-		m.mu.Unlock()
-		switch {
-		case idle && ticking:
-			t.Stop()
-			ticking = false
-			m.mu.Lock()
-			m.lastRound = time.Time{} // no round is due while idle
-			m.mu.Unlock()
-		case !idle && !ticking:
-			t.Reset(m.cfg.Interval)
-			ticking = true
-		}
-		if idle {
-			select {
-			case <-ctx.Done():
-				break loop
-			case <-m.peersSet:
-			}
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-t.C:
-			m.sendRound(conn)
-		case <-m.peersSet:
-		}
-	}
-	cancel()
-	if err := <-errc; err != nil && ctx.Err() == nil {
-		return err
-	}
-	return nil
-}
-
-func (m *Mesh) sendRound(conn *net.UDPConn) {
-	var buf [packetSize]byte
-	m.mu.Lock()
-	// A SetPeers during the round replaces m.order, not this slice: a
-	// peer removed meanwhile gets this round's probe and is then forgotten.
-	round := m.order
-	now := m.now()
-	if !m.lastRound.IsZero() {
-		m.noteStallLocked(now.Sub(m.lastRound) - m.cfg.Interval)
-	}
-	m.lastRound = now
-	m.mu.Unlock()
-	for _, ps := range round {
-		m.mu.Lock()
-		seq := ps.nextSeq
-		ps.nextSeq++
-		sent := m.now()
-		ps.sentAt[seq%window] = sent.UnixNano()
-		ps.answered[seq%window] = false
-		m.settleLocked(ps, sent)
-		m.mu.Unlock()
-		encode(buf[:], kindReq, seq, sent.UnixNano())
-		// A send error (no route while the overlay is down, say) is a lost
-		// probe, which the counters already show; nothing else to do.
-		_, _ = conn.WriteToUDPAddrPort(buf[:], ps.peer.Addr)
-	}
-}
-
-func (m *Mesh) receive(conn *net.UDPConn) error {
-	var buf [1500]byte
-	var oob [128]byte
-	for {
-		n, oobn, _, from, err := conn.ReadMsgUDPAddrPort(buf[:], oob[:])
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("probe: read: %w", err)
-		}
-		kind, seq, ts, ok := decode(buf[:n])
-		if !ok {
-			continue
-		}
-		at, stamped := rxStamp(oob[:oobn])
-		switch kind {
-		case kindReq:
-			encode(buf[:packetSize], kindResp, seq, ts)
-			_, _ = conn.WriteToUDPAddrPort(buf[:packetSize], from)
-			m.mu.Lock()
-			m.answered++
-			if stamped {
-				now := m.now()
-				m.noteStallLocked(now.Sub(stampOrNow(at, now)))
-			}
-			m.mu.Unlock()
-		case kindResp:
-			if stamped {
-				m.rxStamped.Add(1)
-			}
-			m.onReply(netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), seq, ts, at)
-		}
-	}
-}
-
 // onReply counts an answer. arrived is the kernel's receive stamp (zero:
 // none); the mesh's clock is used instead when there is none or it is not
 // the same clock (a test's fake), i.e. more than a second off.
@@ -428,9 +297,15 @@ func (m *Mesh) receive(conn *net.UDPConn) error {
 func (m *Mesh) onReply(from netip.AddrPort, seq uint64, sentAt int64, arrived time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.now()
+	m.onReplyLocked(from, seq, sentAt, arrived, m.now(), 0)
+}
+
+// onReplyLocked is onReply under m.mu, read at now; slack is how late the
+// mesh reads on purpose (a tick's batch reads what arrived since the last
+// tick): no stall.
+func (m *Mesh) onReplyLocked(from netip.AddrPort, seq uint64, sentAt int64, arrived, now time.Time, slack time.Duration) {
 	arrived = stampOrNow(arrived, now)
-	m.noteStallLocked(now.Sub(arrived))
+	m.noteStallLocked(now.Sub(arrived) - slack)
 	ps := m.peers[from]
 	if ps == nil || seq < ps.base || seq >= ps.nextSeq || ps.nextSeq-seq >= window {
 		return // unknown peer, before the last reset, forged, or out of the window
