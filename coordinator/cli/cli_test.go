@@ -104,7 +104,7 @@ func TestRenderGolden(t *testing.T) {
 	b.WriteString("== plan (clean, a CNI hook)\n")
 	clean := samplePlan(false)
 	clean.HookSteps = []string{"cluster: flannel ConfigMap kube-flannel/kube-flannel-cfg has Backend.Port 4789 which matches the current port",
-		"cluster: once the operation succeeded, the admin: restart flanneld one node at a time so that it reads Backend.Port 4889 (it keeps the port it read at start, and a flannel.1 it recreates would get that one): kubectl -n kube-flannel rollout restart daemonset/kube-flannel-ds && kubectl -n kube-flannel rollout status daemonset/kube-flannel-ds"}
+		"cluster: once the operation succeeded, the admin: restart flanneld one node at a time so that it reads Backend.Port 4889 (it keeps the port it read at start, and a flannel.1 it recreates would get that one):\nkubectl -n kube-flannel rollout restart daemonset/kube-flannel-ds && kubectl -n kube-flannel rollout status daemonset/kube-flannel-ds"}
 	renderPlan(&b, clean, false)
 	b.WriteString("== events\n")
 	p := newProgress(&b, false)
@@ -113,7 +113,7 @@ func TestRenderGolden(t *testing.T) {
 	}
 	b.WriteString("== report (next steps)\n")
 	ok := sampleReport(coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED)
-	ok.NextSteps = []string{"cluster: restart flanneld one node at a time so that it reads Backend.Port 4889: kubectl -n kube-flannel rollout restart daemonset/kube-flannel-ds"}
+	ok.NextSteps = []string{"cluster: restart flanneld one node at a time so that it reads Backend.Port 4889 (it keeps the port it read at start, and a flannel.1 it recreates would get that one):\nkubectl -n kube-flannel rollout restart daemonset/kube-flannel-ds && kubectl -n kube-flannel rollout status daemonset/kube-flannel-ds"}
 	renderReport(&b, ok)
 	b.WriteString("== report (failed, no probes)\n")
 	r := sampleReport(coordinatorv1.OperationState_OPERATION_STATE_FAILED)

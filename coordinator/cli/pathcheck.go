@@ -78,9 +78,9 @@ func renderPathCheck(w io.Writer, pc *coordinatorv1.PathCheckResult, problems bo
 			fw++
 		}
 	}
-	_, _ = fmt.Fprintf(w, "path check: udp/%d, %d node(s), %s: %d of %d direction(s) pass; VNI %s (reference %d), sizes %s (overlay MTU %d + 50, DF); %s\n",
+	_, _ = fmt.Fprintf(w, "%s\n", wrap(fmt.Sprintf("path check: udp/%d, %d node(s), %s: %d of %d direction(s) pass; VNI %s (reference %d), sizes %s (overlay MTU %d + 50, DF); %s",
 		pc.GetPort(), pc.GetNodes(), pc.GetSampling(), ok+fw, len(pc.GetPairs()), strings.Join(vnis, ","), pc.GetReferenceVni(),
-		strings.Join(sizes, ","), pc.GetOverlayMtu(), fmtMicros(pc.GetTookMicros()))
+		strings.Join(sizes, ","), pc.GetOverlayMtu(), fmtMicros(pc.GetTookMicros())), planWidth-2, "  "))
 	for _, n := range pc.GetNotes() {
 		_, _ = fmt.Fprintf(w, "  note: %s\n", wrap(n, planWidth-8, "        "))
 	}
@@ -107,7 +107,7 @@ func renderPathCheck(w io.Writer, pc *coordinatorv1.PathCheckResult, problems bo
 	}
 	_, _ = fmt.Fprintf(w, "\n%d problem(s):\n", len(pc.GetProblems()))
 	for _, pr := range pc.GetProblems() {
-		_, _ = fmt.Fprintf(w, "  - %s\n", wrap(pr, 100, "    "))
+		_, _ = fmt.Fprintf(w, "  - %s\n", wrap(pr, planWidth-4, "    "))
 	}
 }
 

@@ -132,7 +132,7 @@ func padRight(s string, n int) string {
 func renderPlan(w io.Writer, p *coordinatorv1.PlanResponse, wide bool) {
 	_, _ = fmt.Fprintf(w, "plan: port %d -> %d on %d node(s); nothing was changed\n\n", p.GetCurrentPort(), p.GetTargetPort(), len(p.GetNodes()))
 	if why := p.GetStrategyReason(); why != "" {
-		_, _ = fmt.Fprintf(w, "strategy: %s (%s)\n\n", p.GetStrategy(), why)
+		_, _ = fmt.Fprintf(w, "%s\n\n", wrap(fmt.Sprintf("strategy: %s (%s)", p.GetStrategy(), why), planWidth-2, "  "))
 	}
 	groups, byNode := groupActions(p.GetNodes())
 
@@ -185,10 +185,8 @@ func renderPlan(w io.Writer, p *coordinatorv1.PlanResponse, wide bool) {
 	}
 	if steps := p.GetHookSteps(); len(steps) > 0 {
 		_, _ = fmt.Fprintln(w, "\ncluster (the coordinator's hooks, on the API; the admin's part is named):")
-		// Not wrapped, as the report's next steps: a line may end in a
-		// command to copy.
 		for _, s := range steps {
-			_, _ = fmt.Fprintf(w, "  - %s\n", s)
+			renderStep(w, s)
 		}
 	}
 	if pc := p.GetPathCheck(); pc != nil {

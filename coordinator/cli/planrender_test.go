@@ -33,6 +33,12 @@ func ovsActions(from, to int) []string {
 // kernel-VXLAN one (other actions) and node 3 has its target port taken.
 func bigPlan(n int) *coordinatorv1.PlanResponse {
 	p := &coordinatorv1.PlanResponse{CurrentPort: 4789, TargetPort: 4889}
+	// A strategy reason and a path-check summary as long as the field's:
+	// each wraps to the terminal like the rest.
+	p.Strategy = "atomic"
+	p.StrategyReason = "auto: atomic, staged does not lose less on 3 of 200 node(s): OVS without --ovs-standing-redirects (worker-001.cluster.example, worker-002.cluster.example, worker-003.cluster.example); the others would run staged"
+	p.PathCheck = &coordinatorv1.PathCheckResult{Port: 4889, Vnis: []uint32{0, 1, 4096}, ReferenceVni: 16777214, OverlayMtu: 1450, Sizes: []uint32{100, 1400, 1500},
+		Sampling: "each node sends to and receives from the same 3 peers (k=3 of 199)", Nodes: uint32(n), TookMicros: 1834}
 	kernel := []string{
 		"iptables -t filter -I INPUT -p udp -m udp --dport 4889 -j ACCEPT",
 		"ip link add vxlan-4889 type vxlan id 1 dstport 4889 (staged, down); swap with flannel.1 at the commit instant",

@@ -101,6 +101,19 @@ func wrap(s string, width int, indent string) string {
 	return b.String()
 }
 
+// renderStep prints one hook step as a list item: its first line wrapped
+// like the rest of the output, each further line (a command to copy) on a
+// line of its own, never broken, so that a paste runs it whole.
+func renderStep(w io.Writer, step string) {
+	text, cmds, _ := strings.Cut(step, "\n")
+	_, _ = fmt.Fprintf(w, "  - %s\n", wrap(text, planWidth-4, "    "))
+	for _, c := range strings.Split(cmds, "\n") {
+		if c = strings.TrimSpace(c); c != "" {
+			_, _ = fmt.Fprintf(w, "      %s\n", c)
+		}
+	}
+}
+
 func stateName(s coordinatorv1.OperationState) string {
 	if s == coordinatorv1.OperationState_OPERATION_STATE_UNSPECIFIED {
 		return "NOT RUN (dry run or preflight only)"
@@ -202,10 +215,8 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 	// on the new port.
 	if n := r.GetNextSteps(); len(n) > 0 {
 		_, _ = fmt.Fprintln(w, "\nnext steps (yours: the operation succeeded, these keep it so):")
-		// Not wrapped: a step may end in a command to copy, and a line
-		// break inside it would break the paste.
 		for _, x := range n {
-			_, _ = fmt.Fprintf(w, "  - %s\n", x)
+			renderStep(w, x)
 		}
 	}
 }

@@ -77,7 +77,8 @@ func NewFlannel(client kubernetes.Interface, namespace string) *Flannel {
 // node at a time (the DaemonSet's rolling update), so that each reads
 // port from net-conf.json.
 func (f *Flannel) RestartStep(port tunnelport.Port) string {
-	return fmt.Sprintf("restart flanneld one node at a time so that it reads Backend.Port %d (it keeps the port it read at start, and a flannel.1 it recreates would get that one): "+
+	// The command on a line of its own: the CLI prints it unbroken.
+	return fmt.Sprintf("restart flanneld one node at a time so that it reads Backend.Port %d (it keeps the port it read at start, and a flannel.1 it recreates would get that one):\n"+
 		"kubectl -n %s rollout restart daemonset/%s && kubectl -n %s rollout status daemonset/%s",
 		port, f.Namespace, f.DaemonSet, f.Namespace, f.DaemonSet)
 }

@@ -44,12 +44,16 @@ type footprintFigure struct {
 	// veth peer's receive that its sends run) on their own.
 	// CPUSumPct is every agent's together: how much of the machine the
 	// lab's agents take at this rate.
-	CPUSumPct      float64 `json:"cpu_sum_pct_of_core"`
-	UserMedianPct  float64 `json:"user_median_pct_of_core"`
-	SysMedianPct   float64 `json:"sys_median_pct_of_core"`
-	TargetRSSMB    float64 `json:"target_rss_mb"`
-	TargetCPUPct   float64 `json:"target_cpu_pct_of_core"`
-	SharedCoreNote string  `json:"note"`
+	CPUSumPct float64 `json:"cpu_sum_pct_of_core"`
+	// WakesPerSecMedian is how often an agent's threads were switched to
+	// (voluntary and involuntary context switches of every thread, per
+	// second): the probe mesh should wake once per tick, not per packet.
+	WakesPerSecMedian float64 `json:"wakes_per_s_median"`
+	UserMedianPct     float64 `json:"user_median_pct_of_core"`
+	SysMedianPct      float64 `json:"sys_median_pct_of_core"`
+	TargetRSSMB       float64 `json:"target_rss_mb"`
+	TargetCPUPct      float64 `json:"target_cpu_pct_of_core"`
+	SharedCoreNote    string  `json:"note"`
 }
 
 // BenchmarkAgentFootprint measures the real agent binary at rest in a lab
@@ -126,9 +130,10 @@ func measureFootprint(b *testing.B, bin, probes string, n int, window time.Durat
 		waitLog(b, l, "probe peers of the last operation dropped", 30*time.Second)
 		time.Sleep(time.Second)
 	}
-	user0, sys0 := make([]uint64, n), make([]uint64, n)
+	user0, sys0, sw0 := make([]uint64, n), make([]uint64, n), make([]uint64, n)
 	for i, p := range agents {
 		user0[i], sys0[i] = cpuTicks(b, p.PID)
+		sw0[i] = ctxSwitches(b, p.PID)
 	}
 	t0 := time.Now()
 	rssMax := make([]float64, n)
@@ -139,12 +144,13 @@ func measureFootprint(b *testing.B, bin, probes string, n int, window time.Durat
 		time.Sleep(500 * time.Millisecond)
 	}
 	elapsed := time.Since(t0)
-	cpuPct, userPct, sysPct := make([]float64, n), make([]float64, n), make([]float64, n)
+	cpuPct, userPct, sysPct, wakes := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 	pct := func(ticks uint64) float64 { return 100 * float64(ticks) / clockTicks / elapsed.Seconds() }
 	for i, p := range agents {
 		u, st := cpuTicks(b, p.PID)
 		userPct[i], sysPct[i] = pct(u-user0[i]), pct(st-sys0[i])
 		cpuPct[i] = pct(u - user0[i] + st - sys0[i])
+		wakes[i] = float64(ctxSwitches(b, p.PID)-sw0[i]) / elapsed.Seconds()
 		if !p.Alive() {
 			b.Fatalf("%s exited during the window", p)
 		}
@@ -152,7 +158,7 @@ func measureFootprint(b *testing.B, bin, probes string, n int, window time.Durat
 	f := footprintFigure{
 		Probes: probes, Nodes: n, ProbePeers: cfg.ProbePeers, IntervalMS: float64(cfg.ProbeInterval) / 1e6, WindowS: elapsed.Seconds(),
 		RSSMedianMB: median(rssMax), RSSMaxMB: maxOf(rssMax), CPUMedianPct: median(cpuPct), CPUMaxPct: maxOf(cpuPct),
-		UserMedianPct: median(userPct), SysMedianPct: median(sysPct), CPUSumPct: sum(cpuPct),
+		UserMedianPct: median(userPct), SysMedianPct: median(sysPct), CPUSumPct: sum(cpuPct), WakesPerSecMedian: median(wakes),
 		TargetRSSMB: 30, TargetCPUPct: 0.5,
 		SharedCoreNote: fmt.Sprintf("%d agents and their kernels share %d cores; CPU is per agent process (utime+stime)", n, runtime.NumCPU()),
 	}
@@ -162,8 +168,8 @@ func measureFootprint(b *testing.B, bin, probes string, n int, window time.Durat
 	if probes == "idle" {
 		f.ProbePeers = 0 // between operations
 	}
-	b.Logf("agent at rest, probes %s, N=%d, %s window: RSS median %.1f MB max %.1f MB (target <= 30); CPU median %.2f%% max %.2f%% of a core (target <= 0.5%%; user %.2f%%, sys %.2f%% median), all %d agents %.1f%%",
-		probes, n, elapsed.Round(time.Second), f.RSSMedianMB, f.RSSMaxMB, f.CPUMedianPct, f.CPUMaxPct, f.UserMedianPct, f.SysMedianPct, n, f.CPUSumPct)
+	b.Logf("agent at rest, probes %s, N=%d, %s window: RSS median %.1f MB max %.1f MB (target <= 30); CPU median %.2f%% max %.2f%% of a core (target <= 0.5%%; user %.2f%%, sys %.2f%% median), all %d agents %.1f%%; %.0f wakes/s median",
+		probes, n, elapsed.Round(time.Second), f.RSSMedianMB, f.RSSMaxMB, f.CPUMedianPct, f.CPUMaxPct, f.UserMedianPct, f.SysMedianPct, n, f.CPUSumPct, f.WakesPerSecMedian)
 	return f
 }
 
@@ -182,6 +188,32 @@ func waitLog(b *testing.B, l *lab.Lab, line string, within time.Duration) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+}
+
+// ctxSwitches is the context switches of every thread of pid, so far.
+func ctxSwitches(b *testing.B, pid int) uint64 {
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n uint64
+	for _, t := range tasks {
+		data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/status")
+		if err != nil {
+			continue // a thread that ended meanwhile
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			k, v, ok := strings.Cut(l, ":")
+			if ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+				c, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					b.Fatalf("/proc/%d/task/%s/status %s: %v", pid, t.Name(), k, err)
+				}
+				n += c
+			}
+		}
+	}
+	return n
 }
 
 // cpuTicks is utime and stime of pid, in clock ticks.
