@@ -114,11 +114,11 @@ bench: build ## benchmarks: print figures and write results/*.json
 demo: ## as root: an 8-node lab, a real `coordctl cutover --port 4889` (cutover-lab cutover), measured and read back (hack/demo.sh)
 	hack/demo.sh
 
-lab-late: build lab ## issue 12: a frozen agent after commit (1s/6s/never) under both late policies: results/late_commit.json, docs/faults.md
+lab-late: build lab ## a frozen agent after commit (1s/6s/never) under both late policies: results/late_commit.json, docs/faults.md
 	mkdir -p results
 	CI=true LATE_MATRIX=1 LATE_RESULTS=$(CURDIR)/results/late_commit.json flock /tmp/cutover-priv.lock $(GO) test -count=1 -timeout 30m -run 'TestLateCommit' -v ./harness/lab/faults/
 
-lab-meter: build lab ## issue 12: the probe mesh against an independent echo ring during cutovers, and with one agent frozen (also during a staged and an atomic switch, issue 15) (kernel-vxlan, N=8, 1ms x 2 peers): results/meter_agreement.json, docs/lab.md
+lab-meter: build lab ## the probe mesh against an independent echo ring during cutovers, and with one agent frozen (also during a staged and an atomic switch) (kernel-vxlan, N=8, 1ms x 2 peers): results/meter_agreement.json, docs/lab.md
 	mkdir -p results
 	CI=true METER_RESULTS=$(CURDIR)/results/meter_agreement.json flock /tmp/cutover-priv.lock $(GO) test -count=1 -timeout 20m -run 'TestMeterAgreement|TestAgentStallExplainsItsGaps|TestFrozenNodeStagedVsAtomic' -v ./harness/lab/
 
@@ -131,7 +131,7 @@ bench-lab-staged: lab ## the staged strategy beside the others at N=8, probes ev
 	set -o pipefail; cd harness/lab && COT_LAB_BENCH_NAME=lab_staged_n8 COT_LAB_BENCH_SIZES=8 flock /tmp/cutover-priv.lock \
 		$(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 30m . | tee ../../results/bench-lab-staged.txt
 
-bench-ovs-port-stall: lab ## what one node's OVS port or flow change alone costs its pairs at N=8 and 32 (issue 15): results/ovs_port_stall.json, docs/staged.md
+bench-ovs-port-stall: lab ## what one node's OVS port or flow change alone costs its pairs at N=8 and 32: results/ovs_port_stall.json, docs/staged.md
 	@mkdir -p results
 	set -o pipefail; cd harness/lab && flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkOVSPortStall -benchtime 1x -timeout 40m . | tee ../../results/bench-ovs-port-stall.txt
 
@@ -159,7 +159,7 @@ AB_BASE ?= HEAD
 bench-coordinator-ab: ## the coordinator benchmark for AB_BASE (a commit) and this tree, interleaved on the same machine: results/coordinator_ab.json, docs/benchmarks.md
 	hack/bench-coordinator-ab.sh $(AB_BASE)
 
-bench-ovs-flip: ## one node's OVS dst_port flip: native OVSDB, prepared (Apply only, issue 13) and ovs-vsctl: results/ovs_flip.json, docs/benchmarks.md
+bench-ovs-flip: ## one node's OVS dst_port flip: native OVSDB, prepared (Apply only) and ovs-vsctl: results/ovs_flip.json, docs/benchmarks.md
 	flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkFlip -benchtime 1x -timeout 10m ./pkg/ovs/
 
 bench-kernel-commit: ## kernel-vxlan backend commit window (BenchmarkBackendCommit): results/kernel_backend_commit.json, docs/kernel-vxlan.md
