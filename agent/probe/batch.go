@@ -17,73 +17,74 @@ package probe
 // An agent without peers of its own (between operations, or outside an
 // operation's subset) has no ticker; it still answers its peers at once,
 // from a blocking reader that is parked while the ticks read.
+//
+// The socket is not Go's net.UDPConn on Linux (sock_linux.go): the
+// runtime's poller would be woken by every datagram that arrives, read or
+// not, which is the wake per packet again; a plain socket read with
+// recvmmsg on the ticks is woken by nothing.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"os"
-	"syscall"
 	"time"
-
-	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
 )
 
-// batch is the most datagrams one recvmmsg or sendmmsg moves: 3 peers at
-// 1 ms is 6 datagrams a tick; a tick after a stall reads the rest on the
-// next call.
+// batch is the most datagrams one read or write moves: 3 peers at 1 ms is
+// 6 datagrams a tick; a tick after a stall reads the rest on the next
+// call.
 const batch = 64
 
-// batchConn is ipv4.PacketConn or ipv6.PacketConn (their Message is the
-// same type).
-type batchConn interface {
-	ReadBatch(ms []ipv4.Message, flags int) (int, error)
-	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+// errAgain is a read that found nothing (now, or within the blocking
+// read's short timeout).
+var errAgain = errors.New("probe: nothing to read")
+
+// msg is one datagram of a batch.
+type msg struct {
+	buf  []byte
+	n    int // bytes read, or to write
+	oob  []byte
+	oobn int
+	addr netip.AddrPort
 }
 
-// buffers holds a loop's datagrams: rx for reads, tx for what a tick sends.
+// buffers holds one goroutine's datagrams: rx for reads, tx for what it
+// sends, and the socket's scratch for both.
 type buffers struct {
-	rx     []ipv4.Message
-	tx     []ipv4.Message
-	txBufs [][packetSize]byte
+	rx      []msg
+	tx      []msg
+	txBytes [][packetSize]byte
+	sc      *scratch
 }
 
 func newBuffers() *buffers {
-	b := &buffers{rx: make([]ipv4.Message, batch), tx: make([]ipv4.Message, 0, 2*batch), txBufs: make([][packetSize]byte, 2*batch)}
+	b := &buffers{rx: make([]msg, batch), tx: make([]msg, 0, 2*batch), txBytes: make([][packetSize]byte, 2*batch), sc: newScratch(2 * batch)}
 	for i := range b.rx {
-		b.rx[i].Buffers = [][]byte{make([]byte, 1500)}
-		b.rx[i].OOB = make([]byte, 128)
+		b.rx[i].buf = make([]byte, 1500)
+		b.rx[i].oob = make([]byte, 128)
 	}
 	return b
 }
 
 // add queues one datagram to send; false when the batch is full.
-func (b *buffers) add(kind byte, seq uint64, ts int64, to net.Addr) bool {
+func (b *buffers) add(kind byte, seq uint64, ts int64, to netip.AddrPort) bool {
 	i := len(b.tx)
-	if i == len(b.txBufs) {
+	if i == len(b.txBytes) {
 		return false
 	}
-	encode(b.txBufs[i][:], kind, seq, ts)
-	b.tx = append(b.tx, ipv4.Message{Buffers: [][]byte{b.txBufs[i][:]}, Addr: to})
+	encode(b.txBytes[i][:], kind, seq, ts)
+	b.tx = append(b.tx, msg{buf: b.txBytes[i][:], n: packetSize, addr: to})
 	return true
 }
 
 // flush sends what was queued. A send error (no route while the overlay
-// is down, say) is a lost probe or answer, which the counters show; the
-// rest of the batch is still sent.
-func (b *buffers) flush(c batchConn) {
+// is down, a full socket buffer) is a lost probe or answer, which the
+// counters show; the rest of the batch is still sent.
+func (b *buffers) flush(s *sock) {
 	for len(b.tx) > 0 {
-		n, err := c.WriteBatch(b.tx, 0)
-		if n <= 0 {
-			n = 1 // skip the datagram the kernel refused
-		}
-		if err != nil && errors.Is(err, net.ErrClosed) {
-			break
-		}
-		b.tx = b.tx[n:]
+		n, _ := s.write(b.sc, b.tx)
+		b.tx = b.tx[max(n, 1):] // past the datagram the kernel refused
 	}
 	b.tx = b.tx[:0]
 }
@@ -95,28 +96,25 @@ func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
 	if !listen.IsValid() {
 		return errors.New("probe: no listen address: want ip:port on the overlay")
 	}
-	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(listen))
+	s, err := listenSock(listen)
 	if err != nil {
 		return fmt.Errorf("probe: listen %s: %w", listen, err)
 	}
-	enableRxStamps(conn)
-	var bc batchConn = ipv4.NewPacketConn(conn)
-	if !listen.Addr().Unmap().Is4() {
-		bc = ipv6.NewPacketConn(conn)
-	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		<-ctx.Done()
-		_ = conn.Close()
-	}()
-	r := &reader{m: m, conn: conn, bc: bc, parked: make(chan struct{}), resume: make(chan struct{}), done: make(chan error, 1)}
+	r := &reader{m: m, s: s, resume: make(chan struct{}, 1), done: make(chan error, 1)}
 	go r.run(ctx)
+	defer func() {
+		// The reader's blocking read returns within its timeout; the
+		// socket closes only then, so its number is never reused under a
+		// read.
+		cancel()
+		<-r.done
+		_ = s.close()
+	}()
 	t := time.NewTicker(m.cfg.Interval)
 	t.Stop()
+	defer t.Stop()
 	bufs := newBuffers()
-	var runErr error
-loop:
 	for {
 		m.mu.Lock()
 		idle := len(m.order) == 0
@@ -130,66 +128,50 @@ loop:
 			m.ticking.Store(false)
 			select {
 			case r.resume <- struct{}{}:
-			case runErr = <-r.done:
-				break loop
+			default: // a wake is pending already
 			}
 		case !idle && !m.ticking.Load():
-			// Stop the blocking reader (a read deadline in the past
-			// wakes it), and read on the ticks from now on.
+			// The reader parks after the read it is in; until then both
+			// may read, which is harmless (each datagram is read once).
 			m.ticking.Store(true)
-			_ = conn.SetReadDeadline(time.Unix(1, 0))
-			select {
-			case <-r.parked:
-			case runErr = <-r.done:
-				break loop
-			}
-			_ = conn.SetReadDeadline(time.Time{})
 			t.Reset(m.cfg.Interval)
 		}
 		if idle {
 			select {
 			case <-ctx.Done():
-				break loop
+				return nil
 			case <-m.peersSet:
-			case runErr = <-r.done:
-				break loop
+			case err := <-r.done:
+				r.done <- err // for the deferred wait
+				return err
 			}
 			continue
 		}
 		select {
 		case <-ctx.Done():
-			break loop
+			return nil
 		case <-t.C:
-			m.tick(bc, bufs)
+			m.tick(s, bufs)
 		case <-m.peersSet:
 		}
 	}
-	t.Stop()
-	cancel()
-	if runErr == nil {
-		runErr = <-r.done
-	}
-	if runErr != nil && ctx.Err() == nil {
-		return runErr
-	}
-	return nil
 }
 
 // tick reads what arrived since the last tick, answers it, and sends this
 // round's probes, the answers and the probes in one batch.
-func (m *Mesh) tick(c batchConn, b *buffers) {
+func (m *Mesh) tick(s *sock, b *buffers) {
 	for {
-		n, err := c.ReadBatch(b.rx, syscall.MSG_DONTWAIT)
+		n, err := s.read(b.sc, b.rx, false)
 		if n > 0 {
 			m.handle(b.rx[:n], b, m.cfg.Interval)
 		}
 		if err != nil || n < len(b.rx) {
 			break
 		}
-		b.flush(c) // a full batch: send its answers before reading on
+		b.flush(s) // a full batch: send its answers before reading on
 	}
 	m.round(b)
-	b.flush(c)
+	b.flush(s)
 }
 
 // round queues one probe to every peer.
@@ -206,8 +188,8 @@ func (m *Mesh) round(b *buffers) {
 	for _, ps := range m.order {
 		seq := ps.nextSeq
 		sent := m.now()
-		if !b.add(kindReq, seq, sent.UnixNano(), ps.udpAddr) {
-			return // the batch is full: the rest go next round, unsent here
+		if !b.add(kindReq, seq, sent.UnixNano(), ps.peer.Addr) {
+			return // the batch is full: the rest go next round
 		}
 		ps.nextSeq++
 		ps.sentAt[seq%window] = sent.UnixNano()
@@ -218,21 +200,20 @@ func (m *Mesh) round(b *buffers) {
 
 // handle counts the answers in ms and queues the answers to the requests;
 // slack is how late the loop reads on purpose (no stall).
-func (m *Mesh) handle(ms []ipv4.Message, b *buffers, slack time.Duration) {
+func (m *Mesh) handle(ms []msg, b *buffers, slack time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
 	for i := range ms {
-		msg := &ms[i]
-		kind, seq, ts, ok := decode(msg.Buffers[0][:msg.N])
-		ua, isUDP := msg.Addr.(*net.UDPAddr)
-		if !ok || !isUDP {
+		d := &ms[i]
+		kind, seq, ts, ok := decode(d.buf[:d.n])
+		if !ok {
 			continue
 		}
-		at, stamped := rxStamp(msg.OOB[:msg.NN])
+		at, stamped := rxStamp(d.oob[:d.oobn])
 		switch kind {
 		case kindReq:
-			if !b.add(kindResp, seq, ts, ua) {
+			if !b.add(kindResp, seq, ts, d.addr) {
 				continue // more requests than a batch: unanswered, lost to the asker
 			}
 			m.answered++
@@ -243,53 +224,42 @@ func (m *Mesh) handle(ms []ipv4.Message, b *buffers, slack time.Duration) {
 			if stamped {
 				m.rxStamped.Add(1)
 			}
-			from := ua.AddrPort()
+			from := d.addr
 			m.onReplyLocked(netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), seq, ts, at, now, slack)
 		}
 	}
 }
 
-// reader reads with blocking calls while the loop is not ticking: an agent
-// without peers answers at once. Parked while the loop ticks.
+// reader reads with blocking calls while the loop is not ticking, so that
+// an agent without peers of its own answers at once; it parks while the
+// loop ticks.
 type reader struct {
-	m              *Mesh
-	conn           *net.UDPConn
-	bc             batchConn
-	parked, resume chan struct{}
-	done           chan error
+	m      *Mesh
+	s      *sock
+	resume chan struct{}
+	done   chan error
 }
 
 func (r *reader) run(ctx context.Context) {
 	b := newBuffers()
 	for {
+		if ctx.Err() != nil {
+			r.done <- nil
+			return
+		}
 		if r.m.ticking.Load() {
-			select {
-			case r.parked <- struct{}{}:
-			case <-ctx.Done():
-				r.done <- nil
-				return
-			}
 			select {
 			case <-r.resume:
 			case <-ctx.Done():
-				r.done <- nil
-				return
 			}
 			continue
 		}
-		n, err := r.bc.ReadBatch(b.rx, 0)
+		n, err := r.s.read(b.sc, b.rx, true)
 		if n > 0 {
 			r.m.handle(b.rx[:n], b, 0)
-			b.flush(r.bc)
+			b.flush(r.s)
 		}
-		switch {
-		case err == nil:
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			// The loop starts ticking: park (top of the loop).
-		case errors.Is(err, net.ErrClosed):
-			r.done <- nil
-			return
-		default:
+		if err != nil && !errors.Is(err, errAgain) {
 			r.done <- fmt.Errorf("probe: read: %w", err)
 			return
 		}

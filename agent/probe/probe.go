@@ -19,7 +19,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"sort"
 	"strings"
@@ -169,7 +168,6 @@ type Stats struct {
 
 type peerState struct {
 	peer     Peer
-	udpAddr  *net.UDPAddr // peer.Addr, made once: every probe is sent to it
 	nextSeq  uint64
 	settled  uint64 // every seq below this is counted as received or lost
 	base     uint64 // the first seq the counters cover (after the last reset)
@@ -252,7 +250,7 @@ func (m *Mesh) SetPeers(peers []Peer) error {
 		p.Addr = unmap(p.Addr)
 		ps := m.peers[p.Addr]
 		if ps == nil || ps.peer.Name != p.Name {
-			ps = &peerState{peer: p, udpAddr: net.UDPAddrFromAddrPort(p.Addr), gapFrom: now, since: now}
+			ps = &peerState{peer: p, gapFrom: now, since: now}
 		}
 		byAddr[p.Addr] = ps
 		order = append(order, ps)

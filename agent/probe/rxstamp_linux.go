@@ -1,7 +1,6 @@
 package probe
 
 import (
-	"net"
 	"syscall"
 	"time"
 	"unsafe"
@@ -9,19 +8,6 @@ import (
 
 // rxStampsSupported says whether answers carry the kernel receive stamp.
 const rxStampsSupported = true
-
-// enableRxStamps asks the kernel to stamp every datagram with its arrival
-// time (SO_TIMESTAMPNS, the wall clock), so an answer's time is when it
-// reached the node, not when a busy agent got round to reading it.
-func enableRxStamps(c *net.UDPConn) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return
-	}
-	_ = rc.Control(func(fd uintptr) {
-		_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1)
-	})
-}
 
 // rxStamp is the arrival time in a datagram's control messages, if any.
 func rxStamp(oob []byte) (time.Time, bool) {

@@ -2,13 +2,8 @@
 
 package probe
 
-import (
-	"net"
-	"time"
-)
+import "time"
 
 const rxStampsSupported = false
-
-func enableRxStamps(*net.UDPConn) {}
 
 func rxStamp([]byte) (time.Time, bool) { return time.Time{}, false }
