@@ -104,10 +104,10 @@ func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
 	r := &reader{m: m, s: s, resume: make(chan struct{}, 1), done: make(chan error, 1)}
 	go r.run(ctx)
 	defer func() {
-		// The reader's blocking read returns within its timeout; the
-		// socket closes only then, so its number is never reused under a
-		// read.
+		// The socket closes only once the reader returned, so its number
+		// is never reused under a read.
 		cancel()
+		s.wake()
 		<-r.done
 		_ = s.close()
 	}()

@@ -547,3 +547,26 @@ func TestStallMeasuresTheAgentFallingBehind(t *testing.T) {
 		t.Fatalf("a stamp an hour off counted as a stall of %s", d)
 	}
 }
+
+// A mesh whose reader is blocked in a read (no peers of its own: nothing
+// ticks) stops when its context ends, without waiting out the read's
+// timeout, and its port is free again at once: a restarted agent (or a
+// mesh moved to a new overlay address and back) binds it.
+func TestStopWakesTheBlockedReader(t *testing.T) {
+	a := netip.MustParseAddrPort("127.0.0.1:39481")
+	_, cancel, done := startMesh(t, Config{Listen: a, Interval: 10 * time.Millisecond})
+	time.Sleep(50 * time.Millisecond) // the reader blocks in its read
+	begin := time.Now()
+	stop(t, cancel, done)
+	if took := time.Since(begin); took >= readTimeout/2 {
+		t.Errorf("Run returned %s after its context ended: it waited out the reader's %s timeout instead of waking it", took, readTimeout)
+	}
+	_, cancel, done = startMesh(t, Config{Listen: a, Interval: 10 * time.Millisecond})
+	time.Sleep(20 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("a mesh on the stopped mesh's port: %v", err)
+	default:
+	}
+	stop(t, cancel, done)
+}

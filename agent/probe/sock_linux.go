@@ -20,9 +20,10 @@ type sock struct {
 	v6 bool
 }
 
-// readTimeout bounds a blocking read (SO_RCVTIMEO): how long an idle
-// reader takes to notice the mesh ticks again or stops.
-const readTimeout = 100 * time.Millisecond
+// readTimeout bounds a blocking read (SO_RCVTIMEO), a backstop: the
+// mesh's end wakes the reader at once (wake), and the reader need not
+// notice the mesh ticking (both may read meanwhile).
+const readTimeout = time.Second
 
 // mmsghdr is struct mmsghdr: one message header and the byte count the
 // kernel writes back (Go aligns it as C does).
@@ -76,6 +77,10 @@ func listenSock(ap netip.AddrPort) (*sock, error) {
 }
 
 func (s *sock) close() error { return unix.Close(s.fd) }
+
+// wake returns a blocking read at once: shutting the socket's receive side
+// wakes its readers (Linux does so for UDP too, and says ENOTCONN).
+func (s *sock) wake() { _ = unix.Shutdown(s.fd, unix.SHUT_RD) }
 
 // read reads up to len(ms) datagrams: with wait, blocking until the first
 // arrives (or readTimeout: errAgain), else only what is there.

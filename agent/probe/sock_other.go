@@ -15,7 +15,7 @@ import (
 // keeps the package building and testable elsewhere).
 type sock struct{ c *net.UDPConn }
 
-const readTimeout = 100 * time.Millisecond
+const readTimeout = time.Second
 
 type scratch struct{}
 
@@ -30,6 +30,8 @@ func listenSock(ap netip.AddrPort) (*sock, error) {
 }
 
 func (s *sock) close() error { return s.c.Close() }
+
+func (s *sock) wake() { _ = s.c.SetReadDeadline(time.Now()) }
 
 func (s *sock) read(_ *scratch, ms []msg, wait bool) (int, error) {
 	d := time.Now().Add(readTimeout)

@@ -45,9 +45,10 @@ type footprintFigure struct {
 	// CPUSumPct is every agent's together: how much of the machine the
 	// lab's agents take at this rate.
 	CPUSumPct float64 `json:"cpu_sum_pct_of_core"`
-	// WakesPerSecMedian is how often an agent's threads were switched to
-	// (voluntary and involuntary context switches of every thread, per
-	// second): the probe mesh should wake once per tick, not per packet.
+	// WakesPerSecMedian is how often an agent's threads blocked and were
+	// woken again (voluntary context switches of every thread, per second;
+	// the involuntary ones are the shared cores preempting it): the probe
+	// mesh should wake once per tick, not per packet.
 	WakesPerSecMedian float64 `json:"wakes_per_s_median"`
 	UserMedianPct     float64 `json:"user_median_pct_of_core"`
 	SysMedianPct      float64 `json:"sys_median_pct_of_core"`
@@ -190,7 +191,8 @@ func waitLog(b *testing.B, l *lab.Lab, line string, within time.Duration) {
 	}
 }
 
-// ctxSwitches is the context switches of every thread of pid, so far.
+// ctxSwitches is the voluntary context switches of every thread of pid,
+// so far.
 func ctxSwitches(b *testing.B, pid int) uint64 {
 	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
 	if err != nil {
@@ -204,7 +206,7 @@ func ctxSwitches(b *testing.B, pid int) uint64 {
 		}
 		for _, l := range strings.Split(string(data), "\n") {
 			k, v, ok := strings.Cut(l, ":")
-			if ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+			if ok && k == "voluntary_ctxt_switches" {
 				c, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 				if err != nil {
 					b.Fatalf("/proc/%d/task/%s/status %s: %v", pid, t.Name(), k, err)
