@@ -211,14 +211,11 @@ func (e *e2eLab) warmProbes() {
 	}
 }
 
-// observeI2 starts the independent I2 observer for a move to port (OVS
-// only: on kernel-vxlan it returns a no-op) and returns the check to run
-// once the operation succeeded.
-func (e *e2eLab) observeI2(ctx context.Context, backend string, port int) func() {
+// observeI2 starts the independent I2 observer for a move to port and
+// returns the check to run once the operation succeeded (the lab's
+// default strategy, atomic, on either backend).
+func (e *e2eLab) observeI2(ctx context.Context, port int) func() {
 	e.t.Helper()
-	if backend != lab.BackendOVS {
-		return func() {}
-	}
 	obs, err := e.l.ObserveI2(ctx, port)
 	if err != nil {
 		e.t.Fatal(err)
@@ -265,9 +262,10 @@ func testE2E(t *testing.T, backend string, oldPort int) {
 	e.wantOn(oldPort)
 	e.warmProbes()
 
-	// I2 from outside the product on OVS: every node's opening of the new
-	// port (nft monitor) precedes the first flip (OVSDB monitor) anywhere.
-	check := e.observeI2(ctx, backend, 4889)
+	// I2 from outside the product: every node's opening of the new port
+	// (nft monitor) precedes the first flip anywhere (OVSDB monitor of
+	// vxlan0; kernel: flannel.1 up on the port, ip monitor).
+	check := e.observeI2(ctx, 4889)
 	rep := e.report(ctx, 0, "cutover", "--port", "4889")
 	if rep.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED {
 		t.Fatalf("cutover: %s: %s", rep.GetState(), rep.GetError())
@@ -277,7 +275,7 @@ func testE2E(t *testing.T, backend string, oldPort int) {
 	wantEffects(t, rep)
 	e.wantOn(4889)
 
-	check = e.observeI2(ctx, backend, oldPort)
+	check = e.observeI2(ctx, oldPort)
 	back := e.report(ctx, 0, "rollback", rep.GetOperationId())
 	check()
 	if back.GetState() != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED || back.GetRevertsOperationId() != rep.GetOperationId() || back.GetToPort() != uint32(oldPort) {

@@ -149,7 +149,52 @@ func newEnv(t *testing.T, tag string, mod ...func(*lab.Config)) *env {
 	e := &env{t: t, l: l, bin: bin, ctx: ctx}
 	e.waitReady()
 	e.base = e.snap()
+	e.observeI2()
 	return e
+}
+
+// observeI2 watches I2 through whatever the test does next, on either
+// backend (lab.ObserveI2: the nodes' own firewall, OVSDB and kernel,
+// never the product's records), and asserts it when the test ends, before
+// the lab goes down. Every flip to toPort must find every node's rule for
+// it open at that instant; a node that never flips is fine (the fault
+// aborted the operation, or it was rolled back before that node flipped),
+// but when every node ends on toPort each must have been seen flipping,
+// or the observer missed what it is there to see, and when every
+// operation aborted none may have flipped at all. The fault suite runs
+// the atomic strategy only (the lab's default, and the kernel tests ask
+// for it), so the atomic rule applies.
+func (e *env) observeI2() {
+	e.t.Helper()
+	obs, err := e.l.ObserveI2(e.ctx, toPort)
+	if err != nil {
+		e.t.Fatalf("I2 observer: %v", err)
+	}
+	e.t.Cleanup(func() {
+		// The monitors push; let the last events land.
+		time.Sleep(200 * time.Millisecond)
+		obs.Stop()
+		ended := 0
+		for _, n := range nodes {
+			if p, err := e.l.Port(e.ctx, n); err == nil && p == toPort {
+				ended++
+			}
+		}
+		rules := lab.I2Rules{Partial: ended < len(nodes)}
+		if err := obs.CheckWith(rules); err != nil {
+			e.t.Errorf("the independent I2 observer (every node on %d at the end: %v): %v", toPort, !rules.Partial, err)
+			return
+		}
+		// An abort comes before the commit: no node may have flipped at
+		// all, however briefly.
+		if out := e.outcomes(); len(out) > 0 && !slices.ContainsFunc(out, func(o string) bool { return o != "aborted" }) {
+			if f := obs.Flipped(); len(f) > 0 {
+				e.t.Errorf("the independent I2 observer: every operation aborted, yet %v flipped to %d:\n%v", f, toPort, obs.Events())
+				return
+			}
+		}
+		e.t.Logf("I2 held: %s (flipped: %v)", obs.Summary(), obs.Flipped())
+	})
 }
 
 func dumpLogs(t *testing.T, l *lab.Lab) {
@@ -366,6 +411,25 @@ type journalRec struct {
 	CommitSent bool            `json:"commit_sent"`
 	Outcome    string          `json:"outcome"`
 	Report     json.RawMessage `json:"report"`
+}
+
+// outcomes are the outcomes of every operation the coordinator
+// journaled, in no particular order.
+func (e *env) outcomes() []string {
+	dir := filepath.Join(e.l.Dir(), "coordinator", "operations")
+	ents, _ := os.ReadDir(dir)
+	var out []string
+	for _, de := range ents {
+		if strings.HasPrefix(de.Name(), ".") || !strings.HasSuffix(de.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, de.Name()))
+		var r journalRec
+		if err == nil && json.Unmarshal(b, &r) == nil {
+			out = append(out, r.Outcome)
+		}
+	}
+	return out
 }
 
 // journal returns the newest journal record ("" ID when none).
