@@ -309,7 +309,9 @@ func (m *Machine) Commit(ctx context.Context, id string, at time.Time, deadman t
 // request came late) applies nothing, aborts the prepared change and
 // answers CodeAborted. The coordinator has rolled the others back by then
 // (docs/faults.md, "Late commits"): applying now would split the overlay
-// again. Zero budget: apply however late.
+// again. Zero budget: apply however late, as long as the caller still
+// waits for the answer (a call its caller abandoned is refused the same
+// way).
 func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, deadman, budget time.Duration) (Record, error) {
 	if deadman <= 0 {
 		return Record{}, errf(CodeInvalidArgument, nil, "deadman %s: must be positive", deadman)
@@ -331,6 +333,22 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 		return cur, nil // replay: the stored result
 	default:
 		return cur, m.endedErr(cur, "commit")
+	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up before the agent took the call (it was
+		// frozen, or the call waited behind another): the coordinator
+		// counts this node unreachable and may have moved every other
+		// node back already. Whatever the lateness budget, applying now
+		// would flip this node alone, and nobody would confirm it.
+		why := fmt.Sprintf("commit reached the agent after its caller gave up (%v): not applied", err)
+		m.log.Warn("commit call already abandoned by its caller: aborting, nothing applied", "operation", id)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.callTimeout)
+		defer cancel()
+		out := m.abortLocked(actx, cur, ByLate, why)
+		if out.Phase == PhaseFailed {
+			return out, errf(CodeInternal, nil, "operation %s: %s", id, out.Error)
+		}
+		return out, errf(CodeAborted, nil, "operation %s: %s (still on port %d)", id, why, cur.FromPort)
 	}
 	now := m.clock.Now()
 	start := now

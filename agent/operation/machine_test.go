@@ -722,3 +722,24 @@ func TestCommitLateBudget(t *testing.T) {
 		})
 	}
 }
+
+// A commit call whose caller already gave up (ctx done: the coordinator's
+// deadline passed while this agent was frozen) applies nothing, even with
+// no lateness budget (the wait policy): the coordinator has counted the
+// node away, and a flip now would be this node's alone.
+func TestCommitAbandonedByItsCallerIsNotApplied(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.m.Prepare(context.Background(), opA, from, to); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r, err := e.m.CommitWithin(ctx, opA, t0.Add(time.Second), deadman, 0)
+	wantCode(t, err, CodeAborted, "caller gave up", "not applied", "still on port 4789")
+	if r.Phase != PhaseAborted {
+		t.Fatalf("abandoned commit: %+v, want ABORTED", r)
+	}
+	if got, want := e.be.Calls(), []string{"Prepare 4789->4889", "Abort 4789->4889"}; !slices.Equal(got, want) {
+		t.Fatalf("calls = %q, want %q: nothing applied", got, want)
+	}
+}
