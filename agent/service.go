@@ -480,6 +480,9 @@ func toPhase(p operation.Phase) agentv1.Phase {
 }
 
 func grpcErr(err error) error {
+	if late := operation.LateOf(err); late > 0 {
+		return agentv1.LateStatus(err.Error(), late)
+	}
 	c := codes.Internal
 	switch operation.CodeOf(err) {
 	case operation.CodeInvalidArgument:

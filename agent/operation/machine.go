@@ -380,7 +380,7 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 		if out.Phase == PhaseFailed {
 			return out, errf(CodeInternal, nil, "operation %s: %s", id, out.Error)
 		}
-		return out, errf(CodeAborted, nil, "operation %s: %s (still on port %d)", id, why, rec.FromPort)
+		return out, &Error{Code: CodeAborted, Msg: fmt.Sprintf("operation %s: %s (still on port %d)", id, why, rec.FromPort), Late: late}
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.callTimeout)
 	defer cancel()

@@ -709,6 +709,9 @@ func TestCommitLateBudget(t *testing.T) {
 				return
 			}
 			wantCode(t, err, CodeAborted, "late by", "not applied", "still on port 4789")
+			if d := LateOf(err); d <= tc.budget {
+				t.Errorf("the refusal carries lateness %s, want past the budget %s (the coordinator reports the node late by it)", d, tc.budget)
+			}
 			if r.Phase != PhaseAborted || r.RevertedBy != ByLate {
 				t.Fatalf("late commit: %+v, want ABORTED by %s", r, ByLate)
 			}

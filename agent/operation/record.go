@@ -129,6 +129,10 @@ type Error struct {
 	Code Code
 	Msg  string
 	Err  error
+	// Late is how late the agent reached a commit it refused for being
+	// late (0: not such a refusal): the coordinator reports the node late
+	// by it.
+	Late time.Duration
 }
 
 func (e *Error) Error() string {
@@ -148,6 +152,16 @@ func CodeOf(err error) Code {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code
+	}
+	return 0
+}
+
+// LateOf is how late a commit refused for lateness was (0: err is no such
+// refusal).
+func LateOf(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Late
 	}
 	return 0
 }
