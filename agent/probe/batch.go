@@ -108,7 +108,7 @@ func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
 		// is never reused under a read.
 		cancel()
 		s.wake()
-		<-r.done
+		_ = <-r.done // its error, if any, was returned already
 		_ = s.close()
 	}()
 	t := time.NewTicker(m.cfg.Interval)
