@@ -101,14 +101,14 @@ func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
 		return fmt.Errorf("probe: listen %s: %w", listen, err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	r := &reader{m: m, s: s, resume: make(chan struct{}, 1), done: make(chan error, 1)}
+	r := &reader{m: m, s: s, resume: make(chan struct{}, 1), done: make(chan struct{})}
 	go r.run(ctx)
 	defer func() {
 		// The socket closes only once the reader returned, so its number
 		// is never reused under a read.
 		cancel()
 		s.wake()
-		_ = <-r.done // its error, if any, was returned already
+		<-r.done
 		_ = s.close()
 	}()
 	t := time.NewTicker(m.cfg.Interval)
@@ -141,9 +141,8 @@ func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
 			case <-ctx.Done():
 				return nil
 			case <-m.peersSet:
-			case err := <-r.done:
-				r.done <- err // for the deferred wait
-				return err
+			case <-r.done:
+				return r.err
 			}
 			continue
 		}
@@ -237,14 +236,15 @@ type reader struct {
 	m      *Mesh
 	s      *sock
 	resume chan struct{}
-	done   chan error
+	done   chan struct{} // closed when run returns, err set before
+	err    error
 }
 
 func (r *reader) run(ctx context.Context) {
+	defer close(r.done)
 	b := newBuffers()
 	for {
 		if ctx.Err() != nil {
-			r.done <- nil
 			return
 		}
 		if r.m.ticking.Load() {
@@ -260,7 +260,7 @@ func (r *reader) run(ctx context.Context) {
 			b.flush(r.s)
 		}
 		if err != nil && !errors.Is(err, errAgain) {
-			r.done <- fmt.Errorf("probe: read: %w", err)
+			r.err = fmt.Errorf("probe: read: %w", err)
 			return
 		}
 	}
