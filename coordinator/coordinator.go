@@ -6,7 +6,7 @@
 // Every transition is journaled (in --state-dir, or in the cluster through
 // WithJournal) so that a restarted coordinator, or a new leader, resumes or
 // undoes an interrupted operation. Cluster integrations act around an
-// operation through Hooks (hooks.go), whose calls are journaled too.
+// operation through Hooks (internal/model), whose calls are journaled too.
 //
 // It owns no dataplane: it must never touch OVS, iptables or netlink, only
 // ask agents. Decisions belong to the barrier core: what to send next,
@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/statedir"
 	"github.com/cutover-dev/cutover/pkg/callstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -62,7 +63,7 @@ type Coordinator struct {
 	dial      []grpc.DialOption
 	callOpts  callstream.Options // the agents' call streams'
 	journal   JournalStore
-	lock      *stateLock // the --state-dir lock (file journal only)
+	lock      *statedir.Lock // the --state-dir lock (file journal only)
 	metrics   *Metrics
 	verifier  Verifier
 	hooks     []Hook
@@ -120,18 +121,18 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		seen[h.Name()] = true
 	}
 	j := o.journal
-	var lock *stateLock
+	var lock *statedir.Lock
 	if j == nil {
 		// One coordinator per journal: a second one on the same state dir
 		// would find the running operation "interrupted" and undo it
 		// behind the first one's back. (A cluster journal has the Lease.)
 		var err error
-		if lock, err = lockStateDir(cfg.StateDir); err != nil {
+		if lock, err = statedir.LockDir(cfg.StateDir); err != nil {
 			return nil, err
 		}
 		fj, err := OpenJournal(cfg.StateDir)
 		if err != nil {
-			lock.release()
+			lock.Release()
 			return nil, err
 		}
 		fj.Keep = cfg.journalKeep()
@@ -145,7 +146,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 	callOpts := callstream.Options{Interceptor: o.callIcpt, Idle: cfg.AgentIdleTimeout / 2}
 	agents, err := dialAgents(inv, o.dial, callOpts)
 	if err != nil {
-		lock.release()
+		lock.Release()
 		return nil, err
 	}
 	parent := o.ctx
@@ -177,7 +178,7 @@ func (c *Coordinator) Close() {
 		_ = a.conn.Close()
 	}
 	c.invMu.Unlock()
-	c.lock.release()
+	c.lock.Release()
 }
 
 // Wait blocks until no operation is running.

@@ -444,7 +444,7 @@ func TestAgentConnectionsStayOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second) // ten idle timeouts of the short case
-		for _, n := range l.inv.nodeNames() {
+		for _, n := range l.inv.NodeNames() {
 			if got := l.c.agent(n).conn.GetState(); got != tc.want {
 				t.Errorf("--agent-idle-timeout %s: %s's connection is %s a second after the last call, want %s", tc.idle, n, got, tc.want)
 			}
@@ -456,14 +456,14 @@ func TestAgentConnectionsStayOpen(t *testing.T) {
 // call, where the clients are otherwise lazy (idle until the first one).
 func TestWarmAgents(t *testing.T) {
 	l := newLab(t, 3, nil)
-	for _, n := range l.inv.nodeNames() {
+	for _, n := range l.inv.NodeNames() {
 		if got := l.c.agent(n).conn.GetState(); got != connectivity.Idle {
 			t.Fatalf("%s's connection is %s before any call, want IDLE (a lazy client)", n, got)
 		}
 	}
 	l.c.WarmAgents()
 	deadline := time.Now().Add(5 * time.Second)
-	for _, n := range l.inv.nodeNames() {
+	for _, n := range l.inv.NodeNames() {
 		for l.c.agent(n).conn.GetState() != connectivity.Ready {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s's connection is %s 5 s after WarmAgents, want READY", n, l.c.agent(n).conn.GetState())

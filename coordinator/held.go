@@ -101,7 +101,7 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	waveReq := op.rec.MaxParallel
 	listening := listeningLocked(op)
 	op.mu.Unlock()
-	if joined, left := inventoryDrift(c.inventory().nodeNames(), nodes); len(joined)+len(left) > 0 {
+	if joined, left := inventoryDrift(c.inventory().NodeNames(), nodes); len(joined)+len(left) > 0 {
 		// A node that joined never listened on the new port: switching
 		// more senders would cut it off. One that left cannot be switched.
 		return status.Errorf(codes.FailedPrecondition,

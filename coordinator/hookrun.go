@@ -23,16 +23,6 @@ const (
 	HookFailed  = string(barrier.MarkFailed)
 )
 
-// HookMark is one hook call of an operation. It is journaled before the
-// call (started) and after it (done or failed), so a coordinator restarted
-// in between knows the call may have acted.
-type HookMark struct {
-	Hook  string `json:"hook"`  // Hook.Name()
-	Point string `json:"point"` // HookBeforeCommit, ...
-	State string `json:"state"` // HookStarted, HookDone or HookFailed
-	Error string `json:"error,omitempty"`
-}
-
 func (op *operation) setHookMark(m HookMark) {
 	op.mu.Lock()
 	defer op.mu.Unlock()

@@ -23,15 +23,6 @@ type options struct {
 	invSource InventorySource
 }
 
-// JournalStore keeps operation records: the file journal (Journal) or a
-// cluster one (coordinator/kube's ConfigMaps). Save replaces the record of
-// r.ID whole and must be durable when it returns; Load returns every
-// record, oldest first.
-type JournalStore interface {
-	Save(Record) error
-	Load() ([]Record, error)
-}
-
 var _ JournalStore = (*Journal)(nil)
 
 // WithJournal keeps the journal in j instead of --state-dir (which is then

@@ -122,7 +122,7 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 			}
 		}
 		if len(unknown) > 0 {
-			return r, invalid("nodes", strings.Join(unknown, ","), fmt.Sprintf("not in the inventory (%d agents: %s)", len(inv.Agents), abbreviate(inv.nodeNames(), 10)))
+			return r, invalid("nodes", strings.Join(unknown, ","), fmt.Sprintf("not in the inventory (%d agents: %s)", len(inv.Agents), abbreviate(inv.NodeNames(), 10)))
 		}
 		r.nodes = slices.Compact(slices.Sorted(slices.Values(req.Nodes)))
 	case req.Selector != "":
@@ -139,7 +139,7 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 			return r, invalid("selector", fmt.Sprintf("%q", req.Selector), "selects no agent of the inventory")
 		}
 	default:
-		r.nodes = inv.nodeNames()
+		r.nodes = inv.NodeNames()
 	}
 	var err error
 	strategy := req.Strategy
@@ -179,7 +179,7 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 		// operation is Held, until a later run switches them.
 		slices.Sort(r.nodes)
 		r.targets, r.subset = r.nodes, len(req.Nodes) > 0 || req.Selector != ""
-		r.nodes = inv.nodeNames()
+		r.nodes = inv.NodeNames()
 		slices.Sort(r.nodes)
 		if r.batches, err = planBatches(req.Batches, r.targets); err != nil {
 			return r, err
@@ -234,14 +234,6 @@ func repeats(line string, problems []string) bool {
 		}
 	}
 	return false
-}
-
-func (inv Inventory) nodeNames() []string {
-	var ns []string
-	for _, a := range inv.Agents {
-		ns = append(ns, a.Node)
-	}
-	return ns
 }
 
 func abbreviate(ss []string, n int) string {

@@ -30,7 +30,7 @@ func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgent
 	for i, s := range inv.Agents {
 		idx[s.Node] = i
 	}
-	fanOut(inv.nodeNames(), func(n string) {
+	fanOut(inv.NodeNames(), func(n string) {
 		ac := c.agent(n)
 		a := &coordinatorv1.Agent{Node: n, Address: ac.spec.Address, Labels: ac.spec.Labels}
 		out[idx[n]] = a
@@ -364,7 +364,7 @@ func (c *Coordinator) claimLocked(op *operation) error {
 func (c *Coordinator) Resume(ctx context.Context) error {
 	recs, err := c.journal.Load()
 	for _, rec := range recs {
-		step := rec.stepTimeout()
+		step := rec.StepTimeout()
 		op := newOperation(rec.ID, rec.Kind, rec.FromPort, rec.ToPort, rec.Nodes, step, c.deadmanFor(step), rec.Seq)
 		op.rec = rec
 		if len(rec.Report) > 0 {
@@ -433,7 +433,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 // every node too: the journal does not keep the unreached list
 // separately); any other has nothing left to undo.
 func (c *Coordinator) doneCore(rec Record) *barrier.Op {
-	step := rec.stepTimeout()
+	step := rec.StepTimeout()
 	op := barrier.New(c.coreConfig(rec.Nodes, step, c.deadmanFor(step), rec.Hooks, rec.Batches))
 	switch rec.Outcome {
 	case "succeeded", "failed":

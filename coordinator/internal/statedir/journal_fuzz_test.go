@@ -1,4 +1,4 @@
-package coordinator
+package statedir
 
 import (
 	"encoding/json"

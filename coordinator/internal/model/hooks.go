@@ -1,4 +1,4 @@
-package coordinator
+package model
 
 import "context"
 
@@ -81,3 +81,13 @@ func (NopHook) Finalize(context.Context, OpInfo) error { return nil }
 
 // Restore implements Hook.
 func (NopHook) Restore(context.Context, OpInfo) error { return nil }
+
+// HookMark is one hook call of an operation. It is journaled before the
+// call (started) and after it (done or failed), so a coordinator restarted
+// in between knows the call may have acted.
+type HookMark struct {
+	Hook  string `json:"hook"`  // Hook.Name()
+	Point string `json:"point"` // HookBeforeCommit, ...
+	State string `json:"state"` // HookStarted, HookDone or HookFailed
+	Error string `json:"error,omitempty"`
+}

@@ -1,4 +1,4 @@
-package coordinator
+package statedir
 
 import (
 	"errors"
@@ -37,15 +37,15 @@ func IsStateDirLocked(err error) bool {
 	return errors.As(err, &e)
 }
 
-// stateLock is an exclusive flock(2) on <state-dir>/lock, held as long as
+// Lock is an exclusive flock(2) on <state-dir>/lock, held as long as
 // the file stays open: the kernel drops it when the process dies, however
 // it dies, so a kill -9 leaves no stale lock to clean up. The holder's PID
 // is written in the file for the refusal message.
-type stateLock struct{ f *os.File }
+type Lock struct{ f *os.File }
 
-// lockStateDir takes the lock of dir, or fails at once (never waits) with
+// LockDir takes the lock of dir, or fails at once (never waits) with
 // a *StateDirLockedError naming the holder.
-func lockStateDir(dir string) (*stateLock, error) {
+func LockDir(dir string) (*Lock, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("--state-dir %q: %w", dir, err)
 	}
@@ -67,12 +67,12 @@ func lockStateDir(dir string) (*stateLock, error) {
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
-	return &stateLock{f: f}, nil
+	return &Lock{f: f}, nil
 }
 
-// release drops the lock (closing the file releases the flock). The file
+// Release drops the lock (closing the file releases the flock). The file
 // stays: removing it would race with a process that opened it to lock.
-func (l *stateLock) release() {
+func (l *Lock) Release() {
 	if l != nil && l.f != nil {
 		_ = l.f.Close()
 		l.f = nil

@@ -1,0 +1,68 @@
+package coordinator
+
+import (
+	"github.com/cutover-dev/cutover/coordinator/internal/model"
+	"github.com/cutover-dev/cutover/coordinator/internal/statedir"
+)
+
+// The vocabulary the coordinator shares with its integrations (kube,
+// openshift, the harness) is defined in internal/model, below the runner,
+// so that the lower layers need not import this package; these aliases
+// keep it the public API's.
+type (
+	// AgentSpec is one agent of the inventory.
+	AgentSpec = model.AgentSpec
+	// Inventory is the set of agents the coordinator knows.
+	Inventory = model.Inventory
+	// InventoryError says an inventory (flags, file or cluster) is invalid.
+	InventoryError = model.InventoryError
+	// OpInfo describes an operation to a Hook.
+	OpInfo = model.OpInfo
+	// Hook lets a cluster integration act around an operation.
+	Hook = model.Hook
+	// Planner is a Hook that adds steps to a plan.
+	Planner = model.Planner
+	// NextStepper is a Hook that adds next steps to a report.
+	NextStepper = model.NextStepper
+	// NopHook does nothing; embed it to implement only some points.
+	NopHook = model.NopHook
+	// HookMark is one journaled hook call of an operation.
+	HookMark = model.HookMark
+	// VerifyInput is what a Verifier is told.
+	VerifyInput = model.VerifyInput
+	// Verifier checks the dataplane after commit.
+	Verifier = model.Verifier
+	// VerifierFunc is a Verifier as a function.
+	VerifierFunc = model.VerifierFunc
+	// Record is what the journal keeps of one operation.
+	Record = model.Record
+	// JournalStore keeps operation records.
+	JournalStore = model.JournalStore
+	// Journal is the file journal in --state-dir.
+	Journal = statedir.Journal
+	// StateDirLockedError says another process holds the --state-dir lock.
+	StateDirLockedError = statedir.StateDirLockedError
+)
+
+// OverlayLabel is the node label naming a node's overlay.
+const OverlayLabel = model.OverlayLabel
+
+// DefaultOverlay is the overlay of a node without OverlayLabel.
+const DefaultOverlay = model.DefaultOverlay
+
+// DefaultJournalKeep is how many finished operations the journal keeps.
+const DefaultJournalKeep = model.DefaultJournalKeep
+
+// LockFile is the name of the lock in --state-dir.
+const LockFile = statedir.LockFile
+
+// Functions of the vocabulary, under their public names.
+var (
+	ParseAgentFlags   = model.ParseAgentFlags
+	LoadInventoryFile = model.LoadInventoryFile
+	NewInventory      = model.NewInventory
+	IsInventoryError  = model.IsInventoryError
+	Prunable          = model.Prunable
+	OpenJournal       = statedir.OpenJournal
+	IsStateDirLocked  = statedir.IsStateDirLocked
+)
