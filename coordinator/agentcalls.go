@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc/codes"
@@ -58,7 +59,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 	deadman := op.deadman
 	if staged && op.rec.MaxParallel > 0 && slices.Contains([]barrier.Step{barrier.Prepare, barrier.Commit, barrier.Finalize}, s.Step) {
 		wave = make(chan struct{}, op.rec.MaxParallel)
-		w := time.Duration(waves(len(s.Nodes), op.rec.MaxParallel))
+		w := time.Duration(staging.Waves(len(s.Nodes), op.rec.MaxParallel))
 		timeout *= w
 		// A node of the first wave waits for the others before the
 		// batch is verified and confirmed: its dead-man waits as long.

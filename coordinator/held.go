@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/model"
+	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
@@ -58,7 +60,7 @@ func heldSummary(op *operation) string {
 	defer op.mu.Unlock()
 	listening := listeningLocked(op)
 	return fmt.Sprintf("every node listens on %d and %d; %d of %d send %d (%s), %d still send %d (%s)",
-		op.from, op.to, len(op.rec.Switched), len(op.nodes), op.to, abbreviate(op.rec.Switched, 10), len(listening), op.from, abbreviate(listening, 10))
+		op.from, op.to, len(op.rec.Switched), len(op.nodes), op.to, model.Abbreviate(op.rec.Switched, 10), len(listening), op.from, model.Abbreviate(listening, 10))
 }
 
 func listeningLocked(op *operation) []string {
@@ -109,7 +111,7 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 			id, len(nodes), listOrNone(joined), listOrNone(left), to, id)
 	}
 	if req.OperationId != "" && req.OperationId != id {
-		return invalid("operation_id", fmt.Sprintf("%q", req.OperationId), fmt.Sprintf("operation %s is held and this request continues it: drop operation_id or give %s", id, id))
+		return model.Invalid("operation_id", fmt.Sprintf("%q", req.OperationId), fmt.Sprintf("operation %s is held and this request continues it: drop operation_id or give %s", id, id))
 	}
 	targets := listening
 	if r.subset {
@@ -127,19 +129,19 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 			}
 		}
 		if len(foreign) > 0 {
-			return invalid("nodes", strings.Join(foreign, ","), fmt.Sprintf("not nodes of held operation %s (%d nodes: %s): it can only switch its own", id, len(nodes), abbreviate(nodes, 10)))
+			return model.Invalid("nodes", strings.Join(foreign, ","), fmt.Sprintf("not nodes of held operation %s (%d nodes: %s): it can only switch its own", id, len(nodes), model.Abbreviate(nodes, 10)))
 		}
 		if len(targets) == 0 {
-			return invalid("nodes", strings.Join(already, ","), fmt.Sprintf("already send port %d in held operation %s: nothing to switch; still on port %d: %s", to, id, from, abbreviate(listening, 10)))
+			return model.Invalid("nodes", strings.Join(already, ","), fmt.Sprintf("already send port %d in held operation %s: nothing to switch; still on port %d: %s", to, id, from, model.Abbreviate(listening, 10)))
 		}
 	}
-	batches, err := planBatches(req.Batches, targets)
+	batches, err := staging.PlanBatches(req.Batches, targets)
 	if err != nil {
 		return err
 	}
 	wave := waveReq
 	if req.MaxParallel > 0 {
-		wave = waveSize(int(req.MaxParallel), len(nodes))
+		wave = staging.WaveSize(int(req.MaxParallel), len(nodes))
 	}
 	// The agents parked their probe sample when the operation was held:
 	// plan it again (a restarted coordinator does not have it either), so
@@ -155,7 +157,7 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 		rep := op.snapshot()
 		return stream.Send(&coordinatorv1.OperationEvent{OperationId: id, Phase: "preflight", UnixNano: time.Now().UnixNano(), Report: rep,
 			Message: fmt.Sprintf("dry run: operation %s is held (%s); would switch %d more node(s) to %d (%s)%s; nothing was changed",
-				id, heldSummary(op), len(targets), to, abbreviate(targets, 10), then)})
+				id, heldSummary(op), len(targets), to, model.Abbreviate(targets, 10), then)})
 	}
 	c.mu.Lock()
 	err = c.claimLocked(op)
@@ -168,7 +170,7 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	op.batchBase = len(op.report.Batches)
 	op.rec.Batches, op.rec.MaxParallel = batches, wave
 	op.probePeers, op.probePairs, op.probePlanned = pp.peers, pp.pairs, true
-	op.report.Batches = append(op.report.Batches, reportBatches(batches)...)
+	op.report.Batches = append(op.report.Batches, staging.ReportBatches(batches)...)
 	op.report.MaxParallel = uint32(wave)
 	op.mu.Unlock()
 	cfg := c.coreConfig(nodes, op.step, op.deadman, op.rec.Hooks, batches)
@@ -264,5 +266,5 @@ func listOrNone(ns []string) string {
 	if len(ns) == 0 {
 		return "none"
 	}
-	return abbreviate(ns, 10)
+	return model.Abbreviate(ns, 10)
 }

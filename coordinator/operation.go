@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/probemesh"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
@@ -67,7 +68,7 @@ type operation struct {
 	// Prepare, pairs verify checks. probePlanned is false for a resumed
 	// run: verify then checks the peers the agents report.
 	probePeers   map[string][]*agentv1.ProbePeer
-	probePairs   []probePair
+	probePairs   []probemesh.Pair
 	probePlanned bool
 	// verifyStats are the probe figures the Verify step's read-back
 	// brought (Info with probe_stats), by node: the mesh verifier's first

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -79,16 +80,16 @@ func splitProblems(nodes map[string]overlayNode, target uint32) []string {
 				if len(stay[p]) == 1 {
 					verb = "stays"
 				}
-				ports = append(ports, fmt.Sprintf("%s %s on %d", abbreviate(stay[p], 10), verb, p))
+				ports = append(ports, fmt.Sprintf("%s %s on %d", model.Abbreviate(stay[p], 10), verb, p))
 				left = append(left, stay[p]...)
 			}
 			slices.Sort(left)
 			probs = append(probs, fmt.Sprintf("%s%s would move to %d while %s: %s could no longer reach %s over the overlay; %s",
-				prefix, abbreviate(moving, 10), target, strings.Join(ports, ", "), abbreviate(moving, 10), abbreviate(left, 10), fix))
+				prefix, model.Abbreviate(moving, 10), target, strings.Join(ports, ", "), model.Abbreviate(moving, 10), model.Abbreviate(left, 10), fix))
 		}
 		if len(unknown) > 0 {
 			probs = append(probs, fmt.Sprintf("%s%s would move to %d, but the port of the rest of the overlay could not be read: %s; %s could be cut off from them: bring their agents back, or %s",
-				prefix, abbreviate(moving, 10), target, abbreviate(unknown, 10), abbreviate(moving, 10), fix))
+				prefix, model.Abbreviate(moving, 10), target, model.Abbreviate(unknown, 10), model.Abbreviate(moving, 10), fix))
 		}
 	}
 	return probs

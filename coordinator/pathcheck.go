@@ -11,7 +11,8 @@ import (
 
 	"google.golang.org/grpc/status"
 
-	"github.com/cutover-dev/cutover/pkg/pathprobe"
+	"github.com/cutover-dev/cutover/coordinator/internal/model"
+	"github.com/cutover-dev/cutover/coordinator/internal/pathjudge"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
@@ -20,7 +21,8 @@ import (
 // changes, every targeted agent binds the target port on its underlay
 // address and exchanges real VXLAN frames with its peers, both ways, at
 // the overlay's VNIs and up to its full frame size with DF set. What
-// passed is judged by pathMatrix (pathmatrix.go).
+// passed is judged by internal/pathjudge, which also plans who exchanges
+// frames with whom and at which sizes.
 
 // defaultOverlayMTU is assumed when no agent reports its overlay's MTU:
 // openshift-sdn's and flannel's default on a 1500-byte underlay.
@@ -48,55 +50,6 @@ func pathLead(round time.Duration, clocks map[string]clockSample) time.Duration 
 	return min(lead, maxPathLead)
 }
 
-// smallFrame is the size of the frames that tell "blocked" and "VNI
-// dropped" from an MTU problem: far below any underlay's MTU.
-const smallFrame = 256
-
-// pathPeers is whom each node exchanges frames with, both ways: every
-// other node up to sampleAbove nodes, else the probe sample of k (every
-// node sends to and receives from k others) made symmetric, so that every
-// node is sender and receiver of each of its pairs. The second result
-// says which.
-func pathPeers(nodes []string, sampleAbove, k int) (map[string][]string, string) {
-	if len(nodes) <= sampleAbove {
-		return probeSample(nodes, 0), "every pair"
-	}
-	s := probeSample(nodes, k)
-	sym := map[string][]string{}
-	for from, tos := range s {
-		for _, to := range tos {
-			sym[from] = append(sym[from], to)
-			sym[to] = append(sym[to], from)
-		}
-	}
-	for n := range sym {
-		sym[n] = slices.Compact(slices.Sorted(slices.Values(sym[n])))
-	}
-	return sym, fmt.Sprintf("sampled above %d nodes: every node exchanges frames both ways with at least %d others (a ring at spread distances, as the probe mesh)", sampleAbove, k)
-}
-
-// pathSizes are the outer packet sizes sent: a small frame, steps below
-// the full size to name the largest that passes, and the full size.
-func pathSizes(mtu uint32) []uint32 {
-	full := mtu + pathprobe.Overhead
-	out := []uint32{smallFrame}
-	for _, d := range []uint32{400, 200, 100, 0} {
-		if full > d && full-d > smallFrame {
-			out = append(out, full-d)
-		}
-	}
-	return slices.Compact(out)
-}
-
-// referenceVNI is a VNI the overlay does not use.
-func referenceVNI(vnis []uint32) uint32 {
-	for v := uint32(0xC07); ; v++ {
-		if !slices.Contains(vnis, v) {
-			return v
-		}
-	}
-}
-
 // pathCheck runs the check on port between nodes, whose Info answers
 // are in infos (nil: not reached, with the error in errs), gathered by a
 // round of calls that took round. It changes nothing: each agent's socket
@@ -104,7 +57,7 @@ func referenceVNI(vnis []uint32) uint32 {
 func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nodes []string, infos map[string]*agentv1.InfoResponse, errs map[string]error, clocks map[string]clockSample, round time.Duration) *coordinatorv1.PathCheckResult {
 	start := time.Now()
 	res := &coordinatorv1.PathCheckResult{Port: port}
-	m := &pathMatrix{port: port, failed: map[string]string{}, sides: map[string]pathSide{}, lead: pathLead(round, clocks)}
+	m := &pathjudge.Matrix{Port: port, Failed: map[string]string{}, Sides: map[string]pathjudge.Side{}, Lead: pathLead(round, clocks)}
 	addr := map[string]string{}
 	var checked []string
 	var mtu uint32
@@ -116,39 +69,39 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 			if e := errs[n]; e != nil {
 				why += ": " + status.Convert(e).Message()
 			}
-			m.failed[n] = why
+			m.Failed[n] = why
 			continue
 		case info.UnderlayAddress == "":
-			m.failed[n] = info.PathCheckOffReason
-			if m.failed[n] == "" {
-				m.failed[n] = "the agent reports no underlay address (an agent without the path check?)"
+			m.Failed[n] = info.PathCheckOffReason
+			if m.Failed[n] == "" {
+				m.Failed[n] = "the agent reports no underlay address (an agent without the path check?)"
 			}
 			continue
 		}
 		addr[n] = info.UnderlayAddress
 		checked = append(checked, n)
 		for _, v := range info.OverlayVnis {
-			if !slices.Contains(m.vnis, v) && len(m.vnis) < 7 {
-				m.vnis = append(m.vnis, v)
+			if !slices.Contains(m.VNIs, v) && len(m.VNIs) < 7 {
+				m.VNIs = append(m.VNIs, v)
 			}
 		}
 		if info.OverlayMtu > 0 && (mtu == 0 || info.OverlayMtu < mtu) {
 			mtu = info.OverlayMtu
 		}
 	}
-	if len(m.vnis) == 0 {
-		m.vnis = []uint32{0}
+	if len(m.VNIs) == 0 {
+		m.VNIs = []uint32{0}
 	}
-	slices.Sort(m.vnis)
+	slices.Sort(m.VNIs)
 	if mtu == 0 {
 		mtu = defaultOverlayMTU
 		res.Notes = append(res.Notes, fmt.Sprintf("no agent reported its overlay MTU: %d assumed (set the agents' --overlay-mtu)", mtu))
 	}
-	m.reference = referenceVNI(m.vnis)
-	m.sizes = pathSizes(mtu)
+	m.Reference = pathjudge.ReferenceVNI(m.VNIs)
+	m.Sizes = pathjudge.Sizes(mtu)
 	var sampling string
-	m.peers, sampling = pathPeers(checked, c.cfg.PathSampleAbove, c.cfg.PathPeersK)
-	res.Vnis, res.ReferenceVni, res.OverlayMtu, res.Sizes, res.Sampling = m.vnis, m.reference, mtu, m.sizes, sampling
+	m.Peers, sampling = pathjudge.Peers(checked, c.cfg.PathSampleAbove, c.cfg.PathPeersK)
+	res.Vnis, res.ReferenceVni, res.OverlayMtu, res.Sizes, res.Sampling = m.VNIs, m.Reference, mtu, m.Sizes, sampling
 	res.Nodes = uint32(len(checked))
 	// The control: the current port most checked nodes report.
 	ports := map[uint32]int{}
@@ -158,17 +111,17 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 		}
 	}
 	for p, k := range ports {
-		if k > ports[m.control] || (k == ports[m.control] && p < m.control) {
-			m.control = p
+		if k > ports[m.Control] || (k == ports[m.Control] && p < m.Control) {
+			m.Control = p
 		}
 	}
-	m.controlVNI = m.vnis[0]
-	res.ControlPort = m.control
+	m.ControlVNI = m.VNIs[0]
+	res.ControlPort = m.Control
 
 	var exchange time.Duration
-	m.sides, exchange = c.pathRound(ctx, id+"/path", port, m, checked, addr, clocks, m.peers, m.failed)
-	res.LeadMicros, res.ExchangeMicros = m.lead.Microseconds(), exchange.Microseconds()
-	j := m.judge()
+	m.Sides, exchange = c.pathRound(ctx, id+"/path", port, m, checked, addr, clocks, m.Peers, m.Failed)
+	res.LeadMicros, res.ExchangeMicros = m.Lead.Microseconds(), exchange.Microseconds()
+	j := m.Judge()
 	// More rounds for the directions that failed, alone: on a loaded
 	// machine a clean pair can lose all of a round's frames (docs/
 	// pathcheck.md, "Limits"), while a blocked one never passes. A
@@ -176,45 +129,45 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 	// more rounds, while they still help.
 	// A warning (a problem the current port shares) flags the result, so
 	// it is asked again too.
-	first := failedDirections(j.pairs)
+	first := pathjudge.FailedDirections(j.Pairs)
 	var retried []string
-	for round := 2; round <= 1+pathRetries && len(j.problems)+len(j.warnings) > 0; round++ {
-		again := retryPeers(j.pairs)
+	for round := 2; round <= 1+pathRetries && len(j.Problems)+len(j.Warnings) > 0; round++ {
+		again := pathjudge.RetryPeers(j.Pairs)
 		if len(again) == 0 {
 			break
 		}
-		before := failedDirections(j.pairs)
+		before := pathjudge.FailedDirections(j.Pairs)
 		// A node whose call fails now keeps its earlier rounds' answers.
 		more, _ := c.pathRound(ctx, fmt.Sprintf("%s/path%d", id, round), port, m, slices.Sorted(maps.Keys(again)), addr, clocks, again, map[string]string{})
 		for n, side := range more {
-			if m.sides[n] == nil {
-				m.sides[n] = pathSide{}
+			if m.Sides[n] == nil {
+				m.Sides[n] = pathjudge.Side{}
 			}
-			mergeSide(m.sides[n], side)
+			pathjudge.MergeSide(m.Sides[n], side)
 		}
-		j = m.judge()
+		j = m.Judge()
 		retried = append(retried, fmt.Sprint(len(again)))
-		if failedDirections(j.pairs) >= before {
+		if pathjudge.FailedDirections(j.Pairs) >= before {
 			break
 		}
 	}
-	res.Pairs, res.Problems, res.Warnings = j.pairs, j.problems, j.warnings
-	res.Notes = append(res.Notes, j.notes...)
+	res.Pairs, res.Problems, res.Warnings = j.Pairs, j.Problems, j.Warnings
+	res.Notes = append(res.Notes, j.Notes...)
 	if len(retried) > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("the nodes of the failed directions were checked again on their own (%s node(s) in %d more round(s)): %d failed direction(s) before, %d after",
-			strings.Join(retried, ", then "), len(retried), first, failedDirections(j.pairs)))
+			strings.Join(retried, ", then "), len(retried), first, pathjudge.FailedDirections(j.Pairs)))
 	}
 	var noCapture []string
 	for _, n := range checked {
-		for _, byFrame := range m.sides[n] {
-			if r := byFrame[pathFrame{m.controlVNI, m.sizes[0], true}]; r != nil && r.ControlError != "" {
+		for _, byFrame := range m.Sides[n] {
+			if r := byFrame[pathjudge.Frame{VNI: m.ControlVNI, Size: m.Sizes[0], Control: true}]; r != nil && r.ControlError != "" {
 				noCapture = append(noCapture, n+": "+r.ControlError)
 				break
 			}
 		}
 	}
 	if len(noCapture) > 0 {
-		res.Notes = append(res.Notes, "no packet capture on "+abbreviate(noCapture, 5)+": a pair blocked there is reported blocked, not inconclusive, and a drop by that node's own firewall cannot be told from the underlay's")
+		res.Notes = append(res.Notes, "no packet capture on "+model.Abbreviate(noCapture, 5)+": a pair blocked there is reported blocked, not inconclusive, and a drop by that node's own firewall cannot be told from the underlay's")
 	}
 	for _, p := range res.Pairs {
 		if p.Verdict != "not_checked" {
@@ -323,21 +276,21 @@ const pathRetries = 3
 // the port at one instant and exchanges frames with its peers. It returns
 // what each answered, and how long after the start instant the last
 // answer came; a node whose call failed is put in failed with why.
-func (c *Coordinator) pathRound(ctx context.Context, checkID string, port uint32, m *pathMatrix, nodes []string, addr map[string]string,
-	clocks map[string]clockSample, peers map[string][]string, failed map[string]string) (map[string]pathSide, time.Duration) {
-	sides := map[string]pathSide{}
+func (c *Coordinator) pathRound(ctx context.Context, checkID string, port uint32, m *pathjudge.Matrix, nodes []string, addr map[string]string,
+	clocks map[string]clockSample, peers map[string][]string, failed map[string]string) (map[string]pathjudge.Side, time.Duration) {
+	sides := map[string]pathjudge.Side{}
 	var last time.Duration
 	var mu sync.Mutex
 	window := c.cfg.PathWindow
 	// One start instant for every agent, in its own clock, far enough
 	// ahead for the fan-out to reach them all: otherwise a late agent's
 	// window would miss the others' and its pairs look blocked.
-	lead := m.lead
+	lead := m.Lead
 	at := time.Now().Add(lead)
 	fanOut(nodes, func(n string) {
-		req := &agentv1.PathCheckRequest{CheckId: checkID, Port: port, Vnis: append(slices.Clone(m.vnis), m.reference), Sizes: m.sizes,
+		req := &agentv1.PathCheckRequest{CheckId: checkID, Port: port, Vnis: append(slices.Clone(m.VNIs), m.Reference), Sizes: m.Sizes,
 			WindowMillis: window.Milliseconds(), IntervalMillis: c.cfg.PathInterval.Milliseconds(),
-			ControlPort: m.control, ControlVni: m.controlVNI}
+			ControlPort: m.Control, ControlVni: m.ControlVNI}
 		if cs, ok := clocks[n]; ok {
 			req.StartUnixNano = at.Add(cs.offset).UnixNano()
 		}
@@ -360,67 +313,7 @@ func (c *Coordinator) pathRound(ctx context.Context, checkID string, port uint32
 			return
 		}
 		last = max(last, time.Since(at))
-		sides[n] = sideOf(resp)
+		sides[n] = pathjudge.SideOf(resp)
 	})
 	return sides, last
-}
-
-// retryPeers is the second round's plan: for every direction that did not
-// pass (not one whose node could not be checked), both its nodes send to
-// each other again.
-func retryPeers(pairs []*coordinatorv1.PathPair) map[string][]string {
-	out := map[string][]string{}
-	add := func(a, b string) {
-		if !slices.Contains(out[a], b) {
-			out[a] = append(out[a], b)
-		}
-	}
-	for _, p := range pairs {
-		switch p.GetVerdict() {
-		case "ok", "not_checked", "node_firewall":
-			continue
-		}
-		add(p.GetFrom(), p.GetTo())
-		add(p.GetTo(), p.GetFrom())
-	}
-	return out
-}
-
-// mergeSide folds a second round's answers into the first's: a frame
-// counts as received or answered when it was in either round.
-func mergeSide(dst, src pathSide) {
-	for peer, frames := range src {
-		if dst[peer] == nil {
-			dst[peer] = map[pathFrame]*agentv1.PathProbeResult{}
-		}
-		for f, r := range frames {
-			d := dst[peer][f]
-			if d == nil {
-				dst[peer][f] = r
-				continue
-			}
-			d.Received = d.Received || r.Received
-			d.Answered = d.Answered || r.Answered
-			d.Wire = d.Wire || r.Wire
-			if d.ControlError != "" && r.ControlError == "" {
-				d.ControlError = ""
-			}
-			if r.SendError == "" {
-				d.SendError = ""
-			}
-		}
-	}
-}
-
-// failedDirections counts the checked directions that did not pass.
-func failedDirections(pairs []*coordinatorv1.PathPair) int {
-	n := 0
-	for _, p := range pairs {
-		switch p.GetVerdict() {
-		case "ok", "not_checked", "node_firewall":
-		default:
-			n++
-		}
-	}
-	return n
 }

@@ -169,32 +169,6 @@ func TestPathCheckBadInput(t *testing.T) {
 	}
 }
 
-// TestPathPeersSampled: above the threshold every node is sender and
-// receiver of at least k pairs, both ways.
-func TestPathPeersSampled(t *testing.T) {
-	var nodes []string
-	for i := range 40 {
-		nodes = append(nodes, "n"+string(rune('A'+i/26))+string(rune('a'+i%26)))
-	}
-	peers, how := pathPeers(nodes, 16, 4)
-	if !strings.Contains(how, "sampled") {
-		t.Fatalf("sampling %q", how)
-	}
-	for _, n := range nodes {
-		if len(peers[n]) < 4 || len(peers[n]) > 8 {
-			t.Errorf("%s: %d peers", n, len(peers[n]))
-		}
-		for _, p := range peers[n] {
-			if !slices.Contains(peers[p], n) {
-				t.Errorf("%s→%s without %s→%s", n, p, p, n)
-			}
-		}
-	}
-	if all, how := pathPeers(nodes[:5], 16, 4); how != "every pair" || len(all["nAa"]) != 4 {
-		t.Errorf("5 nodes: %q %v", how, all)
-	}
-}
-
 // TestPathCheckControl: a pair blocked on the new port whose control
 // frames pass on the current port is blocked, said so; one that passes
 // nothing on either port is inconclusive, not a verdict on the new port.

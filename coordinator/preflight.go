@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/model"
+	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -73,11 +75,6 @@ func (r request) strategy() string {
 // maxStepMillis bounds a request's per-step deadline (timeout_millis).
 const maxStepMillis = int64(time.Hour / time.Millisecond)
 
-// invalid is an InvalidArgument naming field, value and reason.
-func invalid(field string, value any, reason string) error {
-	return status.Errorf(codes.InvalidArgument, "%s %v: %s", field, value, reason)
-}
-
 // validate checks a request against the inventory alone (no agent is
 // asked): every error is InvalidArgument.
 func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, error) {
@@ -88,21 +85,21 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 	}
 	switch {
 	case req.Port >= nodePortMin && req.Port <= nodePortMax && !req.AllowNodeportRange:
-		return r, invalid("port", req.Port, fmt.Sprintf("inside the Kubernetes NodePort range %d–%d: pick another port or set allow_nodeport_range", nodePortMin, nodePortMax))
+		return r, model.Invalid("port", req.Port, fmt.Sprintf("inside the Kubernetes NodePort range %d–%d: pick another port or set allow_nodeport_range", nodePortMin, nodePortMax))
 	}
 	if req.TimeoutMillis < 0 {
-		return r, invalid("timeout_millis", req.TimeoutMillis, "negative: want 0 (default) or a positive number of milliseconds")
+		return r, model.Invalid("timeout_millis", req.TimeoutMillis, "negative: want 0 (default) or a positive number of milliseconds")
 	}
 	if req.TimeoutMillis > maxStepMillis {
 		// Also keeps the Duration (and 3x it for the dead-man) from
 		// overflowing into a negative deadline.
-		return r, invalid("timeout_millis", req.TimeoutMillis, fmt.Sprintf("too long: at most %d (1 h) per step", maxStepMillis))
+		return r, model.Invalid("timeout_millis", req.TimeoutMillis, fmt.Sprintf("too long: at most %d (1 h) per step", maxStepMillis))
 	}
 	if req.TimeoutMillis > 0 {
 		r.step = time.Duration(req.TimeoutMillis) * time.Millisecond
 	}
 	if req.OperationId != "" && !opIDRe.MatchString(req.OperationId) {
-		return r, invalid("operation_id", fmt.Sprintf("%q", req.OperationId), "want 1–64 of letters, digits, '.', '_', '-' starting with a letter or digit")
+		return r, model.Invalid("operation_id", fmt.Sprintf("%q", req.OperationId), "want 1–64 of letters, digits, '.', '_', '-' starting with a letter or digit")
 	}
 	r.id = req.OperationId
 	if r.id == "" {
@@ -111,7 +108,7 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 		r.id = "op-" + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
 	}
 	if len(req.Nodes) > 0 && req.Selector != "" {
-		return r, invalid("nodes/selector", fmt.Sprintf("%v/%q", req.Nodes, req.Selector), "give nodes or a selector, not both")
+		return r, model.Invalid("nodes/selector", fmt.Sprintf("%v/%q", req.Nodes, req.Selector), "give nodes or a selector, not both")
 	}
 	switch {
 	case len(req.Nodes) > 0:
@@ -122,13 +119,13 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 			}
 		}
 		if len(unknown) > 0 {
-			return r, invalid("nodes", strings.Join(unknown, ","), fmt.Sprintf("not in the inventory (%d agents: %s)", len(inv.Agents), abbreviate(inv.NodeNames(), 10)))
+			return r, model.Invalid("nodes", strings.Join(unknown, ","), fmt.Sprintf("not in the inventory (%d agents: %s)", len(inv.Agents), model.Abbreviate(inv.NodeNames(), 10)))
 		}
 		r.nodes = slices.Compact(slices.Sorted(slices.Values(req.Nodes)))
 	case req.Selector != "":
 		sel, err := parseSelector(req.Selector)
 		if err != nil {
-			return r, invalid("selector", fmt.Sprintf("%q", req.Selector), err.Error())
+			return r, model.Invalid("selector", fmt.Sprintf("%q", req.Selector), err.Error())
 		}
 		for _, a := range inv.Agents {
 			if sel.matches(a.Labels) {
@@ -136,7 +133,7 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 			}
 		}
 		if len(r.nodes) == 0 {
-			return r, invalid("selector", fmt.Sprintf("%q", req.Selector), "selects no agent of the inventory")
+			return r, model.Invalid("selector", fmt.Sprintf("%q", req.Selector), "selects no agent of the inventory")
 		}
 	default:
 		r.nodes = inv.NodeNames()
@@ -155,24 +152,24 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 		const pick = "strategy auto picks staged or atomic for every node of the overlay: name the strategy to use it"
 		switch {
 		case len(req.Batches) > 0:
-			return r, invalid("batches", fmt.Sprintf("%q", strings.Join(req.Batches, ",")), pick)
+			return r, model.Invalid("batches", fmt.Sprintf("%q", strings.Join(req.Batches, ",")), pick)
 		case req.MaxParallel != 0:
-			return r, invalid("max_parallel", strconv.FormatUint(uint64(req.MaxParallel), 10), pick)
+			return r, model.Invalid("max_parallel", strconv.FormatUint(uint64(req.MaxParallel), 10), pick)
 		case len(req.Nodes) > 0:
-			return r, invalid("nodes", fmt.Sprintf("%q", strings.Join(req.Nodes, ",")), pick)
+			return r, model.Invalid("nodes", fmt.Sprintf("%q", strings.Join(req.Nodes, ",")), pick)
 		case req.Selector != "":
-			return r, invalid("selector", fmt.Sprintf("%q", req.Selector), pick)
+			return r, model.Invalid("selector", fmt.Sprintf("%q", req.Selector), pick)
 		}
 		r.auto, strategy = true, StrategyStaged
 	}
-	if r.staged, err = parseStrategy(strategy); err != nil {
+	if r.staged, err = staging.ParseStrategy(strategy); err != nil {
 		return r, err
 	}
 	switch {
 	case !r.staged && len(req.Batches) > 0:
-		return r, invalid("batches", fmt.Sprintf("%q", strings.Join(req.Batches, ",")), "only the staged strategy switches in batches: add strategy staged")
+		return r, model.Invalid("batches", fmt.Sprintf("%q", strings.Join(req.Batches, ",")), "only the staged strategy switches in batches: add strategy staged")
 	case !r.staged && req.MaxParallel != 0:
-		return r, invalid("max_parallel", strconv.FormatUint(uint64(req.MaxParallel), 10), "the atomic strategy changes every node at one instant: only the staged strategy changes nodes in waves")
+		return r, model.Invalid("max_parallel", strconv.FormatUint(uint64(req.MaxParallel), 10), "the atomic strategy changes every node at one instant: only the staged strategy changes nodes in waves")
 	case r.staged:
 		// Every node listens on both ports; the targets (a subset, or
 		// every node) switch. Untargeted nodes keep listening, and the
@@ -181,16 +178,16 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 		r.targets, r.subset = r.nodes, len(req.Nodes) > 0 || req.Selector != ""
 		r.nodes = inv.NodeNames()
 		slices.Sort(r.nodes)
-		if r.batches, err = planBatches(req.Batches, r.targets); err != nil {
+		if r.batches, err = staging.PlanBatches(req.Batches, r.targets); err != nil {
 			return r, err
 		}
-		r.maxParallel = waveSize(int(req.MaxParallel), len(r.nodes))
+		r.maxParallel = staging.WaveSize(int(req.MaxParallel), len(r.nodes))
 	}
 	// Last, so that r is complete: validateTarget tells "the current
 	// port" (4789 usually is) from "another tunnel's port".
 	if what, ok := tunnelport.WellKnown[tunnelport.Port(req.Port)]; ok && !req.AllowTunnelPort {
 		r.tunnel = what
-		return r, invalid("port", req.Port, fmt.Sprintf("is the port of another tunnel (%s): pick another port or set allow_tunnel_port", what))
+		return r, model.Invalid("port", req.Port, fmt.Sprintf("is the port of another tunnel (%s): pick another port or set allow_tunnel_port", what))
 	}
 	return r, nil
 }
@@ -220,7 +217,7 @@ func (c *Coordinator) validateTarget(ctx context.Context, req *coordinatorv1.Cut
 		}
 	})
 	if answered > 0 && on == answered {
-		return r, invalid("port", req.Port, fmt.Sprintf("is the current port of every targeted node (%d of %d answered): the target must differ from the current port; nothing to do", answered, len(r.nodes)))
+		return r, model.Invalid("port", req.Port, fmt.Sprintf("is the current port of every targeted node (%d of %d answered): the target must differ from the current port; nothing to do", answered, len(r.nodes)))
 	}
 	return r, err
 }
@@ -234,13 +231,6 @@ func repeats(line string, problems []string) bool {
 		}
 	}
 	return false
-}
-
-func abbreviate(ss []string, n int) string {
-	if len(ss) <= n {
-		return strings.Join(ss, ",")
-	}
-	return strings.Join(ss[:n], ",") + fmt.Sprintf(",… (%d more)", len(ss)-n)
 }
 
 type selector map[string]string
@@ -406,7 +396,7 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 	if len(byPort) > 1 {
 		var parts []string
 		for _, port := range slices.Sorted(maps.Keys(byPort)) {
-			parts = append(parts, fmt.Sprintf("%d on %s", port, abbreviate(byPort[port], 10)))
+			parts = append(parts, fmt.Sprintf("%d on %s", port, model.Abbreviate(byPort[port], 10)))
 		}
 		p.problems = append(p.problems, "current port differs between nodes (drift): "+strings.Join(parts, "; "))
 	}

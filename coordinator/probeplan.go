@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/probemesh"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
 
@@ -15,7 +16,7 @@ import (
 // peers each target is sent with Prepare and the pairs verify checks.
 type probePlan struct {
 	peers    map[string][]*agentv1.ProbePeer // by target
-	pairs    []probePair                     // sampled pairs whose sender is a target
+	pairs    []probemesh.Pair                // sampled pairs whose sender is a target
 	warnings []string                        // why the result cannot be a clean success
 	notes    []string                        // for the operation's events only
 	problems []string                        // preflight refuses the cutover
@@ -95,7 +96,7 @@ func (c *Coordinator) planProbes(ctx context.Context, r request, checks map[stri
 	for n := range addrs {
 		probed = append(probed, n)
 	}
-	sample := probeSample(probed, c.cfg.ProbePeersK)
+	sample := probemesh.Sample(probed, c.cfg.ProbePeersK)
 	var senders []string
 	for _, n := range r.nodes {
 		if _, ok := addrs[n]; !ok {
@@ -106,7 +107,7 @@ func (c *Coordinator) planProbes(ctx context.Context, r request, checks map[stri
 			pp.peers[n] = append(pp.peers[n], &agentv1.ProbePeer{Name: p, Address: addrs[p]})
 		}
 	}
-	pp.pairs = samplePairs(sample, senders)
+	pp.pairs = probemesh.Pairs(sample, senders)
 	return pp
 }
 

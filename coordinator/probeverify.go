@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/probemesh"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	"google.golang.org/grpc/status"
 )
@@ -21,89 +22,6 @@ import (
 // new port; A's own clock stamps it, so the one conversion needed is of
 // the flip instants into A's clock (the offsets measured in preflight).
 
-// verifySlack is added to the offsets' own error bound (half the RTT of
-// each measurement) before a probe counts as sent after the flip.
-const verifySlack = time.Millisecond
-
-// nodeFlip is what the pass rule knows about one node.
-type nodeFlip struct {
-	// Flipped is when the node's change took effect, coordinator clock
-	// (Unix ns): its applied instant plus how long the dataplane took to
-	// confirm it. 0: the node did not flip (outside the targets).
-	Flipped int64
-	// Offset is the node's clock minus the coordinator's; RTT the round
-	// trip of the Clock sample it came from (0: unknown, e.g. resumed).
-	Offset, RTT time.Duration
-}
-
-// pairVerdict is the judgement of one sampled pair.
-type pairVerdict int
-
-const (
-	pairPass     pairVerdict = iota // answered a probe sent after both flipped
-	pairDark                        // answered nothing sent after the flip: the cutover's fault
-	pairBaseline                    // never answered, though probed well before the change: dark already
-	pairMissing                     // the sender does not probe the peer (or did not answer ProbeStats)
-)
-
-// passAfter is T_A, the instant (A's clock) after which a probe A sent
-// and got answered proves the pair works on the new port: the later of
-// the two flips, in A's clock, plus the offsets' error (half of each
-// measurement's RTT, both conversions) and verifySlack.
-func passAfter(a, b nodeFlip) int64 {
-	flip := max(a.Flipped, b.Flipped)
-	margin := (a.RTT+b.RTT)/2 + verifySlack
-	if a.RTT == 0 || b.RTT == 0 {
-		// An offset from a journal (resumed run) has no RTT kept: assume
-		// a slow measurement.
-		margin += 5 * time.Millisecond
-	}
-	return flip + (a.Offset + margin).Nanoseconds()
-}
-
-// judgePair applies the pass rule to A's figures st for peer B. timeout is
-// A's probe timeout: a pair counts as dark before the change (baseline)
-// only when A had probed it for at least that long before the flip and
-// never got an answer; a pair added too late to tell is blamed.
-func judgePair(st *agentv1.PeerProbeStats, a, b nodeFlip, timeout time.Duration) pairVerdict {
-	if st == nil {
-		return pairMissing
-	}
-	t := passAfter(a, b)
-	if st.GetLastAnsweredSentUnixNano() > t {
-		return pairPass
-	}
-	flipA := max(a.Flipped, b.Flipped) + a.Offset.Nanoseconds()
-	if st.GetLastAnswerUnixNano() == 0 && st.GetProbingSinceUnixNano() != 0 &&
-		st.GetProbingSinceUnixNano()+timeout.Nanoseconds() <= flipA {
-		return pairBaseline
-	}
-	return pairDark
-}
-
-// meshResult is a verification's outcome by pair.
-type meshResult struct {
-	dark, missing, baseline []probePair
-	why                     map[probePair]string
-}
-
-func (m meshResult) failed() bool { return len(m.dark) > 0 || len(m.missing) > 0 }
-
-// err names the failing pairs, the way the report shows them.
-func (m meshResult) err() error {
-	if !m.failed() {
-		return nil
-	}
-	var parts []string
-	for _, p := range m.dark {
-		parts = append(parts, p.String()+" "+m.why[p])
-	}
-	for _, p := range m.missing {
-		parts = append(parts, p.String()+" "+m.why[p])
-	}
-	return fmt.Errorf("probe mesh: %d of the sampled pairs carry no traffic on the new port: %s", len(m.dark)+len(m.missing), strings.Join(parts, "; "))
-}
-
 // meshVerify polls the senders' ProbeStats every few probe intervals
 // until every sampled pair passed or the budget (at most until ctx ends)
 // is spent. Pairs dark before the change are flagged in the report's
@@ -111,9 +29,9 @@ func (m meshResult) err() error {
 func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 	op.mu.Lock()
 	pairs := slices.Clone(op.probePairs)
-	flips := map[string]nodeFlip{}
+	flips := map[string]probemesh.Flip{}
 	for n, r := range op.results {
-		flips[n] = nodeFlip{Offset: time.Duration(r.ClockOffsetNanos)}
+		flips[n] = probemesh.Flip{Offset: time.Duration(r.ClockOffsetNanos)}
 		if r.AppliedUnixNano != 0 {
 			f := flips[n]
 			f.Flipped = r.AppliedUnixNano + r.ApplyNanos
@@ -137,7 +55,7 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 		stats, _, _, _ := c.readMesh(ctx, op.nodes)
 		for _, n := range slices.Sorted(maps.Keys(stats)) {
 			for _, t := range slices.Sorted(maps.Keys(stats[n])) {
-				pairs = append(pairs, probePair{n, t})
+				pairs = append(pairs, probemesh.Pair{From: n, To: t})
 			}
 		}
 	}
@@ -155,14 +73,14 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 	// The budget counts from the end of the first round, the
 	// one that reads every sender: it bounds the wait for probes, not
 	// the reads' own time.
-	verdict := map[probePair]pairVerdict{}
-	why := map[probePair]string{}
+	verdict := map[probemesh.Pair]probemesh.Verdict{}
+	why := map[probemesh.Pair]string{}
 	// By set, not by scan: 30,000 pairs over 10,000 senders.
 	unresolved := func() []string {
 		var out []string
 		in := map[string]bool{}
 		for _, p := range pairs {
-			if v, seen := verdict[p]; (!seen || v == pairDark || v == pairMissing) && !in[p.From] {
+			if v, seen := verdict[p]; (!seen || v == probemesh.Dark || v == probemesh.Missing) && !in[p.From] {
 				in[p.From] = true
 				out = append(out, p.From)
 			}
@@ -185,15 +103,15 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 				continue
 			}
 			if e, bad := errs[p.From]; bad {
-				verdict[p], why[p] = pairMissing, "not read: "+e
+				verdict[p], why[p] = probemesh.Missing, "not read: "+e
 				continue
 			}
 			st := stats[p.From][p.To]
-			verdict[p] = judgePair(st, flips[p.From], flips[p.To], timeouts[p.From])
+			verdict[p] = probemesh.JudgePair(st, flips[p.From], flips[p.To], timeouts[p.From])
 			switch verdict[p] {
-			case pairDark:
-				why[p] = darkWhy(st, flips[p.From], flips[p.To])
-			case pairMissing:
+			case probemesh.Dark:
+				why[p] = probemesh.DarkWhy(st, flips[p.From], flips[p.To])
+			case probemesh.Missing:
 				why[p] = "not probed by " + p.From
 			}
 		}
@@ -210,41 +128,24 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 		select {
 		case <-time.After(poll):
 		case <-ctx.Done():
-			return errors.Join(meshOutcome(pairs, verdict, why).err(), ctx.Err())
+			return errors.Join(probemesh.Outcome(pairs, verdict, why).Err(), ctx.Err())
 		}
 	}
-	res := meshOutcome(pairs, verdict, why)
-	if len(res.baseline) > 0 {
+	res := probemesh.Outcome(pairs, verdict, why)
+	if len(res.Baseline) > 0 {
 		var ps []string
-		for _, p := range res.baseline {
+		for _, p := range res.Baseline {
 			ps = append(ps, p.String())
 		}
 		w := fmt.Sprintf("probe mesh: %s never answered, already before the change: not blamed on the cutover, but these pairs are not verified", strings.Join(ps, ", "))
 		op.addWarning(w)
 		op.emit("verify", "", w, false, nil)
 	}
-	if err := res.err(); err != nil {
+	if err := res.Err(); err != nil {
 		return err
 	}
-	op.emit("verify", "", fmt.Sprintf("probe mesh: %d sampled pair(s) answered probes sent after the flip", len(pairs)-len(res.baseline)), false, nil)
+	op.emit("verify", "", fmt.Sprintf("probe mesh: %d sampled pair(s) answered probes sent after the flip", len(pairs)-len(res.Baseline)), false, nil)
 	return nil
-}
-
-// meshOutcome sorts the pairs by their last verdict, in the sample's
-// order.
-func meshOutcome(pairs []probePair, verdict map[probePair]pairVerdict, why map[probePair]string) meshResult {
-	res := meshResult{why: why}
-	for _, p := range pairs {
-		switch verdict[p] {
-		case pairDark:
-			res.dark = append(res.dark, p)
-		case pairMissing:
-			res.missing = append(res.missing, p)
-		case pairBaseline:
-			res.baseline = append(res.baseline, p)
-		}
-	}
-	return res
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -252,15 +153,6 @@ func minTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// darkWhy says how long ago, relative to the flip, the pair last worked.
-func darkWhy(st *agentv1.PeerProbeStats, a, b nodeFlip) string {
-	if st.GetLastAnsweredSentUnixNano() == 0 {
-		return "never answered"
-	}
-	before := time.Duration(passAfter(a, b) - st.GetLastAnsweredSentUnixNano())
-	return fmt.Sprintf("no answer since the commit (last answered probe sent %s before the flip)", before.Round(time.Microsecond))
 }
 
 // readMesh reads the senders' probe figures (no reset), by sender and

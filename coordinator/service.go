@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
@@ -157,7 +158,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	op.report.Strategy, op.report.StrategyReason = r.strategy(), r.strategyReason
 	if r.staged {
 		op.rec.Batches, op.rec.MaxParallel = r.batches, r.maxParallel
-		op.report.Batches = reportBatches(r.batches)
+		op.report.Batches = staging.ReportBatches(r.batches)
 		op.report.MaxParallel = uint32(r.maxParallel)
 	}
 	op.core = barrier.New(c.coreConfig(r.nodes, op.step, op.deadman, nil, r.batches))

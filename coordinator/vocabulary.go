@@ -66,3 +66,12 @@ var (
 	OpenJournal       = statedir.OpenJournal
 	IsStateDirLocked  = statedir.IsStateDirLocked
 )
+
+// Strategies, as CutoverRequest.strategy spells them.
+const (
+	StrategyAtomic = model.StrategyAtomic
+	StrategyStaged = model.StrategyStaged
+	// StrategyAuto is resolved before preflight: the report and the
+	// journal name the strategy that ran.
+	StrategyAuto = model.StrategyAuto
+)

@@ -1,4 +1,4 @@
-package coordinator
+package probemesh
 
 import (
 	"fmt"
@@ -21,8 +21,8 @@ func TestProbeSample(t *testing.T) {
 			// Shuffled and duplicated input gives the same sample.
 			in := append(slices.Clone(nodes), nodes[0])
 			slices.Reverse(in)
-			s := probeSample(in, tc.k)
-			if !mapsEqual(s, probeSample(nodes, tc.k)) {
+			s := Sample(in, tc.k)
+			if !mapsEqual(s, Sample(nodes, tc.k)) {
 				t.Fatal("sample depends on the input order")
 			}
 			probedBy := map[string]int{}
@@ -53,11 +53,11 @@ func TestProbeSample(t *testing.T) {
 // The ring spread samples near and far pairs: with 8 nodes and k=3 node 0
 // probes at distances 1, 3 and 5.
 func TestProbeSampleSpread(t *testing.T) {
-	s := probeSample([]string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"}, 3)
+	s := Sample([]string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"}, 3)
 	if got := fmt.Sprint(s["n0"], s["n6"]); got != "[n1 n3 n5] [n1 n3 n7]" {
 		t.Errorf("n0, n6 probe %s", got)
 	}
-	pairs := samplePairs(s, []string{"n6", "n0"})
+	pairs := Pairs(s, []string{"n6", "n0"})
 	if got := fmt.Sprint(pairs); got != "[n0→n1 n0→n3 n0→n5 n6→n1 n6→n3 n6→n7]" {
 		t.Errorf("pairs %s", got)
 	}

@@ -1,10 +1,10 @@
-package coordinator
+package probemesh
 
 import (
 	"slices"
 )
 
-// probeSample is the probe mesh the coordinator hands out with Prepare:
+// Sample is the probe mesh the coordinator hands out with Prepare:
 // for every node, the peers it probes. Nodes are taken sorted and set on
 // a ring; node i probes the nodes at k distances spread evenly around it
 // (1, 1+(N-1)/k, 1+2(N-1)/k, …), so every node sends to exactly k others
@@ -12,7 +12,7 @@ import (
 // order are sampled. k ≤ 0, or k ≥ N-1, is every other node. It does no
 // I/O and depends on nothing but its arguments (the same inventory gives
 // the same sample on every coordinator).
-func probeSample(nodes []string, k int) map[string][]string {
+func Sample(nodes []string, k int) map[string][]string {
 	ns := slices.Compact(slices.Sorted(slices.Values(nodes)))
 	n := len(ns)
 	out := make(map[string][]string, n)
@@ -39,18 +39,18 @@ func probeSample(nodes []string, k int) map[string][]string {
 	return out
 }
 
-// probePair is one sampled ordered pair: From probes To (the round trip
+// Pair is one sampled ordered pair: From probes To (the round trip
 // proves both directions, read on From).
-type probePair struct{ From, To string }
+type Pair struct{ From, To string }
 
-func (p probePair) String() string { return p.From + "→" + p.To }
+func (p Pair) String() string { return p.From + "→" + p.To }
 
-// samplePairs lists the pairs of sample whose sender is in from, sorted.
-func samplePairs(sample map[string][]string, from []string) []probePair {
-	var out []probePair
+// Pairs lists the pairs of sample whose sender is in from, sorted.
+func Pairs(sample map[string][]string, from []string) []Pair {
+	var out []Pair
 	for _, f := range slices.Sorted(slices.Values(from)) {
 		for _, t := range sample[f] {
-			out = append(out, probePair{f, t})
+			out = append(out, Pair{f, t})
 		}
 	}
 	return out
