@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -83,12 +84,12 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		mesh = !c.cfg.NoProbeVerify && (len(op.probePairs) > 0 || !op.probePlanned)
 		op.mu.Unlock()
 	}
-	fanOut(s.Nodes, func(n string) {
+	fleet.FanOut(s.Nodes, func(n string) {
 		if wave != nil {
 			wave <- struct{}{}
 			defer func() { <-wave }()
 		}
-		cl := c.agent(n).client
+		cl := c.fleet.Agent(n).Client
 		var ev barrier.Event
 		switch s.Step {
 		case barrier.Prepare:
@@ -115,7 +116,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			if !staged {
 				// A staged switch has no instant: every node keeps
 				// receiving on both ports, so each switches when asked.
-				req.AtUnixNano = commitAt.Add(op.offsets[n].offset).UnixNano()
+				req.AtUnixNano = commitAt.Add(op.offsets[n].Offset).UnixNano()
 				req.LateBudgetMillis = c.lateBudgetMillis()
 			}
 			r, err := cl.Commit(ctx, req)
@@ -123,7 +124,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			ph := r.GetStatus().GetPhase()
 			op.noteSelfUndo(n, r.GetStatus())
 			ok := err == nil && phaseIn(ph, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED) && r.ReadbackPort == op.to
-			off := op.offsets[n].offset.Nanoseconds()
+			off := op.offsets[n].Offset.Nanoseconds()
 			var appliedAt int64
 			if err == nil {
 				appliedAt = coordClock(r.AppliedUnixNano, off)
@@ -269,18 +270,18 @@ func (c *Coordinator) commitSpread(op *operation) {
 	}
 	if s, ok := spread(op.applied); ok {
 		op.report.CommitSpreadNanos = s
-		c.metrics.commitSpread.Set(time.Duration(s).Seconds())
+		c.metrics.CommitSpread.Set(time.Duration(s).Seconds())
 	}
 	if s, ok := spread(op.written); ok {
 		op.report.WriteSpreadNanos = s
 	}
 	if s, ok := spread(op.effective); ok {
 		op.report.EffectSpreadNanos = s
-		c.metrics.effectSpread.Set(time.Duration(s).Seconds())
+		c.metrics.EffectSpread.Set(time.Duration(s).Seconds())
 	}
 	if op.lastArrival != 0 && !op.commitAt.IsZero() {
 		m := op.commitAt.UnixNano() - op.lastArrival
 		op.report.CommitMarginNanos = m
-		c.metrics.commitMargin.Set(time.Duration(m).Seconds())
+		c.metrics.CommitMargin.Set(time.Duration(m).Seconds())
 	}
 }

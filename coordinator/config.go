@@ -192,7 +192,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 // Validate checks c; errors name the flag, the value and the reason.
 func (c Config) Validate() error {
 	var errs []error
-	if _, err := c.listenAddrs(); err != nil {
+	if _, err := c.ListenAddrs(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.MetricsListen != "" {
@@ -286,14 +286,14 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// listenAddr is one API listen address: network "tcp" or "unix".
-type listenAddr struct{ network, addr string }
+// ListenAddr is one API listen address: network "tcp" or "unix".
+type ListenAddr struct{ Network, Addr string }
 
-// listenAddrs parses --listen: comma-separated host:port or unix:/abs/path.
+// ListenAddrs parses --listen: comma-separated host:port or unix:/abs/path.
 // A unix socket lets coordctl reach a coordinator in another network
 // namespace (a lab's hub) through the filesystem.
-func (c Config) listenAddrs() ([]listenAddr, error) {
-	var out []listenAddr
+func (c Config) ListenAddrs() ([]ListenAddr, error) {
+	var out []ListenAddr
 	for _, a := range strings.Split(c.Listen, ",") {
 		a = strings.TrimSpace(a)
 		if path, ok := strings.CutPrefix(a, "unix:"); ok {
@@ -301,13 +301,13 @@ func (c Config) listenAddrs() ([]listenAddr, error) {
 			if path == "/" {
 				return nil, fmt.Errorf("--listen %q: unix: needs an absolute socket path, e.g. unix:/run/cutover/coordinator.sock", c.Listen)
 			}
-			out = append(out, listenAddr{"unix", path})
+			out = append(out, ListenAddr{"unix", path})
 			continue
 		}
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return nil, fmt.Errorf("--listen %q: %q: want host:port or unix:/path: %w", c.Listen, a, err)
 		}
-		out = append(out, listenAddr{"tcp", a})
+		out = append(out, ListenAddr{"tcp", a})
 	}
 	return out, nil
 }
@@ -334,8 +334,8 @@ func (b invertedBool) Set(s string) error {
 
 func (invertedBool) Type() string { return "bool" }
 
-// journalKeep is JournalKeep with 0 meaning the default.
-func (c Config) journalKeep() int {
+// KeptOperations is JournalKeep with 0 meaning the default.
+func (c Config) KeptOperations() int {
 	if c.JournalKeep <= 0 {
 		return DefaultJournalKeep
 	}

@@ -35,10 +35,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/statedir"
 	"github.com/cutover-dev/cutover/pkg/callstream"
 	"google.golang.org/grpc"
@@ -53,25 +53,13 @@ import (
 type Coordinator struct {
 	cfg Config
 
-	invMu     sync.RWMutex
-	inv       Inventory             // read through inventory()
-	agents    map[string]*agentConn // read through agent(n); every node ever in inv
-	gone      map[string]*agentConn // agent(n) of nodes outside inv (goneAgent)
-	retired   []*agentConn          // replaced clients, closed by Close
-	refreshMu sync.Mutex            // one refreshInventory at a time
-	invSource InventorySource       // nil: a fixed inventory
-	dial      []grpc.DialOption
-	callOpts  callstream.Options // the agents' call streams'
-	journal   JournalStore
-	lock      *statedir.Lock // the --state-dir lock (file journal only)
-	metrics   *Metrics
-	verifier  Verifier
-	hooks     []Hook
-	log       *slog.Logger
-	// clockSlots bounds how many agents are clock-sampled at once
-	// (Config.ClockParallel, measureClock).
-	clockSlots chan struct{}
-	clockFloor atomic.Int64 // the shortest clock round trip seen to any agent, ns (goodRTT)
+	fleet    *fleet.Fleet // the agents: inventory, clients, clock sampling
+	journal  JournalStore
+	lock     *statedir.Lock // the --state-dir lock (file journal only)
+	metrics  *Metrics
+	verifier Verifier
+	hooks    []Hook
+	log      *slog.Logger
 
 	ctx    context.Context // operations run under it, not under an RPC's
 	cancel context.CancelFunc
@@ -135,7 +123,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 			lock.Release()
 			return nil, err
 		}
-		fj.Keep = cfg.journalKeep()
+		fj.Keep = cfg.KeptOperations()
 		j = fj
 	}
 	// Before the caller's options, which win: an agent's connection stays
@@ -144,7 +132,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 	// An open call stream keeps its connection busy: it closes after half
 	// the idle timeout without a call, the connection after the rest.
 	callOpts := callstream.Options{Interceptor: o.callIcpt, Idle: cfg.AgentIdleTimeout / 2}
-	agents, err := dialAgents(inv, o.dial, callOpts)
+	fl, err := fleet.New(inv, o.invSource, o.dial, callOpts, fleet.Clock{Samples: cfg.ClockSamples, GoodRTT: cfg.ClockGoodRTT, Parallel: cfg.ClockParallel}, o.log)
 	if err != nil {
 		lock.Release()
 		return nil, err
@@ -154,9 +142,8 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithCancel(parent)
-	return &Coordinator{cfg: cfg, inv: inv, agents: agents, gone: map[string]*agentConn{}, invSource: o.invSource, dial: o.dial, callOpts: callOpts, journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
-		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*operation{},
-		clockSlots: make(chan struct{}, cfg.ClockParallel)}, nil
+	return &Coordinator{cfg: cfg, fleet: fl, journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
+		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*operation{}}, nil
 }
 
 // Metrics returns the coordinator's metrics.
@@ -167,17 +154,7 @@ func (c *Coordinator) Metrics() *Metrics { return c.metrics }
 func (c *Coordinator) Close() {
 	c.cancel()
 	c.wg.Wait()
-	c.invMu.Lock()
-	for _, a := range c.agents {
-		_ = a.conn.Close()
-	}
-	for _, a := range c.retired {
-		_ = a.conn.Close()
-	}
-	for _, a := range c.gone {
-		_ = a.conn.Close()
-	}
-	c.invMu.Unlock()
+	c.fleet.Close()
 	c.lock.Release()
 }
 
@@ -236,3 +213,8 @@ func (c *Coordinator) launch(op *operation, first []barrier.Action) {
 	c.mu.Unlock()
 	c.wg.Go(func() { c.drive(op, first, done) })
 }
+
+// WarmAgents opens every agent's connection in the background, so that
+// the first operation after the coordinator starts (or takes over the
+// lead) finds them open (fleet.Fleet.Warm); Close stops the warming.
+func (c *Coordinator) WarmAgents() { c.fleet.Warm(c.ctx, &c.wg) }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
@@ -103,7 +104,7 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	waveReq := op.rec.MaxParallel
 	listening := listeningLocked(op)
 	op.mu.Unlock()
-	if joined, left := inventoryDrift(c.inventory().NodeNames(), nodes); len(joined)+len(left) > 0 {
+	if joined, left := inventoryDrift(c.fleet.Inventory().NodeNames(), nodes); len(joined)+len(left) > 0 {
 		// A node that joined never listened on the new port: switching
 		// more senders would cut it off. One that left cannot be switched.
 		return status.Errorf(codes.FailedPrecondition,
@@ -201,8 +202,8 @@ func (c *Coordinator) parkProbes(op *operation) {
 	defer cancel()
 	var mu sync.Mutex
 	var missed []string
-	fanOut(op.nodes, func(n string) {
-		if _, err := c.agent(n).client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Park: true}); err != nil {
+	fleet.FanOut(op.nodes, func(n string) {
+		if _, err := c.fleet.Agent(n).Client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Park: true}); err != nil {
 			mu.Lock()
 			missed = append(missed, n)
 			mu.Unlock()

@@ -88,7 +88,7 @@ func (c *Coordinator) watchLate(op *operation, s barrier.Send, at time.Time, pos
 			op.emit(string(barrier.Commit), n, fmt.Sprintf("late: no answer %s after the commit instant (answer deadline %s): %s",
 				since.Round(time.Millisecond), c.cfg.AnswerDeadline, then), true, nil)
 			op.noteLate(n, since.Nanoseconds(), false)
-			c.metrics.lateCommits.Inc()
+			c.metrics.LateCommits.Inc()
 			if c.cfg.LatePolicy == LateRollback {
 				post(barrier.Late{Node: n, Attempt: s.Attempt})
 			}
@@ -106,7 +106,7 @@ func (w *lateWatch) lateness(n string, applied int64) time.Duration {
 	if w == nil || applied == 0 {
 		return 0
 	}
-	return time.Duration(applied-w.at.UnixNano()) - w.op.offsets[n].rtt/2
+	return time.Duration(applied-w.at.UnixNano()) - w.op.offsets[n].RTT/2
 }
 
 // answer records node n's Commit answer: applied at the coordinator-clock
@@ -136,7 +136,7 @@ func (w *lateWatch) answer(n string, applied int64, r *agentv1.CommitResponse) {
 			time.Since(w.at).Round(time.Millisecond), r.GetStatus().GetError()), true, nil)
 	case ok && lateness > w.c.cfg.LateBudget:
 		w.op.noteLate(n, lateness.Nanoseconds(), true)
-		w.c.metrics.lateCommits.Inc()
+		w.c.metrics.LateCommits.Inc()
 		w.op.emit(string(barrier.Commit), n, fmt.Sprintf("late: applied %s after the commit instant (budget %s)", lateness.Round(time.Millisecond), w.c.cfg.LateBudget), true, nil)
 	}
 }

@@ -8,11 +8,11 @@ import (
 func TestListenAddrs(t *testing.T) {
 	c := Default()
 	c.Listen = "198.18.128.1:9446, unix:/run/cutover/c.sock,unix:///tmp/x.sock"
-	got, err := c.listenAddrs()
+	got, err := c.ListenAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []listenAddr{{"tcp", "198.18.128.1:9446"}, {"unix", "/run/cutover/c.sock"}, {"unix", "/tmp/x.sock"}}
+	want := []ListenAddr{{"tcp", "198.18.128.1:9446"}, {"unix", "/run/cutover/c.sock"}, {"unix", "/tmp/x.sock"}}
 	if len(got) != len(want) {
 		t.Fatalf("got %v", got)
 	}
@@ -23,7 +23,7 @@ func TestListenAddrs(t *testing.T) {
 	}
 	for _, bad := range []string{"unix:", "9446", "host:9446,", "unix:/"} {
 		c.Listen = bad
-		if _, err := c.listenAddrs(); err == nil || !strings.Contains(err.Error(), "--listen") {
+		if _, err := c.ListenAddrs(); err == nil || !strings.Contains(err.Error(), "--listen") {
 			t.Errorf("--listen %q: %v, want an error naming --listen", bad, err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/probemesh"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -23,7 +24,7 @@ type operation struct {
 	nodes    []string
 	step     time.Duration
 	deadman  time.Duration
-	offsets  map[string]clockSample
+	offsets  map[string]fleet.ClockSample
 	prepDur  time.Duration // how long the prepare round took
 	// prepAnswers is when each answer of the last Prepare round came,
 	// from the round's start (commitLead).
@@ -77,7 +78,7 @@ type operation struct {
 }
 
 func newOperation(id, kind string, from, to uint32, nodes []string, step, deadman time.Duration, seq int64) *operation {
-	op := &operation{from: from, to: to, nodes: nodes, step: step, deadman: deadman, offsets: map[string]clockSample{},
+	op := &operation{from: from, to: to, nodes: nodes, step: step, deadman: deadman, offsets: map[string]fleet.ClockSample{},
 		changed: make(chan struct{}), done: make(chan struct{}), rollback: make(chan string, 1),
 		results: map[string]*coordinatorv1.NodeResult{}, applied: map[string]int64{}, written: map[string]int64{}, effective: map[string]int64{}, selfUndo: map[string]time.Time{}, selfKind: map[string]agentv1.Phase{}}
 	op.rec = Record{ID: id, Kind: kind, FromPort: from, ToPort: to, Nodes: nodes, StepMillis: step.Milliseconds(), Outcome: "pending", Seq: seq}
@@ -242,7 +243,7 @@ func (c *Coordinator) pruneOps() {
 		recs = append(recs, rec)
 	}
 	// lastID is not a candidate but counts as kept.
-	keep := c.cfg.journalKeep()
+	keep := c.cfg.KeptOperations()
 	if last, ok := c.ops[c.lastID]; ok && last.rec.Terminal() {
 		keep--
 	}
@@ -282,7 +283,7 @@ func (op *operation) noteSelfUndo(node string, st *agentv1.OperationStatus) {
 	}
 	op.mu.Lock()
 	defer op.mu.Unlock()
-	op.selfUndo[node] = time.Unix(0, st.GetDeadlineUnixNano()).Add(-op.offsets[node].offset)
+	op.selfUndo[node] = time.Unix(0, st.GetDeadlineUnixNano()).Add(-op.offsets[node].Offset)
 	op.selfKind[node] = st.GetPhase()
 }
 

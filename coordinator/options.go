@@ -61,3 +61,10 @@ func WithLogger(l *slog.Logger) Option { return func(x *options) { x.log = l } }
 
 // WithMetrics uses m instead of a fresh set of metrics.
 func WithMetrics(m *Metrics) Option { return func(x *options) { x.metrics = m } }
+
+// WithInventorySource makes the inventory follow src: New's inventory is
+// the first one, and Plan, Cutover, Rollback and ListAgents read src again
+// first. Without it the inventory is fixed (the static one).
+func WithInventorySource(src InventorySource) Option {
+	return func(x *options) { x.invSource = src }
+}

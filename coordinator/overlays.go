@@ -4,16 +4,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -99,7 +97,7 @@ func splitProblems(nodes map[string]overlayNode, target uint32) []string {
 // ports come from it; the untargeted members of the overlays the request
 // touches are asked Info (read-only, I3).
 func (c *Coordinator) overlayProblems(ctx context.Context, r request, p *preflight) []string {
-	inv := c.inventory()
+	inv := c.fleet.Inventory()
 	targeted := map[string]bool{}
 	touched := map[string]bool{}
 	for _, n := range r.nodes {
@@ -128,15 +126,15 @@ func (c *Coordinator) overlayProblems(ctx context.Context, r request, p *preflig
 	cctx, cancel := context.WithTimeout(ctx, min(r.step, 5*time.Second))
 	defer cancel()
 	var mu sync.Mutex
-	fanOut(outside, func(n string) {
-		ac := c.agent(n)
-		info, err := ac.client.Info(cctx, &agentv1.InfoRequest{})
+	fleet.FanOut(outside, func(n string) {
+		ac := c.fleet.Agent(n)
+		info, err := ac.Client.Info(cctx, &agentv1.InfoRequest{})
 		mu.Lock()
 		defer mu.Unlock()
 		on := nodes[n]
 		switch {
 		case err != nil:
-			on.why = fmt.Sprintf("agent at %s unreachable: %s", ac.spec.Address, status.Convert(err).Message())
+			on.why = fmt.Sprintf("agent at %s unreachable: %s", ac.Spec.Address, status.Convert(err).Message())
 		case info.GetCurrentPort() == 0:
 			on.why = "its agent could not read its port: " + orNone(strings.Join(info.GetNotReady(), ", "))
 		default:
@@ -152,117 +150,4 @@ func orNone(s string) string {
 		return "no reason given"
 	}
 	return s
-}
-
-// InventorySource reads the inventory anew (cluster discovery). The
-// coordinator calls it before judging a request, so that a node that
-// joined, or whose agent became ready, after the coordinator started is
-// part of the next plan.
-type InventorySource func(ctx context.Context) (Inventory, error)
-
-// WithInventorySource makes the inventory follow src: New's inventory is
-// the first one, and Plan, Cutover, Rollback and ListAgents read src again
-// first. Without it the inventory is fixed (the static one).
-func WithInventorySource(src InventorySource) Option {
-	return func(x *options) { x.invSource = src }
-}
-
-// inventory is the current inventory.
-func (c *Coordinator) inventory() Inventory {
-	c.invMu.RLock()
-	defer c.invMu.RUnlock()
-	return c.inv
-}
-
-// agent is node n's client: every node ever in the inventory keeps its
-// client until Close, so a request validated against an older inventory,
-// or a running operation, never finds its node gone (preflight's cluster
-// checks say that the node left). A node an operation names that the
-// inventory never had in this process (it left the cluster, and the
-// coordinator restarted since) gets a client whose every call fails
-// UNAVAILABLE saying so: the operation counts it unreached, as it would a
-// node that is down, instead of the coordinator failing.
-func (c *Coordinator) agent(n string) *agentConn {
-	if a := c.known(n); a != nil {
-		return a
-	}
-	c.invMu.Lock()
-	defer c.invMu.Unlock()
-	if a := c.agents[n]; a != nil {
-		return a
-	}
-	if g := c.gone[n]; g != nil {
-		return g
-	}
-	g := goneAgent(n)
-	c.gone[n] = g
-	return g
-}
-
-// known is node n's agent client, nil when the inventory never had n.
-func (c *Coordinator) known(n string) *agentConn {
-	c.invMu.RLock()
-	defer c.invMu.RUnlock()
-	return c.agents[n]
-}
-
-// goneAgent is the client agent() hands out for a node outside the
-// inventory: a connection that never dials.
-func goneAgent(n string) *agentConn {
-	why := fmt.Errorf("node %s is not in the inventory: its agent cannot be reached", n)
-	conn, err := grpc.NewClient("passthrough:///"+n, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return nil, why }))
-	if err != nil { // a constant target: cannot happen
-		panic(err)
-	}
-	return &agentConn{spec: AgentSpec{Node: n, Address: "(not in the inventory)"}, conn: conn, client: agentv1.NewAgentServiceClient(conn)}
-}
-
-// refreshInventory reads the inventory source, when there is one, and
-// dials the agents that are new or moved. A failed read keeps the last
-// inventory and is returned for the caller to report.
-func (c *Coordinator) refreshInventory(ctx context.Context) error {
-	if c.invSource == nil {
-		return nil
-	}
-	c.refreshMu.Lock() // one refresh at a time: no two dials of one agent
-	defer c.refreshMu.Unlock()
-	inv, err := c.invSource(ctx)
-	if err != nil {
-		return fmt.Errorf("inventory: %w", err)
-	}
-	var fresh Inventory
-	for _, a := range inv.Agents {
-		if old := c.known(a.Node); old == nil || old.spec.Address != a.Address {
-			fresh.Agents = append(fresh.Agents, a)
-		}
-	}
-	dialed, err := dialAgents(fresh, c.dial, c.callOpts)
-	if err != nil {
-		return fmt.Errorf("inventory: %w", err)
-	}
-	c.invMu.Lock()
-	defer c.invMu.Unlock()
-	for n, ac := range dialed {
-		if old := c.agents[n]; old != nil {
-			c.retired = append(c.retired, old) // a running call may still use it
-		}
-		c.agents[n] = ac
-	}
-	for _, a := range inv.Agents {
-		if old := c.agents[a.Node]; !equalSpec(old.spec, a) { // labels or overlay changed
-			moved := *old // the same connection and call stream
-			moved.spec = a
-			c.agents[a.Node] = &moved
-		}
-	}
-	if added := len(dialed); added > 0 || len(inv.Agents) != len(c.inv.Agents) {
-		c.log.Info("inventory changed", "agents", len(inv.Agents), "new_or_moved", added)
-	}
-	c.inv = inv
-	return nil
-}
-
-func equalSpec(a, b AgentSpec) bool {
-	return a.Node == b.Node && a.Address == b.Address && a.Overlay == b.Overlay && maps.Equal(a.Labels, b.Labels)
 }

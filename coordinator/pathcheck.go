@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/status"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/pathjudge"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
@@ -42,10 +43,10 @@ const (
 
 // pathLead is the path check's start lead after a round of calls that
 // took round, with the agents' clock samples.
-func pathLead(round time.Duration, clocks map[string]clockSample) time.Duration {
+func pathLead(round time.Duration, clocks map[string]fleet.ClockSample) time.Duration {
 	lead := pathLeadMin + round
 	for _, cs := range clocks {
-		lead = max(lead, pathLeadMin+3*cs.rtt)
+		lead = max(lead, pathLeadMin+3*cs.RTT)
 	}
 	return min(lead, maxPathLead)
 }
@@ -54,7 +55,7 @@ func pathLead(round time.Duration, clocks map[string]clockSample) time.Duration 
 // are in infos (nil: not reached, with the error in errs), gathered by a
 // round of calls that took round. It changes nothing: each agent's socket
 // is closed when its PathCheck returns.
-func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nodes []string, infos map[string]*agentv1.InfoResponse, errs map[string]error, clocks map[string]clockSample, round time.Duration) *coordinatorv1.PathCheckResult {
+func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nodes []string, infos map[string]*agentv1.InfoResponse, errs map[string]error, clocks map[string]fleet.ClockSample, round time.Duration) *coordinatorv1.PathCheckResult {
 	start := time.Now()
 	res := &coordinatorv1.PathCheckResult{Port: port}
 	m := &pathjudge.Matrix{Port: port, Failed: map[string]string{}, Sides: map[string]pathjudge.Side{}, Lead: pathLead(round, clocks)}
@@ -182,8 +183,8 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 	if len(res.Problems) > 0 {
 		result = "problems"
 	}
-	c.metrics.pathChecks.WithLabelValues(result).Inc()
-	c.metrics.pathBlocked.Set(float64(res.BlockedPairs))
+	c.metrics.PathChecks.WithLabelValues(result).Inc()
+	c.metrics.PathBlocked.Set(float64(res.BlockedPairs))
 	return res
 }
 
@@ -198,7 +199,7 @@ func (c *Coordinator) preflightPath(ctx context.Context, r request, pf *prefligh
 	if len(r.nodes) < 2 {
 		return
 	}
-	infos, errs, clocks := map[string]*agentv1.InfoResponse{}, map[string]error{}, map[string]clockSample{}
+	infos, errs, clocks := map[string]*agentv1.InfoResponse{}, map[string]error{}, map[string]fleet.ClockSample{}
 	for n, nc := range pf.checks {
 		if nc.err != nil {
 			errs[n] = nc.err
@@ -227,29 +228,29 @@ func (c *Coordinator) preflightPath(ctx context.Context, r request, pf *prefligh
 // PathCheck implements CoordinatorService: the path check alone, on the
 // request's port and nodes. Changes nothing.
 func (c *Coordinator) PathCheck(ctx context.Context, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PathCheckResult, error) {
-	if err := c.refreshInventory(ctx); err != nil {
+	if err := c.fleet.Refresh(ctx); err != nil {
 		return nil, inventoryUnread(err)
 	}
 	r, err := c.validate(req)
 	if err != nil {
 		return nil, err
 	}
-	infos, errs, clocks := map[string]*agentv1.InfoResponse{}, map[string]error{}, map[string]clockSample{}
+	infos, errs, clocks := map[string]*agentv1.InfoResponse{}, map[string]error{}, map[string]fleet.ClockSample{}
 	var mu sync.Mutex
 	var round time.Duration // until the last Info answer: the fan-out's cost
 	start := time.Now()
-	fanOut(r.nodes, func(n string) {
+	fleet.FanOut(r.nodes, func(n string) {
 		cctx, cancel := context.WithTimeout(ctx, r.step)
 		defer cancel()
-		cl := c.agent(n).client
+		cl := c.fleet.Agent(n).Client
 		info, err := cl.Info(cctx, &agentv1.InfoRequest{})
 		took := time.Since(start)
 		mu.Lock()
 		round = max(round, took)
 		mu.Unlock()
-		var cs clockSample
+		var cs fleet.ClockSample
 		if err == nil {
-			cs, err = c.measureClock(cctx, cl)
+			cs, err = c.fleet.MeasureClock(cctx, cl)
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -277,7 +278,7 @@ const pathRetries = 3
 // what each answered, and how long after the start instant the last
 // answer came; a node whose call failed is put in failed with why.
 func (c *Coordinator) pathRound(ctx context.Context, checkID string, port uint32, m *pathjudge.Matrix, nodes []string, addr map[string]string,
-	clocks map[string]clockSample, peers map[string][]string, failed map[string]string) (map[string]pathjudge.Side, time.Duration) {
+	clocks map[string]fleet.ClockSample, peers map[string][]string, failed map[string]string) (map[string]pathjudge.Side, time.Duration) {
 	sides := map[string]pathjudge.Side{}
 	var last time.Duration
 	var mu sync.Mutex
@@ -287,12 +288,12 @@ func (c *Coordinator) pathRound(ctx context.Context, checkID string, port uint32
 	// window would miss the others' and its pairs look blocked.
 	lead := m.Lead
 	at := time.Now().Add(lead)
-	fanOut(nodes, func(n string) {
+	fleet.FanOut(nodes, func(n string) {
 		req := &agentv1.PathCheckRequest{CheckId: checkID, Port: port, Vnis: append(slices.Clone(m.VNIs), m.Reference), Sizes: m.Sizes,
 			WindowMillis: window.Milliseconds(), IntervalMillis: c.cfg.PathInterval.Milliseconds(),
 			ControlPort: m.Control, ControlVni: m.ControlVNI}
 		if cs, ok := clocks[n]; ok {
-			req.StartUnixNano = at.Add(cs.offset).UnixNano()
+			req.StartUnixNano = at.Add(cs.Offset).UnixNano()
 		}
 		for _, p := range peers[n] {
 			req.Peers = append(req.Peers, &agentv1.PathPeer{Name: p, Address: addr[p]})
@@ -305,7 +306,7 @@ func (c *Coordinator) pathRound(ctx context.Context, checkID string, port uint32
 		// for an underlay it had not judged (make bench-coordinator).
 		cctx, cancel := context.WithDeadline(ctx, at.Add(window+2*time.Second+lead))
 		defer cancel()
-		resp, err := c.agent(n).client.PathCheck(cctx, req)
+		resp, err := c.fleet.Agent(n).Client.PathCheck(cctx, req)
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {

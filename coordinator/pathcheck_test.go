@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -52,7 +53,7 @@ func TestPathCheckClean(t *testing.T) {
 			t.Errorf("pair %v", pp)
 		}
 	}
-	if got := testutil.ToFloat64(l.c.metrics.pathChecks.WithLabelValues("passed")); got != 1 {
+	if got := testutil.ToFloat64(l.c.metrics.PathChecks.WithLabelValues("passed")); got != 1 {
 		t.Errorf("path_checks_total{passed} = %v", got)
 	}
 }
@@ -115,7 +116,7 @@ func TestPathCheckRefuses(t *testing.T) {
 			}
 			l.nobodyGot("Prepare")
 			wantDump(t, l.dump(), before)
-			if got := testutil.ToFloat64(l.c.metrics.pathChecks.WithLabelValues("problems")); got != 3 {
+			if got := testutil.ToFloat64(l.c.metrics.PathChecks.WithLabelValues("problems")); got != 3 {
 				t.Errorf("path_checks_total{problems} = %v, want 3 (plan, cutover, dry run)", got)
 			}
 		})
@@ -257,7 +258,7 @@ func TestPathCheckSecondRound(t *testing.T) {
 // calls before it (or three worst round trips), not the node count, and
 // stays under the agents' 5 s bound on how far ahead a start may be.
 func TestPathLead(t *testing.T) {
-	clocks := map[string]clockSample{"n1": {rtt: time.Millisecond}, "n2": {rtt: 40 * time.Millisecond}}
+	clocks := map[string]fleet.ClockSample{"n1": {RTT: time.Millisecond}, "n2": {RTT: 40 * time.Millisecond}}
 	for _, tc := range []struct {
 		round time.Duration
 		want  time.Duration
@@ -295,7 +296,7 @@ func TestCommitLead(t *testing.T) {
 		{"round trips longer than the round", 2 * ms, []time.Duration{ms, 2 * ms}, 30*ms + 4*2*ms},
 	} {
 		op := &operation{prepDur: tc.round, prepAnswers: tc.answers,
-			offsets: map[string]clockSample{"n1": {rtt: ms}, "n2": {rtt: 2 * ms}}, nodes: []string{"n1", "n2"}}
+			offsets: map[string]fleet.ClockSample{"n1": {RTT: ms}, "n2": {RTT: 2 * ms}}, nodes: []string{"n1", "n2"}}
 		if got := c.commitLead(op); got != tc.want {
 			t.Errorf("%s: lead %s, want %s", tc.name, got, tc.want)
 		}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	"github.com/cutover-dev/cutover/pkg/tunnelport"
@@ -78,7 +79,7 @@ const maxStepMillis = int64(time.Hour / time.Millisecond)
 // validate checks a request against the inventory alone (no agent is
 // asked): every error is InvalidArgument.
 func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, error) {
-	inv := c.inventory()
+	inv := c.fleet.Inventory()
 	r := request{to: req.Port, allowNodePort: req.AllowNodeportRange, allowTunnel: req.AllowTunnelPort, step: c.cfg.StepTimeout, allowUnprobed: req.AllowUnprobed, allowPathProblems: req.AllowPathProblems}
 	if _, err := tunnelport.From("port", int64(req.Port)); err != nil {
 		return r, status.Error(codes.InvalidArgument, err.Error())
@@ -205,8 +206,8 @@ func (c *Coordinator) validateTarget(ctx context.Context, req *coordinatorv1.Cut
 	defer cancel()
 	var mu sync.Mutex
 	on, answered := 0, 0
-	fanOut(r.nodes, func(n string) {
-		info, ierr := c.agent(n).client.Info(cctx, &agentv1.InfoRequest{})
+	fleet.FanOut(r.nodes, func(n string) {
+		info, ierr := c.fleet.Agent(n).Client.Info(cctx, &agentv1.InfoRequest{})
 		mu.Lock()
 		defer mu.Unlock()
 		if ierr == nil {
@@ -264,7 +265,7 @@ func (s selector) matches(labels map[string]string) bool {
 type nodeCheck struct {
 	info  *agentv1.InfoResponse
 	pf    *agentv1.PreflightResponse
-	clock clockSample
+	clock fleet.ClockSample
 	err   error // agent unreachable
 }
 
@@ -288,8 +289,8 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 	var mu sync.Mutex
 	start := time.Now()
 	r.tell(&coordinatorv1.OperationEvent{Phase: "preflight", Message: fmt.Sprintf("preflight: asking %d agent(s)", len(r.nodes)), StepNodes: r.nodes})
-	fanOut(r.nodes, func(n string) {
-		ac := c.agent(n)
+	fleet.FanOut(r.nodes, func(n string) {
+		ac := c.fleet.Agent(n)
 		nc := &nodeCheck{}
 		cctx, cancel := context.WithTimeout(ctx, r.step)
 		defer cancel()
@@ -298,9 +299,9 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		if err, ok := r.unreached[n]; ok {
 			nc.err = err
 		} else {
-			nc.pf, nc.err = ac.client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to, Strategy: r.strategy()})
+			nc.pf, nc.err = ac.Client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to, Strategy: r.strategy()})
 			if nc.info = nc.pf.GetInfo(); nc.err == nil && nc.info == nil {
-				nc.info, nc.err = ac.client.Info(cctx, &agentv1.InfoRequest{})
+				nc.info, nc.err = ac.Client.Info(cctx, &agentv1.InfoRequest{})
 			}
 		}
 		took := time.Since(start)
@@ -308,7 +309,7 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		p.round = max(p.round, took)
 		mu.Unlock()
 		if nc.err == nil {
-			nc.clock, nc.err = c.measureClock(cctx, ac.client)
+			nc.clock, nc.err = c.fleet.MeasureClock(cctx, ac.Client)
 		}
 		mu.Lock()
 		p.checks[n] = nc
@@ -327,7 +328,7 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		np := &coordinatorv1.NodePlan{Node: n}
 		resp.Nodes = append(resp.Nodes, np)
 		if nc.err != nil {
-			np.Problems = append(np.Problems, fmt.Sprintf("agent at %s unreachable: %s", c.agent(n).spec.Address, status.Convert(nc.err).Message()))
+			np.Problems = append(np.Problems, fmt.Sprintf("agent at %s unreachable: %s", c.fleet.Agent(n).Spec.Address, status.Convert(nc.err).Message()))
 			continue
 		}
 		np.CurrentPort = nc.info.CurrentPort
@@ -383,11 +384,11 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		if !read && len(np.Problems) == 0 {
 			// Left out of the drift count above, it must still stop the
 			// cutover: nobody knows which port this node is on.
-			np.Problems = append(np.Problems, fmt.Sprintf("current port not read back (agent %s reported 0 and no reason): check the agent's log and /readyz", c.agent(n).spec.Address))
+			np.Problems = append(np.Problems, fmt.Sprintf("current port not read back (agent %s reported 0 and no reason): check the agent's log and /readyz", c.fleet.Agent(n).Spec.Address))
 		}
 		np.Actions = nc.pf.Actions
 	}
-	c.metrics.agentsReady.Set(float64(ready))
+	c.metrics.AgentsReady.Set(float64(ready))
 	for _, np := range resp.Nodes {
 		for _, pr := range np.Problems {
 			p.problems = append(p.problems, np.Node+": "+pr)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/probemesh"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
@@ -55,8 +56,8 @@ func (c *Coordinator) planProbes(ctx context.Context, r request, checks map[stri
 	var mu sync.Mutex
 	cctx, cancel := context.WithTimeout(ctx, min(r.step, 2*time.Second))
 	defer cancel()
-	fanOut(others, func(n string) {
-		info, err := c.agent(n).client.Info(cctx, &agentv1.InfoRequest{})
+	fleet.FanOut(others, func(n string) {
+		info, err := c.fleet.Agent(n).Client.Info(cctx, &agentv1.InfoRequest{})
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -132,7 +133,7 @@ func (op *operation) addWarning(w string) {
 // on the target port must be verified against them), and no node of
 // another overlay, which the changed tunnel does not reach.
 func (c *Coordinator) probeCandidates(r request) []string {
-	inv := c.inventory()
+	inv := c.fleet.Inventory()
 	// A set, not a scan of r.nodes per agent: 10,000 × 10,000 compares
 	// were a quarter of a second of preflight.
 	targeted := setOf(r.nodes)

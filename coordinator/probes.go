@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 
@@ -110,8 +111,8 @@ func (c *Coordinator) probeStatsOf(op *operation, nodes []string, reset, settleT
 	var pairs []*coordinatorv1.PairDisruption
 	var missed []string
 	stalls := map[string]int64{}
-	fanOut(nodes, func(n string) {
-		r, err := c.agent(n).client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Reset_: reset})
+	fleet.FanOut(nodes, func(n string) {
+		r, err := c.fleet.Agent(n).Client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Reset_: reset})
 		if err != nil {
 			mu.Lock()
 			missed = append(missed, n+" ("+status.Convert(err).Message()+")")
@@ -126,7 +127,7 @@ func (c *Coordinator) probeStatsOf(op *operation, nodes []string, reset, settleT
 		stalls[n] = r.GetMaxStallMicros()
 		for _, p := range r.Peers {
 			pairs = append(pairs, &coordinatorv1.PairDisruption{From: n, To: p.Peer, Sent: p.Sent, Lost: p.Lost, LongestGapMicros: p.LongestGapMicros,
-				LongestGapFromUnixNano: coordClock(p.GetLongestGapFromUnixNano(), op.offsets[n].offset.Nanoseconds())})
+				LongestGapFromUnixNano: coordClock(p.GetLongestGapFromUnixNano(), op.offsets[n].Offset.Nanoseconds())})
 		}
 	})
 	if len(missed) > 0 && c.ctx.Err() == nil {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/probemesh"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	"google.golang.org/grpc/status"
@@ -40,7 +41,7 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 	}
 	for n, s := range op.offsets {
 		f := flips[n]
-		f.Offset, f.RTT = s.offset, s.rtt
+		f.Offset, f.RTT = s.Offset, s.RTT
 		flips[n] = f
 	}
 	planned := op.probePlanned
@@ -189,10 +190,10 @@ func (c *Coordinator) readMeshAfter(ctx context.Context, senders []string, in ma
 		}
 	}
 	var mu sync.Mutex
-	fanOut(ask, func(n string) {
+	fleet.FanOut(ask, func(n string) {
 		cctx, cancel := context.WithTimeout(ctx, probeStatsBound)
 		defer cancel()
-		r, err := c.agent(n).client.ProbeStats(cctx, &agentv1.ProbeStatsRequest{})
+		r, err := c.fleet.Agent(n).Client.ProbeStats(cctx, &agentv1.ProbeStatsRequest{})
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {

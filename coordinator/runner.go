@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
@@ -170,7 +171,7 @@ func (c *Coordinator) enterStep(op *operation, j barrier.Journal) {
 	op.rec.Step = string(j.Step)
 	op.rec.CommitSent = j.CommitSent
 	op.mu.Unlock()
-	c.metrics.setPhase(string(j.Step))
+	c.metrics.SetPhase(string(j.Step))
 	_ = c.save(op)
 }
 
@@ -190,7 +191,7 @@ func (c *Coordinator) announce(op *operation, s barrier.Send) {
 // phase duration histogram. op.mu is held.
 func (c *Coordinator) phaseDoneLocked(op *operation, step barrier.Step, d time.Duration) {
 	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: string(step), Nanos: d.Nanoseconds(), StartedUnixNano: time.Now().Add(-d).UnixNano()})
-	c.metrics.phaseDuration.WithLabelValues(string(step)).Observe(d.Seconds())
+	c.metrics.PhaseDuration.WithLabelValues(string(step)).Observe(d.Seconds())
 }
 
 // declare records the outcome; endRun finishes the run.
@@ -226,8 +227,8 @@ func (c *Coordinator) declare(op *operation, d barrier.Declare) {
 	op.rec.Outcome = d.Outcome.String()
 	noteStagedLocked(op, d.Outcome, op.core.Sending())
 	op.mu.Unlock()
-	c.metrics.operations.WithLabelValues(d.Outcome.String()).Inc()
-	c.metrics.setPhase("idle")
+	c.metrics.Operations.WithLabelValues(d.Outcome.String()).Inc()
+	c.metrics.SetPhase("idle")
 }
 
 // endRun reads every node's final state into the report, journals it,
@@ -239,8 +240,8 @@ func (c *Coordinator) endRun(op *operation) (acts []barrier.Action, more bool) {
 		c.parkProbes(op)
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, op.step)
-	fanOut(op.nodes, func(n string) {
-		info, err := c.agent(n).client.Info(ctx, &agentv1.InfoRequest{})
+	fleet.FanOut(op.nodes, func(n string) {
+		info, err := c.fleet.Agent(n).Client.Info(ctx, &agentv1.InfoRequest{})
 		if err != nil {
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -21,23 +22,23 @@ import (
 
 // ListAgents implements CoordinatorService: every agent, asked now.
 func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgentsRequest) (*coordinatorv1.ListAgentsResponse, error) {
-	if err := c.refreshInventory(ctx); err != nil {
+	if err := c.fleet.Refresh(ctx); err != nil {
 		return nil, inventoryUnread(err)
 	}
-	inv := c.inventory()
+	inv := c.fleet.Inventory()
 	out := make([]*coordinatorv1.Agent, len(inv.Agents))
 	ready := 0
 	idx := map[string]int{}
 	for i, s := range inv.Agents {
 		idx[s.Node] = i
 	}
-	fanOut(inv.NodeNames(), func(n string) {
-		ac := c.agent(n)
-		a := &coordinatorv1.Agent{Node: n, Address: ac.spec.Address, Labels: ac.spec.Labels}
+	fleet.FanOut(inv.NodeNames(), func(n string) {
+		ac := c.fleet.Agent(n)
+		a := &coordinatorv1.Agent{Node: n, Address: ac.Spec.Address, Labels: ac.Spec.Labels}
 		out[idx[n]] = a
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.StepTimeout)
 		defer cancel()
-		info, err := ac.client.Info(cctx, &agentv1.InfoRequest{})
+		info, err := ac.Client.Info(cctx, &agentv1.InfoRequest{})
 		if err != nil {
 			a.Error = status.Convert(err).Message()
 			return
@@ -46,8 +47,8 @@ func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgent
 		if len(a.Labels) == 0 {
 			a.Labels = info.Labels
 		}
-		if cs, err := c.measureClock(cctx, ac.client); err == nil {
-			a.ClockOffsetNanos, a.RttNanos = cs.offset.Nanoseconds(), cs.rtt.Nanoseconds()
+		if cs, err := c.fleet.MeasureClock(cctx, ac.Client); err == nil {
+			a.ClockOffsetNanos, a.RttNanos = cs.Offset.Nanoseconds(), cs.RTT.Nanoseconds()
 		}
 	})
 	for _, a := range out {
@@ -55,13 +56,13 @@ func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgent
 			ready++
 		}
 	}
-	c.metrics.agentsReady.Set(float64(ready))
+	c.metrics.AgentsReady.Set(float64(ready))
 	return &coordinatorv1.ListAgentsResponse{Agents: out}, nil
 }
 
 // Plan implements CoordinatorService: preflight only; changes nothing.
 func (c *Coordinator) Plan(ctx context.Context, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PlanResponse, error) {
-	if err := c.refreshInventory(ctx); err != nil {
+	if err := c.fleet.Refresh(ctx); err != nil {
 		return nil, inventoryUnread(err)
 	}
 	r, err := c.validateTarget(ctx, req)
@@ -95,7 +96,7 @@ func (c *Coordinator) Cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 // back when it is a reverse cutover.
 func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent], reverts string) error {
 	ctx := stream.Context()
-	if err := c.refreshInventory(ctx); err != nil {
+	if err := c.fleet.Refresh(ctx); err != nil {
 		return inventoryUnread(err)
 	}
 	r, err := c.validateTarget(ctx, req)
@@ -166,10 +167,10 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		return err
 	}
 	started := time.Now()
-	c.metrics.setPhase("preflight")
+	c.metrics.SetPhase("preflight")
 	pf := c.fullPreflight(ctx, r, kind)
 	if len(pf.problems) > 0 {
-		c.metrics.setPhase("idle")
+		c.metrics.SetPhase("idle")
 		c.release(op)
 		return refused(pf)
 	}
@@ -195,12 +196,12 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	}
 	for n, nc := range pf.checks {
 		op.offsets[n] = nc.clock
-		op.results[n].ClockOffsetNanos = nc.clock.offset.Nanoseconds()
+		op.results[n].ClockOffsetNanos = nc.clock.Offset.Nanoseconds()
 	}
 	// The record must exist on disk before any agent hears of the operation.
 	op.rec.Step = "preflight"
 	if err := c.save(op); err != nil {
-		c.metrics.setPhase("idle")
+		c.metrics.SetPhase("idle")
 		c.release(op)
 		return status.Errorf(codes.Internal, "cannot journal operation %s (%s), nothing was changed: %v", r.id, describeJournal(c.journal, c.cfg), err)
 	}
@@ -248,10 +249,10 @@ func (c *Coordinator) lookup(id string) (*operation, error) {
 	}
 	op, ok := c.ops[id]
 	if !ok && c.pruned[id] {
-		return nil, status.Errorf(codes.NotFound, "operation_id %q: pruned: it ended and the journal keeps only the last %d finished operations (--journal-keep)", id, c.cfg.journalKeep())
+		return nil, status.Errorf(codes.NotFound, "operation_id %q: pruned: it ended and the journal keeps only the last %d finished operations (--journal-keep)", id, c.cfg.KeptOperations())
 	}
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "operation_id %q: no such operation in the journal: it keeps the last %d finished operations (--journal-keep), so one older than those was pruned", id, c.cfg.journalKeep())
+		return nil, status.Errorf(codes.NotFound, "operation_id %q: no such operation in the journal: it keeps the last %d finished operations (--journal-keep), so one older than those was pruned", id, c.cfg.KeptOperations())
 	}
 	return op, nil
 }
@@ -384,7 +385,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 			// every node: a finished (or held) one naming a node that
 			// left the cluster must not keep the coordinator from
 			// starting; a rollback of it counts that node unreached.
-			if !rec.Terminal() && c.known(n) == nil {
+			if !rec.Terminal() && c.fleet.Known(n) == nil {
 				return fmt.Errorf("journal: operation %s names node %s, which is not in the inventory: add it back so the operation can be finished or undone", rec.ID, n)
 			}
 		}
@@ -454,8 +455,8 @@ func (c *Coordinator) allCommitted(ctx context.Context, op *operation) bool {
 	defer cancel()
 	allCommitted := true
 	var mu sync.Mutex
-	fanOut(op.nodes, func(n string) {
-		st, err := c.agent(n).client.Status(cctx, &agentv1.StatusRequest{OperationId: op.rec.ID})
+	fleet.FanOut(op.nodes, func(n string) {
+		st, err := c.fleet.Agent(n).Client.Status(cctx, &agentv1.StatusRequest{OperationId: op.rec.ID})
 		good := err == nil && st.CurrentPort == op.to &&
 			phaseIn(st.Phase, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
 		if !good {

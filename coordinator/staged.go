@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -42,10 +43,10 @@ func (c *Coordinator) resolveAuto(ctx context.Context, req *coordinatorv1.Cutove
 	}
 	answers := map[string]answer{}
 	var mu sync.Mutex
-	fanOut(r.nodes, func(n string) {
+	fleet.FanOut(r.nodes, func(n string) {
 		cctx, cancel := context.WithTimeout(ctx, r.step)
 		defer cancel()
-		pf, err := c.agent(n).client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to, Strategy: StrategyStaged})
+		pf, err := c.fleet.Agent(n).Client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to, Strategy: StrategyStaged})
 		mu.Lock()
 		defer mu.Unlock()
 		answers[n] = answer{pf, err}

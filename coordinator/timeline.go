@@ -29,7 +29,7 @@ func (op *operation) noteTimeline(node string, s barrier.Send, ev barrier.Event,
 	}
 	now := time.Now().UnixNano()
 	op.mu.Lock()
-	offset := op.offsets[node].offset.Nanoseconds()
+	offset := op.offsets[node].Offset.Nanoseconds()
 	op.mu.Unlock()
 	op.setResult(node, func(nr *coordinatorv1.NodeResult) {
 		switch s.Step {
@@ -65,7 +65,7 @@ func noteReverted(nr *coordinatorv1.NodeResult, step string, now int64, st *agen
 // noteReadBack records what endRun read back from node's agent.
 func (op *operation) noteReadBack(node string, info *agentv1.InfoResponse) {
 	op.mu.Lock()
-	offset := op.offsets[node].offset.Nanoseconds()
+	offset := op.offsets[node].Offset.Nanoseconds()
 	op.mu.Unlock()
 	op.setResult(node, func(r *coordinatorv1.NodeResult) {
 		r.Port = info.GetCurrentPort()

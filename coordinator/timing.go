@@ -71,7 +71,7 @@ func (c *Coordinator) deadmanFor(step time.Duration) time.Duration {
 func (c *Coordinator) commitLead(op *operation) time.Duration {
 	var maxRTT time.Duration
 	for _, s := range op.offsets {
-		maxRTT = max(maxRTT, s.rtt)
+		maxRTT = max(maxRTT, s.RTT)
 	}
 	op.mu.Lock()
 	prep := op.prepDur

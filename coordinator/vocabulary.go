@@ -34,6 +34,8 @@ type (
 	Verifier = model.Verifier
 	// VerifierFunc is a Verifier as a function.
 	VerifierFunc = model.VerifierFunc
+	// InventorySource reads the inventory anew (cluster discovery).
+	InventorySource = model.InventorySource
 	// Record is what the journal keeps of one operation.
 	Record = model.Record
 	// JournalStore keeps operation records.

@@ -3,6 +3,7 @@ package model
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -166,3 +167,9 @@ func (inv Inventory) NodeNames() []string {
 	}
 	return ns
 }
+
+// InventorySource reads the inventory anew (cluster discovery). The
+// coordinator calls it before judging a request, so that a node that
+// joined, or whose agent became ready, after the coordinator started is
+// part of the next plan.
+type InventorySource func(ctx context.Context) (Inventory, error)

@@ -1,4 +1,4 @@
-package coordinator
+package fleet
 
 import (
 	"context"
@@ -36,10 +36,9 @@ func (s *slowClock) Clock(ctx context.Context, _ *agentv1.ClockRequest, _ ...grp
 	return &agentv1.ClockResponse{UnixNano: time.Now().UnixNano()}, nil
 }
 
-func clockCoordinator(goodRTT time.Duration, parallel int) *Coordinator {
-	cfg := Default()
-	cfg.ClockGoodRTT, cfg.ClockParallel = goodRTT, parallel
-	return &Coordinator{cfg: cfg, clockSlots: make(chan struct{}, parallel)}
+// clockFleet samples as the coordinator does by default (8 samples).
+func clockFleet(goodRTT time.Duration, parallel int) *Fleet {
+	return &Fleet{clock: Clock{Samples: 8, GoodRTT: goodRTT, Parallel: parallel}, clockSlots: make(chan struct{}, parallel)}
 }
 
 // TestClockSamplingStopsAtAGoodRoundTrip: a round trip within
@@ -55,21 +54,21 @@ func TestClockSamplingStopsAtAGoodRoundTrip(t *testing.T) {
 		{time.Second, 0, 1},                           // the first 2 ms round trip is good enough
 		{time.Microsecond, 0, 2},                      // the second is as good as the first: the network's
 		{time.Microsecond, 100 * time.Microsecond, 8}, // another agent answered in 0.1 ms: keep trying
-		{0, 0, int32(Default().ClockSamples)},         // 0: always all
+		{0, 0, 8},         // 0: always all
 	} {
-		c := clockCoordinator(tc.good, 4)
+		c := clockFleet(tc.good, 4)
 		c.clockFloor.Store(int64(tc.floor))
 		// 20 ms: a quarter of it (5 ms) is above a loaded machine's
 		// timer jitter, which the second case depends on.
 		cl := &slowClock{rtt: 20 * time.Millisecond}
-		s, err := c.measureClock(context.Background(), cl)
+		s, err := c.MeasureClock(context.Background(), cl)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := cl.calls.Load(); got != tc.want {
 			t.Errorf("--clock-good-rtt %s, shortest before %s: %d Clock calls, want %d", tc.good, tc.floor, got, tc.want)
 		}
-		if s.rtt < 20*time.Millisecond || s.offset.Abs() > s.rtt {
+		if s.RTT < 20*time.Millisecond || s.Offset.Abs() > s.RTT {
 			t.Errorf("--clock-good-rtt %s: sample %+v: want an RTT of at least 20ms and an offset within it", tc.good, s)
 		}
 	}
@@ -80,12 +79,12 @@ func TestClockSamplingStopsAtAGoodRoundTrip(t *testing.T) {
 // measures the network rather than the coordinator's own queue; and the
 // bound is a bound, not a sequence (they do overlap).
 func TestClockSamplingIsBounded(t *testing.T) {
-	c := clockCoordinator(0, 3)
+	c := clockFleet(0, 3)
 	cl := &slowClock{rtt: 3 * time.Millisecond}
 	var wg sync.WaitGroup
 	for range 12 {
 		wg.Go(func() {
-			if _, err := c.measureClock(context.Background(), cl); err != nil {
+			if _, err := c.MeasureClock(context.Background(), cl); err != nil {
 				t.Error(err)
 			}
 		})
@@ -94,8 +93,8 @@ func TestClockSamplingIsBounded(t *testing.T) {
 	if cl.most > 3 || cl.most < 2 {
 		t.Errorf("at most %d Clock calls in flight, want 2–3 (--clock-parallel 3, 12 agents)", cl.most)
 	}
-	if got := cl.calls.Load(); got != 12*int32(c.cfg.ClockSamples) {
-		t.Errorf("%d Clock calls, want %d", got, 12*c.cfg.ClockSamples)
+	if got := cl.calls.Load(); got != 12*int32(c.clock.Samples) {
+		t.Errorf("%d Clock calls, want %d", got, 12*c.clock.Samples)
 	}
 	// A caller whose context ends while waiting for a slot gets an error
 	// saying so, not a sample.
@@ -104,7 +103,7 @@ func TestClockSamplingIsBounded(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := c.measureClock(ctx, cl); err == nil {
+	if _, err := c.MeasureClock(ctx, cl); err == nil {
 		t.Error("no slot free until the deadline: got a sample")
 	}
 }
