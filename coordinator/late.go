@@ -11,20 +11,6 @@ import (
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
-// The late-commit policies (Config.LatePolicy; docs/faults.md, "Late
-// commits").
-const (
-	// LateRollback: a node that applied more than the budget after the
-	// instant (by its own report), or has no commit answer by the answer
-	// deadline, rolls everyone back, and the agent itself refuses to apply
-	// past the budget. The split lasts about the answer deadline at most.
-	LateRollback = "rollback"
-	// LateWait: the others stay flipped until the late node applies (or
-	// its Commit call times out); the result is flagged. The split lasts
-	// as long as the node was away.
-	LateWait = "wait"
-)
-
 // lateBudgetMillis is the budget the agents get in CommitRequest: under
 // the wait policy they apply however late.
 func (c *Coordinator) lateBudgetMillis() int64 {

@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"github.com/cutover-dev/cutover/coordinator/internal/config"
+	"github.com/cutover-dev/cutover/coordinator/internal/metrics"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/statedir"
 )
@@ -77,3 +79,21 @@ const (
 	// journal name the strategy that ran.
 	StrategyAuto = model.StrategyAuto
 )
+
+// The late-commit policies (Config.LatePolicy).
+const (
+	LateRollback = config.LateRollback
+	LateWait     = config.LateWait
+)
+
+// Config is the coordinator's configuration (internal/config).
+type Config = config.Config
+
+// Default is the configuration with every default set.
+func Default() Config { return config.Default() }
+
+// Metrics are the coordinator's Prometheus metrics (internal/metrics).
+type Metrics = metrics.Metrics
+
+// NewMetrics registers the metrics in a fresh registry.
+func NewMetrics() *Metrics { return metrics.New() }

@@ -54,7 +54,7 @@ func TestClockSamplingStopsAtAGoodRoundTrip(t *testing.T) {
 		{time.Second, 0, 1},                           // the first 2 ms round trip is good enough
 		{time.Microsecond, 0, 2},                      // the second is as good as the first: the network's
 		{time.Microsecond, 100 * time.Microsecond, 8}, // another agent answered in 0.1 ms: keep trying
-		{0, 0, 8},         // 0: always all
+		{0, 0, 8}, // 0: always all
 	} {
 		c := clockFleet(tc.good, 4)
 		c.clockFloor.Store(int64(tc.floor))

@@ -1,4 +1,4 @@
-package coordinator
+package metrics
 
 import (
 	"log/slog"
@@ -21,10 +21,10 @@ type Metrics struct {
 	CommitMargin  prometheus.Gauge
 	AgentsReady   prometheus.Gauge
 	Operations    *prometheus.CounterVec
-	TlsRejected   *prometheus.CounterVec // coordctl clients refused by the API server
+	TLSRejected   *prometheus.CounterVec // coordctl clients refused by the API server
 	AgentTLSRej   *prometheus.CounterVec // agents whose server certificate we refused
 	LateCommits   prometheus.Counter
-	TlsReloads    *prometheus.CounterVec
+	TLSReloads    *prometheus.CounterVec
 	PathChecks    *prometheus.CounterVec
 	PathBlocked   prometheus.Gauge
 	Leader        prometheus.Gauge
@@ -33,8 +33,8 @@ type Metrics struct {
 	reloaders map[pki.Files]*pki.Reloader // one per identity: API server and agent client share it
 }
 
-// NewMetrics registers the metrics in a fresh registry.
-func NewMetrics() *Metrics {
+// New registers the metrics in a fresh registry.
+func New() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		Phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -67,7 +67,7 @@ func NewMetrics() *Metrics {
 			Help: "Operations ended, by outcome.",
 		}, []string{"outcome"}),
 	}
-	m.TlsRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.TLSRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cutover_coordinator_tls_rejections_total",
 		Help: "API clients (coordctl) refused during the TLS handshake, by reason.",
 	}, []string{"reason"})
@@ -79,7 +79,7 @@ func NewMetrics() *Metrics {
 		Name: "cutover_coordinator_late_commits_total",
 		Help: "Nodes that had not applied a commit by the commit instant plus the lateness budget (--commit-late-budget).",
 	})
-	m.TlsReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.TLSReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cutover_coordinator_tls_reloads_total",
 		Help: "Certificate files (--tls-ca, --tls-cert, --tls-key) re-read after they changed on disk, by result: ok (in use from the next handshake) or error (refused, e.g. a key that does not match its certificate; the last good set stays in use).",
 	}, []string{"result"})
@@ -97,12 +97,12 @@ func NewMetrics() *Metrics {
 		Name: "cutover_coordinator_leader",
 		Help: "1 while this coordinator leads (serves the API itself and commands the agents), 0 while it is a standby.",
 	})
-	m.TlsReloads.WithLabelValues("ok")
-	m.TlsReloads.WithLabelValues("error")
+	m.TLSReloads.WithLabelValues("ok")
+	m.TLSReloads.WithLabelValues("error")
 	m.PathChecks.WithLabelValues("passed")
 	m.PathChecks.WithLabelValues("problems")
-	m.Registry.MustRegister(m.LateCommits, m.TlsReloads, m.PathChecks, m.PathBlocked, m.Leader)
-	m.Registry.MustRegister(m.Phase, m.PhaseDuration, m.CommitSpread, m.EffectSpread, m.CommitMargin, m.AgentsReady, m.Operations, m.TlsRejected, m.AgentTLSRej)
+	m.Registry.MustRegister(m.LateCommits, m.TLSReloads, m.PathChecks, m.PathBlocked, m.Leader)
+	m.Registry.MustRegister(m.Phase, m.PhaseDuration, m.CommitSpread, m.EffectSpread, m.CommitMargin, m.AgentsReady, m.Operations, m.TLSRejected, m.AgentTLSRej)
 	for _, o := range []string{"succeeded", "aborted", "rolled-back", "failed", "held"} {
 		m.Operations.WithLabelValues(o)
 	}
@@ -120,11 +120,11 @@ func (m *Metrics) TLSReloader(f pki.Files, log *slog.Logger) (*pki.Reloader, err
 	}
 	r, err := pki.NewReloader(f, pki.ReloadOptions{
 		OnReload: func() {
-			m.TlsReloads.WithLabelValues("ok").Inc()
+			m.TLSReloads.WithLabelValues("ok").Inc()
 			log.Info("TLS certificates reloaded from disk", "cert", f.Cert, "ca", f.CA)
 		},
 		OnError: func(err error) {
-			m.TlsReloads.WithLabelValues("error").Inc()
+			m.TLSReloads.WithLabelValues("error").Inc()
 			log.Error("TLS certificates changed on disk but cannot be used", "err", err)
 		},
 	})
@@ -138,7 +138,7 @@ func (m *Metrics) TLSReloader(f pki.Files, log *slog.Logger) (*pki.Reloader, err
 	return r, nil
 }
 
-func (m *Metrics) APITLSRejected(reason string)   { m.TlsRejected.WithLabelValues(reason).Inc() }
+func (m *Metrics) APITLSRejected(reason string)   { m.TLSRejected.WithLabelValues(reason).Inc() }
 func (m *Metrics) AgentTLSRejected(reason string) { m.AgentTLSRej.WithLabelValues(reason).Inc() }
 
 func (m *Metrics) SetPhase(p string) {

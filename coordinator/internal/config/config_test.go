@@ -1,4 +1,4 @@
-package coordinator
+package config
 
 import (
 	"os"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/spf13/pflag"
 )
 
@@ -34,31 +35,31 @@ func TestConfigValidateNamesFlags(t *testing.T) {
 
 func TestInventoryErrors(t *testing.T) {
 	for _, tc := range []struct {
-		specs []AgentSpec
+		specs []model.AgentSpec
 		want  string
 	}{
-		{[]AgentSpec{{Node: "n1", Address: "198.18.0.1:9443"}, {Node: "n1", Address: "198.18.0.2:9443"}}, `node "n1": listed twice`},
-		{[]AgentSpec{{Node: "n1", Address: "198.18.0.1:9443"}, {Node: "n2", Address: "198.18.0.1:9443"}}, `agent n2 has the same address as agent n1`},
-		{[]AgentSpec{{Node: "n1", Address: "198.18.0.1"}}, `address "198.18.0.1": agent n1: want host:port`},
-		{[]AgentSpec{{Node: "n1", Address: "198.18.0.1:99999"}}, `port must be 1–65535`},
-		{[]AgentSpec{{Node: "bad name", Address: "198.18.0.1:1"}}, `node "bad name"`},
+		{[]model.AgentSpec{{Node: "n1", Address: "198.18.0.1:9443"}, {Node: "n1", Address: "198.18.0.2:9443"}}, `node "n1": listed twice`},
+		{[]model.AgentSpec{{Node: "n1", Address: "198.18.0.1:9443"}, {Node: "n2", Address: "198.18.0.1:9443"}}, `agent n2 has the same address as agent n1`},
+		{[]model.AgentSpec{{Node: "n1", Address: "198.18.0.1"}}, `address "198.18.0.1": agent n1: want host:port`},
+		{[]model.AgentSpec{{Node: "n1", Address: "198.18.0.1:99999"}}, `port must be 1–65535`},
+		{[]model.AgentSpec{{Node: "bad name", Address: "198.18.0.1:1"}}, `node "bad name"`},
 		{nil, "no agents"},
-		{[]AgentSpec{{Node: "n1", Address: "198.18.0.1:1", Overlay: "Blue!"}}, `overlay "Blue!": agent n1: want an overlay name`},
-		{[]AgentSpec{{Node: "n1", Address: "198.18.0.1:1", Overlay: "blue", Labels: map[string]string{OverlayLabel: "red"}}}, `overlay "blue": agent n1: differs from its label cutover.dev/overlay=red`},
+		{[]model.AgentSpec{{Node: "n1", Address: "198.18.0.1:1", Overlay: "Blue!"}}, `overlay "Blue!": agent n1: want an overlay name`},
+		{[]model.AgentSpec{{Node: "n1", Address: "198.18.0.1:1", Overlay: "blue", Labels: map[string]string{model.OverlayLabel: "red"}}}, `overlay "blue": agent n1: differs from its label cutover.dev/overlay=red`},
 	} {
-		_, err := NewInventory("test", tc.specs)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !IsInventoryError(err) {
+		_, err := model.NewInventory("test", tc.specs)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !model.IsInventoryError(err) {
 			t.Errorf("%v: got %v, want %q", tc.specs, err, tc.want)
 		}
 	}
-	if _, err := ParseAgentFlags([]string{"198.18.0.1:9443"}); err == nil || !strings.Contains(err.Error(), "want node=host:port") {
+	if _, err := model.ParseAgentFlags([]string{"198.18.0.1:9443"}); err == nil || !strings.Contains(err.Error(), "want node=host:port") {
 		t.Errorf("flag without node: %v", err)
 	}
-	specs, err := ParseAgentFlags([]string{"n1=198.18.0.1:9443@blue", "n2=[::1]:9443"})
-	if err != nil || specs[0].Overlay != "blue" || specs[0].Address != "198.18.0.1:9443" || specs[1].Overlay != "" || specs[1].OverlayName() != DefaultOverlay {
+	specs, err := model.ParseAgentFlags([]string{"n1=198.18.0.1:9443@blue", "n2=[::1]:9443"})
+	if err != nil || specs[0].Overlay != "blue" || specs[0].Address != "198.18.0.1:9443" || specs[1].Overlay != "" || specs[1].OverlayName() != model.DefaultOverlay {
 		t.Errorf("--agent with overlays: %+v %v", specs, err)
 	}
-	inv, err := NewInventory("test", []AgentSpec{{Node: "n1", Address: "198.18.0.1:1", Labels: map[string]string{OverlayLabel: "red"}}})
+	inv, err := model.NewInventory("test", []model.AgentSpec{{Node: "n1", Address: "198.18.0.1:1", Labels: map[string]string{model.OverlayLabel: "red"}}})
 	if err != nil || inv.Agents[0].Overlay != "red" {
 		t.Errorf("overlay from the label: %+v %v", inv, err)
 	}

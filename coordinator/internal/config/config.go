@@ -1,4 +1,4 @@
-package coordinator
+package config
 
 import (
 	"errors"
@@ -10,7 +10,22 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/pkg/pki"
+)
+
+// The late-commit policies (Config.LatePolicy; docs/faults.md, "Late
+// commits").
+const (
+	// LateRollback: a node that applied more than the budget after the
+	// instant (by its own report), or has no commit answer by the answer
+	// deadline, rolls everyone back, and the agent itself refuses to apply
+	// past the budget. The split lasts about the answer deadline at most.
+	LateRollback = "rollback"
+	// LateWait: the others stay flipped until the late node applies (or
+	// its Commit call times out); the result is flagged. The split lasts
+	// as long as the node was away.
+	LateWait = "wait"
 )
 
 // Config is the coordinator's configuration. Start from Default, override,
@@ -111,7 +126,7 @@ func Default() Config {
 		Listen:           ":9446",
 		MetricsListen:    ":9447",
 		StateDir:         "/var/lib/cutover/coordinator",
-		JournalKeep:      DefaultJournalKeep,
+		JournalKeep:      model.DefaultJournalKeep,
 		StepTimeout:      10 * time.Second,
 		Deadman:          30 * time.Second,
 		CommitLeadMin:    30 * time.Millisecond,
@@ -133,7 +148,7 @@ func Default() Config {
 		PathInterval:     50 * time.Millisecond,
 		PathSampleAbove:  16,
 		PathPeersK:       4,
-		DefaultStrategy:  StrategyAuto,
+		DefaultStrategy:  model.StrategyAuto,
 	}
 }
 
@@ -274,7 +289,7 @@ func (c Config) Validate() error {
 	if c.PathInterval < time.Millisecond || c.PathInterval*2 > c.PathWindow {
 		errs = append(errs, fmt.Errorf("--path-check-interval %s: want at least 1ms and at most half --path-check-window (%s)", c.PathInterval, c.PathWindow))
 	}
-	if c.DefaultStrategy != StrategyAuto && c.DefaultStrategy != StrategyAtomic {
+	if c.DefaultStrategy != model.StrategyAuto && c.DefaultStrategy != model.StrategyAtomic {
 		errs = append(errs, fmt.Errorf("--default-strategy %q: want auto or atomic (staged is asked for by name: it takes batches and subsets)", c.DefaultStrategy))
 	}
 	if c.PathSampleAbove < 2 {
@@ -337,7 +352,29 @@ func (invertedBool) Type() string { return "bool" }
 // KeptOperations is JournalKeep with 0 meaning the default.
 func (c Config) KeptOperations() int {
 	if c.JournalKeep <= 0 {
-		return DefaultJournalKeep
+		return model.DefaultJournalKeep
 	}
 	return c.JournalKeep
+}
+
+// LoadInventory builds the inventory from the config's --agent flags and
+// --inventory file together.
+func (c Config) LoadInventory() (model.Inventory, error) {
+	specs, err := model.ParseAgentFlags(c.Agents)
+	if err != nil {
+		return model.Inventory{}, err
+	}
+	source := "--agent"
+	if c.InventoryFile != "" {
+		fs, err := model.LoadInventoryFile(c.InventoryFile)
+		if err != nil {
+			return model.Inventory{}, err
+		}
+		specs = append(specs, fs...)
+		source = c.InventoryFile
+		if len(c.Agents) > 0 {
+			source = "--agent + " + c.InventoryFile
+		}
+	}
+	return model.NewInventory(source, specs)
 }
