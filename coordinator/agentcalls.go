@@ -9,6 +9,7 @@ import (
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -42,7 +43,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 	var late *lateWatch
 	op.mu.Lock()
 	staged := len(op.rec.Batches) > 0
-	switched := setOf(op.rec.Switched) // a held operation's switched nodes
+	switched := model.SetOf(op.rec.Switched) // a held operation's switched nodes
 	op.mu.Unlock()
 	if s.Step == barrier.Commit && !staged {
 		lead := c.commitLead(op)

@@ -15,17 +15,28 @@
 // probe counters' reset and read, which hook calls a resumed run repeats).
 // This package performs the core's actions and feeds back their results
 // (runner.go), with no policy of its own; it does I/O, clocks and
-// bookkeeping:
+// bookkeeping. Below it, each in a package of its own (internal/...):
+// preflight judges a request before anything changes; fleet is the agents'
+// clients and clocks; pathjudge, probemesh and staging are pure
+// judgements; config, metrics, statedir and model (the vocabulary, which
+// this package re-exports) are at the bottom with barrier.
 //
+//	vocabulary.go  the public names of the lower packages (aliases)
 //	options.go     Option and the With... options
 //	coordinator.go Coordinator: build, close, the single operation slot
 //	operation.go   one operation's record, report and events
+//	journal.go     where the journal is, for errors
 //	runner.go      the event loop: core actions → calls → core events
 //	agentcalls.go  one step as parallel agent RPCs
 //	timing.go      step, dead-man and commit-lead durations; the core's Config
+//	late.go        late commits: the answers' watch, the report's warnings
+//	timeline.go    each node's instants for the report
 //	probes.go      the probe mesh counters for the report
+//	probeverify.go the built-in mesh verifier
 //	reporttext.go  what the report tells the operator about nodes
-//	hookrun.go     hook calls and their journal marks; preflight with hooks
+//	hookrun.go     hook calls and their journal marks
+//	held.go        staged subsets: the held operation and its continuation
+//	staged.go      the staged strategy's report batches
 //	service.go     the CoordinatorService methods and Resume
 //	run.go         Server (what production and tests serve), Listen, Run
 package coordinator
@@ -39,6 +50,7 @@ import (
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
 	"github.com/cutover-dev/cutover/coordinator/internal/statedir"
 	"github.com/cutover-dev/cutover/pkg/callstream"
 	"google.golang.org/grpc"
@@ -53,7 +65,8 @@ import (
 type Coordinator struct {
 	cfg Config
 
-	fleet    *fleet.Fleet // the agents: inventory, clients, clock sampling
+	fleet    *fleet.Fleet       // the agents: inventory, clients, clock sampling
+	check    *preflight.Checker // validation and preflight of requests
 	journal  JournalStore
 	lock     *statedir.Lock // the --state-dir lock (file journal only)
 	metrics  *Metrics
@@ -142,7 +155,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithCancel(parent)
-	return &Coordinator{cfg: cfg, fleet: fl, journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
+	return &Coordinator{cfg: cfg, fleet: fl, check: preflight.New(cfg, fl, o.hooks, o.metrics), journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
 		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*operation{}}, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
+	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -65,7 +66,7 @@ func heldSummary(op *operation) string {
 }
 
 func listeningLocked(op *operation) []string {
-	sw := setOf(op.rec.Switched)
+	sw := model.SetOf(op.rec.Switched)
 	var out []string
 	for _, n := range op.nodes {
 		if !sw[n] {
@@ -73,16 +74,6 @@ func listeningLocked(op *operation) []string {
 		}
 	}
 	return out
-}
-
-// setOf is ns as a set: the lookups here run over every node of a large
-// cluster, where a scan per node would be quadratic.
-func setOf(ns []string) map[string]bool {
-	m := make(map[string]bool, len(ns))
-	for _, n := range ns {
-		m[n] = true
-	}
-	return m
 }
 
 // refuseBesideHeld is the error for any operation but the held one's
@@ -97,7 +88,7 @@ func refuseBesideHeld(op *operation, what string) error {
 // continueHeld runs the next part of held operation op: the request's
 // targets (every node still listening when it names none) switch in
 // batches; if then every node sends the new port, the old one is retired.
-func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequest, r request, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
+func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequest, r preflight.Request, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
 	op.mu.Lock()
 	id, from, to, nodes := op.rec.ID, op.from, op.to, op.nodes
 	switched := slices.Clone(op.rec.Switched)
@@ -115,11 +106,11 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 		return model.Invalid("operation_id", fmt.Sprintf("%q", req.OperationId), fmt.Sprintf("operation %s is held and this request continues it: drop operation_id or give %s", id, id))
 	}
 	targets := listening
-	if r.subset {
+	if r.Subset {
 		var foreign, already []string
 		targets = nil
-		of, sw := setOf(nodes), setOf(switched)
-		for _, n := range r.targets {
+		of, sw := model.SetOf(nodes), model.SetOf(switched)
+		for _, n := range r.Targets {
 			switch {
 			case !of[n]:
 				foreign = append(foreign, n)
@@ -148,10 +139,10 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	// plan it again (a restarted coordinator does not have it either), so
 	// that every batch of this run is verified over the whole mesh.
 	pr := r
-	pr.nodes, pr.step = nodes, op.step
-	pp := c.planProbes(stream.Context(), pr, nil)
-	if len(pp.problems) > 0 {
-		return status.Errorf(codes.FailedPrecondition, "continuing held operation %s: probe mesh: %s (nothing changed)", id, strings.Join(pp.problems, "; "))
+	pr.Nodes, pr.Step = nodes, op.step
+	pp := c.check.PlanProbes(stream.Context(), pr, nil)
+	if len(pp.Problems) > 0 {
+		return status.Errorf(codes.FailedPrecondition, "continuing held operation %s: probe mesh: %s (nothing changed)", id, strings.Join(pp.Problems, "; "))
 	}
 	then := retireNote(len(switched)+len(targets) == len(nodes), from)
 	if req.DryRun {
@@ -170,7 +161,7 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	op.mu.Lock()
 	op.batchBase = len(op.report.Batches)
 	op.rec.Batches, op.rec.MaxParallel = batches, wave
-	op.probePeers, op.probePairs, op.probePlanned = pp.peers, pp.pairs, true
+	op.probePeers, op.probePairs, op.probePlanned = pp.Peers, pp.Pairs, true
 	op.report.Batches = append(op.report.Batches, staging.ReportBatches(batches)...)
 	op.report.MaxParallel = uint32(wave)
 	op.mu.Unlock()
@@ -228,7 +219,7 @@ func noteStagedLocked(op *operation, out barrier.Outcome, sending []string) {
 	default:
 		op.rec.Switched = nil
 	}
-	sends := setOf(sending)
+	sends := model.SetOf(sending)
 	for _, n := range op.nodes {
 		nr := op.results[n]
 		switch {
@@ -247,7 +238,7 @@ func noteStagedLocked(op *operation, out barrier.Outcome, sending []string) {
 // inventoryDrift is which of inv are not in opNodes (joined) and which of
 // opNodes are not in inv (left), each sorted.
 func inventoryDrift(inv, opNodes []string) (joined, left []string) {
-	in, of := setOf(inv), setOf(opNodes)
+	in, of := model.SetOf(inv), model.SetOf(opNodes)
 	for _, n := range opNodes {
 		if !in[n] {
 			left = append(left, n)

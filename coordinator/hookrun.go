@@ -90,26 +90,6 @@ func (c *Coordinator) hookNamed(name string) Hook {
 	return nil
 }
 
-// preflightHooks asks every hook for problems, and a Planner for the
-// steps it will take too; each line is prefixed with the hook's name.
-func (c *Coordinator) preflightHooks(ctx context.Context, info OpInfo) (steps, problems []string) {
-	for _, h := range c.hooks {
-		var s, p []string
-		if pl, ok := h.(Planner); ok {
-			s, p = pl.Plan(ctx, info)
-		} else {
-			p = h.Preflight(ctx, info)
-		}
-		for _, l := range s {
-			steps = append(steps, h.Name()+": "+l)
-		}
-		for _, l := range p {
-			problems = append(problems, h.Name()+": "+l)
-		}
-	}
-	return steps, problems
-}
-
 // nextSteps is what the hooks leave the admin after op succeeded.
 func (c *Coordinator) nextSteps(info OpInfo) []string {
 	var out []string
@@ -121,24 +101,4 @@ func (c *Coordinator) nextSteps(info OpInfo) []string {
 		}
 	}
 	return out
-}
-
-// fullPreflight is the agents' preflight plus the hooks': the cutover,
-// the dry run and Plan all judge by it.
-func (c *Coordinator) fullPreflight(ctx context.Context, r request, kind string) *preflight {
-	pf := c.runPreflight(ctx, r)
-	pf.probes = c.planProbes(ctx, r, pf.checks)
-	if len(pf.probes.problems) > 0 {
-		pf.problems = append(pf.problems, pf.probes.problems...)
-		pf.resp.Problems = pf.problems
-	}
-	c.preflightPath(ctx, r, pf)
-	if len(c.hooks) == 0 {
-		return pf
-	}
-	steps, probs := c.preflightHooks(ctx, OpInfo{ID: r.id, Kind: kind, FromPort: pf.from, ToPort: r.to, Nodes: slices.Clone(r.nodes)})
-	pf.problems = append(pf.problems, probs...)
-	pf.resp.Problems = pf.problems
-	pf.resp.HookSteps = steps
-	return pf
 }

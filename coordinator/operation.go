@@ -65,7 +65,7 @@ type operation struct {
 	selfUndo map[string]time.Time
 	selfKind map[string]agentv1.Phase // the phase selfUndo was learnt in
 	commitAt time.Time                // the last commit instant sent (coordinator clock)
-	// The probe mesh chosen in preflight (probeplan.go): peers sent with
+	// The probe mesh chosen in preflight (preflight.PlanProbes): peers sent with
 	// Prepare, pairs verify checks. probePlanned is false for a resumed
 	// run: verify then checks the peers the agents report.
 	probePeers   map[string][]*agentv1.ProbePeer
@@ -328,4 +328,13 @@ func journaledReport(rep *coordinatorv1.Report) ([]byte, error) {
 		n.Actions = nil
 	}
 	return protojson.Marshal(slim)
+}
+
+// addWarning flags the operation's result (Report.warnings), once.
+func (op *operation) addWarning(w string) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if !slices.Contains(op.report.Warnings, w) {
+		op.report.Warnings = append(op.report.Warnings, w)
+	}
 }

@@ -254,28 +254,6 @@ func TestPathCheckSecondRound(t *testing.T) {
 	}
 }
 
-// TestPathLead: the path check's start lead follows the measured round of
-// calls before it (or three worst round trips), not the node count, and
-// stays under the agents' 5 s bound on how far ahead a start may be.
-func TestPathLead(t *testing.T) {
-	clocks := map[string]fleet.ClockSample{"n1": {RTT: time.Millisecond}, "n2": {RTT: 40 * time.Millisecond}}
-	for _, tc := range []struct {
-		round time.Duration
-		want  time.Duration
-	}{
-		{20 * time.Millisecond, pathLeadMin + 120*time.Millisecond}, // 3 × the worst RTT
-		{800 * time.Millisecond, pathLeadMin + 800*time.Millisecond},
-		{30 * time.Second, maxPathLead},
-	} {
-		if got := pathLead(tc.round, clocks); got != tc.want {
-			t.Errorf("round %s: lead %s, want %s", tc.round, got, tc.want)
-		}
-	}
-	if maxPathLead >= 5*time.Second {
-		t.Errorf("maxPathLead %s: the agents refuse a start 5s ahead or more", maxPathLead)
-	}
-}
-
 // TestCommitLead: the commit lead covers the prepare round's fan-out
 // (twice its median answer, at most the round), not the slowest agent's
 // own Prepare: one node frozen through it must not push the instant out

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/probemesh"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	"google.golang.org/grpc/status"
@@ -98,7 +99,7 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 				end = minTime(end, dl.Add(-50*time.Millisecond))
 			}
 		}
-		read := setOf(senders)
+		read := model.SetOf(senders)
 		for _, p := range pairs {
 			if !read[p.From] {
 				continue

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -65,15 +66,15 @@ func (c *Coordinator) Plan(ctx context.Context, req *coordinatorv1.CutoverReques
 	if err := c.fleet.Refresh(ctx); err != nil {
 		return nil, inventoryUnread(err)
 	}
-	r, err := c.validateTarget(ctx, req)
+	r, err := c.check.ValidateTarget(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if r, err = c.resolveAuto(ctx, req, r); err != nil {
+	if r, err = c.check.ResolveAuto(ctx, req, r); err != nil {
 		return nil, err
 	}
-	resp := c.fullPreflight(ctx, r, "cutover").resp
-	resp.Strategy, resp.StrategyReason = r.strategy(), r.strategyReason
+	resp := c.check.Full(ctx, r, "cutover").Resp
+	resp.Strategy, resp.StrategyReason = r.Strategy(), r.StrategyReason
 	return resp, nil
 }
 
@@ -83,8 +84,8 @@ func inventoryUnread(err error) error {
 	return status.Errorf(codes.FailedPrecondition, "cannot read the inventory, nothing was changed: %v", err)
 }
 
-func refused(pf *preflight) error {
-	return status.Errorf(codes.FailedPrecondition, "preflight refused the cutover, nothing was changed:\n  %s", strings.Join(pf.problems, "\n  "))
+func refused(pf *preflight.Result) error {
+	return status.Errorf(codes.FailedPrecondition, "preflight refused the cutover, nothing was changed:\n  %s", strings.Join(pf.Problems, "\n  "))
 }
 
 // Cutover implements CoordinatorService.
@@ -99,7 +100,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	if err := c.fleet.Refresh(ctx); err != nil {
 		return inventoryUnread(err)
 	}
-	r, err := c.validateTarget(ctx, req)
+	r, err := c.check.ValidateTarget(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -108,104 +109,104 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		kind = "rollback"
 	}
 	if held := c.heldOp(); held != nil {
-		if r.staged && !r.auto && r.to == held.to && reverts == "" {
+		if r.Staged && !r.Auto && r.To == held.to && reverts == "" {
 			return c.continueHeld(held, req, r, stream)
 		}
-		what := fmt.Sprintf("%s cutover to port %d", map[bool]string{false: "an atomic", true: "a staged"}[r.staged], r.to)
-		if r.auto {
-			what = fmt.Sprintf("a cutover to port %d with strategy %s", r.to, r.autoName())
+		what := fmt.Sprintf("%s cutover to port %d", map[bool]string{false: "an atomic", true: "a staged"}[r.Staged], r.To)
+		if r.Auto {
+			what = fmt.Sprintf("a cutover to port %d with strategy %s", r.To, r.AutoName())
 		}
 		if reverts != "" {
 			what = "the reverse cutover of " + reverts
 		}
 		return refuseBesideHeld(held, what)
 	}
-	if r, err = c.resolveAuto(ctx, req, r); err != nil {
+	if r, err = c.check.ResolveAuto(ctx, req, r); err != nil {
 		return err
 	}
-	if r.auto {
-		_ = stream.Send(&coordinatorv1.OperationEvent{OperationId: r.id, Phase: "preflight", Message: r.strategyReason, UnixNano: time.Now().UnixNano()})
+	if r.Auto {
+		_ = stream.Send(&coordinatorv1.OperationEvent{OperationId: r.ID, Phase: "preflight", Message: r.StrategyReason, UnixNano: time.Now().UnixNano()})
 	}
 	// Preflight at hundreds of nodes takes a while: its progress goes out
 	// on the stream as it happens (a refusal then ends the stream).
 	var sendMu sync.Mutex
-	r.progress = func(ev *coordinatorv1.OperationEvent) {
+	r.Progress = func(ev *coordinatorv1.OperationEvent) {
 		sendMu.Lock()
 		defer sendMu.Unlock()
 		_ = stream.Send(ev) // a client gone is noticed when the run is followed
 	}
 	if req.DryRun {
-		pf := c.fullPreflight(ctx, r, kind)
-		if len(pf.problems) > 0 {
+		pf := c.check.Full(ctx, r, kind)
+		if len(pf.Problems) > 0 {
 			return refused(pf)
 		}
-		rep := &coordinatorv1.Report{OperationId: r.id, FromPort: pf.from, ToPort: r.to, Strategy: r.strategy(), StrategyReason: r.strategyReason}
-		for _, np := range pf.resp.Nodes {
+		rep := &coordinatorv1.Report{OperationId: r.ID, FromPort: pf.From, ToPort: r.To, Strategy: r.Strategy(), StrategyReason: r.StrategyReason}
+		for _, np := range pf.Resp.Nodes {
 			rep.Nodes = append(rep.Nodes, &coordinatorv1.NodeResult{Node: np.Node, Port: np.CurrentPort})
-			if err := stream.Send(&coordinatorv1.OperationEvent{OperationId: r.id, Phase: "preflight", Node: np.Node,
+			if err := stream.Send(&coordinatorv1.OperationEvent{OperationId: r.ID, Phase: "preflight", Node: np.Node,
 				Message: "would: " + strings.Join(np.Actions, "; "), UnixNano: time.Now().UnixNano()}); err != nil {
 				return err
 			}
 		}
-		return stream.Send(&coordinatorv1.OperationEvent{OperationId: r.id, Phase: "preflight", UnixNano: time.Now().UnixNano(),
-			Message: fmt.Sprintf("dry run: preflight passed; %d node(s) would move from %d to %d; nothing was changed", len(r.nodes), pf.from, r.to), Report: rep})
+		return stream.Send(&coordinatorv1.OperationEvent{OperationId: r.ID, Phase: "preflight", UnixNano: time.Now().UnixNano(),
+			Message: fmt.Sprintf("dry run: preflight passed; %d node(s) would move from %d to %d; nothing was changed", len(r.Nodes), pf.From, r.To), Report: rep})
 	}
 	c.mu.Lock()
 	c.seq++
 	seq := c.seq
 	c.mu.Unlock()
-	op := newOperation(r.id, kind, 0, r.to, r.nodes, r.step, c.deadmanFor(r.step), seq)
+	op := newOperation(r.ID, kind, 0, r.To, r.Nodes, r.Step, c.deadmanFor(r.Step), seq)
 	op.report.Kind, op.report.RevertsOperationId = kind, reverts
-	op.report.Strategy, op.report.StrategyReason = r.strategy(), r.strategyReason
-	if r.staged {
-		op.rec.Batches, op.rec.MaxParallel = r.batches, r.maxParallel
-		op.report.Batches = staging.ReportBatches(r.batches)
-		op.report.MaxParallel = uint32(r.maxParallel)
+	op.report.Strategy, op.report.StrategyReason = r.Strategy(), r.StrategyReason
+	if r.Staged {
+		op.rec.Batches, op.rec.MaxParallel = r.Batches, r.MaxParallel
+		op.report.Batches = staging.ReportBatches(r.Batches)
+		op.report.MaxParallel = uint32(r.MaxParallel)
 	}
-	op.core = barrier.New(c.coreConfig(r.nodes, op.step, op.deadman, nil, r.batches))
+	op.core = barrier.New(c.coreConfig(r.Nodes, op.step, op.deadman, nil, r.Batches))
 	if err := c.reserve(op); err != nil {
 		return err
 	}
 	started := time.Now()
 	c.metrics.SetPhase("preflight")
-	pf := c.fullPreflight(ctx, r, kind)
-	if len(pf.problems) > 0 {
+	pf := c.check.Full(ctx, r, kind)
+	if len(pf.Problems) > 0 {
 		c.metrics.SetPhase("idle")
 		c.release(op)
 		return refused(pf)
 	}
-	op.from = pf.from
+	op.from = pf.From
 	op.report.RequestedBy = requester(ctx)
 	op.report.Request = proto.Clone(req).(*coordinatorv1.CutoverRequest)
-	op.report.Plan = pf.resp
-	op.rec.FromPort, op.report.FromPort = pf.from, pf.from
+	op.report.Plan = pf.Resp
+	op.rec.FromPort, op.report.FromPort = pf.From, pf.From
 	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: "preflight", Nanos: time.Since(started).Nanoseconds(), StartedUnixNano: started.UnixNano()})
-	if pp := pf.probes; pp != nil {
-		op.probePeers, op.probePairs, op.probePlanned = pp.peers, pp.pairs, true
-		op.report.Warnings = append(op.report.Warnings, pp.warnings...)
-		for _, w := range append(slices.Clone(pp.notes), pp.warnings...) {
+	if pp := pf.Probes; pp != nil {
+		op.probePeers, op.probePairs, op.probePlanned = pp.Peers, pp.Pairs, true
+		op.report.Warnings = append(op.report.Warnings, pp.Warnings...)
+		for _, w := range append(slices.Clone(pp.Notes), pp.Warnings...) {
 			op.emit("preflight", "", w, false, nil)
 		}
 	}
-	op.report.Warnings = append(op.report.Warnings, pf.pathWarnings...)
-	for _, w := range pf.pathWarnings {
+	op.report.Warnings = append(op.report.Warnings, pf.PathWarnings...)
+	for _, w := range pf.PathWarnings {
 		op.emit("preflight", "", w, false, nil)
 	}
-	for _, n := range pf.resp.GetPathCheck().GetNotes() { // what the path check saw that is no problem (a node's own firewall)
+	for _, n := range pf.Resp.GetPathCheck().GetNotes() { // what the path check saw that is no problem (a node's own firewall)
 		op.emit("preflight", "", "underlay path check: "+n, false, nil)
 	}
-	for n, nc := range pf.checks {
-		op.offsets[n] = nc.clock
-		op.results[n].ClockOffsetNanos = nc.clock.Offset.Nanoseconds()
+	for n, nc := range pf.Checks {
+		op.offsets[n] = nc.Clock
+		op.results[n].ClockOffsetNanos = nc.Clock.Offset.Nanoseconds()
 	}
 	// The record must exist on disk before any agent hears of the operation.
 	op.rec.Step = "preflight"
 	if err := c.save(op); err != nil {
 		c.metrics.SetPhase("idle")
 		c.release(op)
-		return status.Errorf(codes.Internal, "cannot journal operation %s (%s), nothing was changed: %v", r.id, describeJournal(c.journal, c.cfg), err)
+		return status.Errorf(codes.Internal, "cannot journal operation %s (%s), nothing was changed: %v", r.ID, describeJournal(c.journal, c.cfg), err)
 	}
-	op.emit("preflight", "", fmt.Sprintf("preflight passed: %d node(s) on port %d, target %d", len(r.nodes), pf.from, r.to), false, nil)
+	op.emit("preflight", "", fmt.Sprintf("preflight passed: %d node(s) on port %d, target %d", len(r.Nodes), pf.From, r.To), false, nil)
 	c.launch(op, op.core.Start())
 	return c.follow(stream, op, 0)
 }
@@ -466,4 +467,13 @@ func (c *Coordinator) allCommitted(ctx context.Context, op *operation) bool {
 		}
 	})
 	return allCommitted
+}
+
+// PathCheck implements CoordinatorService: the path check alone, on the
+// request's port and nodes. Changes nothing.
+func (c *Coordinator) PathCheck(ctx context.Context, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PathCheckResult, error) {
+	if err := c.fleet.Refresh(ctx); err != nil {
+		return nil, inventoryUnread(err)
+	}
+	return c.check.PathCheck(ctx, req)
 }

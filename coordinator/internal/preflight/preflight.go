@@ -1,4 +1,4 @@
-package coordinator
+package preflight
 
 import (
 	"context"
@@ -27,60 +27,60 @@ const nodePortMin, nodePortMax = 30000, 32767
 
 var opIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
-// request is a validated CutoverRequest.
-type request struct {
-	id            string
-	to            uint32
-	nodes         []string // sorted
-	step          time.Duration
-	allowNodePort bool
-	allowTunnel   bool
-	tunnel        string // refused as another tunnel's port: which one
-	allowUnprobed bool   // targets without a probe address are left out, the result flagged
-	// allowPathProblems turns the path check's problems into warnings.
-	allowPathProblems bool
-	// auto: the request's strategy was "auto", named or by default
+// Request is a validated CutoverRequest.
+type Request struct {
+	ID            string
+	To            uint32
+	Nodes         []string // sorted
+	Step          time.Duration
+	AllowNodePort bool
+	AllowTunnel   bool
+	Tunnel        string // refused as another tunnel's port: which one
+	AllowUnprobed bool   // targets without a probe address are left out, the result flagged
+	// AllowPathProblems turns the path check's problems into warnings.
+	AllowPathProblems bool
+	// Auto: the request's strategy was "Auto", named or by default
 	// (resolveAuto settles staged or atomic; strategyReason says why).
-	auto           bool
-	strategyReason string
-	// byDefault: the request named no strategy and the coordinator's
+	Auto           bool
+	StrategyReason string
+	// ByDefault: the request named no strategy and the coordinator's
 	// --default-strategy auto made it auto.
-	byDefault bool
-	// unreached (auto settled atomic) are the nodes whose agent did not
+	ByDefault bool
+	// Unreached (auto settled atomic) are the nodes whose agent did not
 	// answer auto's staged preflight at all (unavailable, or its deadline
 	// passed): the atomic preflight counts them unreachable without a
 	// second wait of up to a step each.
-	unreached map[string]error
-	// staged is the staged strategy; batches its batches (nil: atomic).
-	staged      bool
-	batches     [][]string
-	maxParallel int // staged: nodes changed at a time (resolved)
-	// targets (staged) are the nodes the request switches, sorted: the
+	Unreached map[string]error
+	// Staged is the Staged strategy; batches its batches (nil: atomic).
+	Staged      bool
+	Batches     [][]string
+	MaxParallel int // staged: nodes changed at a time (resolved)
+	// Targets (staged) are the nodes the request switches, sorted: the
 	// --nodes/--selector subset, else every node. nodes is then every node
 	// of the inventory: all of them listen on both ports.
-	targets []string
-	subset  bool // targets were named (nodes or selector)
-	// progress, when set, is told as preflight asks the agents (live
-	// progress of a streamed cutover); it must be safe for concurrent use.
-	progress func(*coordinatorv1.OperationEvent)
+	Targets []string
+	Subset  bool // targets were named (nodes or selector)
+	// Progress, when set, is told as preflight asks the agents (live
+	// Progress of a streamed cutover); it must be safe for concurrent use.
+	Progress func(*coordinatorv1.OperationEvent)
 }
 
-// strategy is the request's strategy as the agent API spells it.
-func (r request) strategy() string {
-	if r.staged {
-		return StrategyStaged
+// Strategy is the request's Strategy as the agent API spells it.
+func (r Request) Strategy() string {
+	if r.Staged {
+		return model.StrategyStaged
 	}
-	return StrategyAtomic
+	return model.StrategyAtomic
 }
 
 // maxStepMillis bounds a request's per-step deadline (timeout_millis).
 const maxStepMillis = int64(time.Hour / time.Millisecond)
 
-// validate checks a request against the inventory alone (no agent is
+// Validate checks a request against the inventory alone (no agent is
 // asked): every error is InvalidArgument.
-func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, error) {
+func (c *Checker) Validate(req *coordinatorv1.CutoverRequest) (Request, error) {
 	inv := c.fleet.Inventory()
-	r := request{to: req.Port, allowNodePort: req.AllowNodeportRange, allowTunnel: req.AllowTunnelPort, step: c.cfg.StepTimeout, allowUnprobed: req.AllowUnprobed, allowPathProblems: req.AllowPathProblems}
+	r := Request{To: req.Port, AllowNodePort: req.AllowNodeportRange, AllowTunnel: req.AllowTunnelPort, Step: c.cfg.StepTimeout, AllowUnprobed: req.AllowUnprobed, AllowPathProblems: req.AllowPathProblems}
 	if _, err := tunnelport.From("port", int64(req.Port)); err != nil {
 		return r, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -97,16 +97,16 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 		return r, model.Invalid("timeout_millis", req.TimeoutMillis, fmt.Sprintf("too long: at most %d (1 h) per step", maxStepMillis))
 	}
 	if req.TimeoutMillis > 0 {
-		r.step = time.Duration(req.TimeoutMillis) * time.Millisecond
+		r.Step = time.Duration(req.TimeoutMillis) * time.Millisecond
 	}
 	if req.OperationId != "" && !opIDRe.MatchString(req.OperationId) {
 		return r, model.Invalid("operation_id", fmt.Sprintf("%q", req.OperationId), "want 1–64 of letters, digits, '.', '_', '-' starting with a letter or digit")
 	}
-	r.id = req.OperationId
-	if r.id == "" {
+	r.ID = req.OperationId
+	if r.ID == "" {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
-		r.id = "op-" + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+		r.ID = "op-" + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
 	}
 	if len(req.Nodes) > 0 && req.Selector != "" {
 		return r, model.Invalid("nodes/selector", fmt.Sprintf("%v/%q", req.Nodes, req.Selector), "give nodes or a selector, not both")
@@ -115,14 +115,14 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 	case len(req.Nodes) > 0:
 		var unknown []string
 		for _, n := range req.Nodes {
-			if !slices.ContainsFunc(inv.Agents, func(a AgentSpec) bool { return a.Node == n }) {
+			if !slices.ContainsFunc(inv.Agents, func(a model.AgentSpec) bool { return a.Node == n }) {
 				unknown = append(unknown, n)
 			}
 		}
 		if len(unknown) > 0 {
 			return r, model.Invalid("nodes", strings.Join(unknown, ","), fmt.Sprintf("not in the inventory (%d agents: %s)", len(inv.Agents), model.Abbreviate(inv.NodeNames(), 10)))
 		}
-		r.nodes = slices.Compact(slices.Sorted(slices.Values(req.Nodes)))
+		r.Nodes = slices.Compact(slices.Sorted(slices.Values(req.Nodes)))
 	case req.Selector != "":
 		sel, err := parseSelector(req.Selector)
 		if err != nil {
@@ -130,24 +130,24 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 		}
 		for _, a := range inv.Agents {
 			if sel.matches(a.Labels) {
-				r.nodes = append(r.nodes, a.Node)
+				r.Nodes = append(r.Nodes, a.Node)
 			}
 		}
-		if len(r.nodes) == 0 {
+		if len(r.Nodes) == 0 {
 			return r, model.Invalid("selector", fmt.Sprintf("%q", req.Selector), "selects no agent of the inventory")
 		}
 	default:
-		r.nodes = inv.NodeNames()
+		r.Nodes = inv.NodeNames()
 	}
 	var err error
 	strategy := req.Strategy
-	if strategy == "" && c.cfg.DefaultStrategy == StrategyAuto && len(req.Batches) == 0 && req.MaxParallel == 0 && len(req.Nodes) == 0 && req.Selector == "" {
+	if strategy == "" && c.cfg.DefaultStrategy == model.StrategyAuto && len(req.Batches) == 0 && req.MaxParallel == 0 && len(req.Nodes) == 0 && req.Selector == "" {
 		// The coordinator's default: auto over the whole overlay. With
 		// batches or waves (staged's alone) the request says what it
 		// means, and a subset runs atomic, as it always has.
-		r.byDefault, strategy = true, StrategyAuto
+		r.ByDefault, strategy = true, model.StrategyAuto
 	}
-	if strategy == StrategyAuto {
+	if strategy == model.StrategyAuto {
 		// auto picks one strategy for the whole overlay: what only one
 		// of them takes is named with it.
 		const pick = "strategy auto picks staged or atomic for every node of the overlay: name the strategy to use it"
@@ -161,64 +161,64 @@ func (c *Coordinator) validate(req *coordinatorv1.CutoverRequest) (request, erro
 		case req.Selector != "":
 			return r, model.Invalid("selector", fmt.Sprintf("%q", req.Selector), pick)
 		}
-		r.auto, strategy = true, StrategyStaged
+		r.Auto, strategy = true, model.StrategyStaged
 	}
-	if r.staged, err = staging.ParseStrategy(strategy); err != nil {
+	if r.Staged, err = staging.ParseStrategy(strategy); err != nil {
 		return r, err
 	}
 	switch {
-	case !r.staged && len(req.Batches) > 0:
+	case !r.Staged && len(req.Batches) > 0:
 		return r, model.Invalid("batches", fmt.Sprintf("%q", strings.Join(req.Batches, ",")), "only the staged strategy switches in batches: add strategy staged")
-	case !r.staged && req.MaxParallel != 0:
+	case !r.Staged && req.MaxParallel != 0:
 		return r, model.Invalid("max_parallel", strconv.FormatUint(uint64(req.MaxParallel), 10), "the atomic strategy changes every node at one instant: only the staged strategy changes nodes in waves")
-	case r.staged:
+	case r.Staged:
 		// Every node listens on both ports; the targets (a subset, or
 		// every node) switch. Untargeted nodes keep listening, and the
 		// operation is Held, until a later run switches them.
-		slices.Sort(r.nodes)
-		r.targets, r.subset = r.nodes, len(req.Nodes) > 0 || req.Selector != ""
-		r.nodes = inv.NodeNames()
-		slices.Sort(r.nodes)
-		if r.batches, err = staging.PlanBatches(req.Batches, r.targets); err != nil {
+		slices.Sort(r.Nodes)
+		r.Targets, r.Subset = r.Nodes, len(req.Nodes) > 0 || req.Selector != ""
+		r.Nodes = inv.NodeNames()
+		slices.Sort(r.Nodes)
+		if r.Batches, err = staging.PlanBatches(req.Batches, r.Targets); err != nil {
 			return r, err
 		}
-		r.maxParallel = staging.WaveSize(int(req.MaxParallel), len(r.nodes))
+		r.MaxParallel = staging.WaveSize(int(req.MaxParallel), len(r.Nodes))
 	}
 	// Last, so that r is complete: validateTarget tells "the current
 	// port" (4789 usually is) from "another tunnel's port".
 	if what, ok := tunnelport.WellKnown[tunnelport.Port(req.Port)]; ok && !req.AllowTunnelPort {
-		r.tunnel = what
+		r.Tunnel = what
 		return r, model.Invalid("port", req.Port, fmt.Sprintf("is the port of another tunnel (%s): pick another port or set allow_tunnel_port", what))
 	}
 	return r, nil
 }
 
-// validateTarget is validate, where a target refused as another tunnel's
+// ValidateTarget is validate, where a target refused as another tunnel's
 // port that is in fact the current port of every targeted node is refused
 // as that: the more useful message (4789, the usual current port, is also
 // IANA VXLAN's). Only then are agents asked, Info alone, changing nothing.
-func (c *Coordinator) validateTarget(ctx context.Context, req *coordinatorv1.CutoverRequest) (request, error) {
-	r, err := c.validate(req)
-	if err == nil || r.tunnel == "" {
+func (c *Checker) ValidateTarget(ctx context.Context, req *coordinatorv1.CutoverRequest) (Request, error) {
+	r, err := c.Validate(req)
+	if err == nil || r.Tunnel == "" {
 		return r, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, min(r.step, 2*time.Second))
+	cctx, cancel := context.WithTimeout(ctx, min(r.Step, 2*time.Second))
 	defer cancel()
 	var mu sync.Mutex
 	on, answered := 0, 0
-	fleet.FanOut(r.nodes, func(n string) {
+	fleet.FanOut(r.Nodes, func(n string) {
 		info, ierr := c.fleet.Agent(n).Client.Info(cctx, &agentv1.InfoRequest{})
 		mu.Lock()
 		defer mu.Unlock()
 		if ierr == nil {
 			answered++
-			if info.GetCurrentPort() == r.to {
+			if info.GetCurrentPort() == r.To {
 				on++
 			}
 		}
 	})
 	if answered > 0 && on == answered {
-		return r, model.Invalid("port", req.Port, fmt.Sprintf("is the current port of every targeted node (%d of %d answered): the target must differ from the current port; nothing to do", answered, len(r.nodes)))
+		return r, model.Invalid("port", req.Port, fmt.Sprintf("is the current port of every targeted node (%d of %d answered): the target must differ from the current port; nothing to do", answered, len(r.Nodes)))
 	}
 	return r, err
 }
@@ -261,90 +261,90 @@ func (s selector) matches(labels map[string]string) bool {
 	return true
 }
 
-// nodeCheck is what preflight learnt about one node.
-type nodeCheck struct {
-	info  *agentv1.InfoResponse
-	pf    *agentv1.PreflightResponse
-	clock fleet.ClockSample
-	err   error // agent unreachable
+// NodeCheck is what preflight learnt about one node.
+type NodeCheck struct {
+	Info      *agentv1.InfoResponse
+	Preflight *agentv1.PreflightResponse
+	Clock     fleet.ClockSample
+	Err       error // agent unreachable
 }
 
-// preflight is the outcome of a preflight over a request.
-type preflight struct {
-	from     uint32
-	round    time.Duration // until the last Preflight answer: the fan-out's cost (the path check's lead)
-	checks   map[string]*nodeCheck
-	problems []string // empty: the cutover may go
-	resp     *coordinatorv1.PlanResponse
-	probes   *probePlan // the probe mesh sample (probeplan.go)
-	// pathWarnings are the path check's problems an operator accepted
+// Result is the outcome of a preflight over a request.
+type Result struct {
+	From     uint32
+	Round    time.Duration // until the last Preflight answer: the fan-out's cost (the path check's lead)
+	Checks   map[string]*NodeCheck
+	Problems []string // empty: the cutover may go
+	Resp     *coordinatorv1.PlanResponse
+	Probes   *ProbePlan // the probe mesh sample (probeplan.go)
+	// PathWarnings are the path check's problems an operator accepted
 	// (allow_path_problems), or that it was off: they flag the result.
-	pathWarnings []string
+	PathWarnings []string
 }
 
 // runPreflight asks every targeted agent (Info, Preflight, Clock) and
 // collects every problem by node. It changes nothing (I3).
-func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
-	p := &preflight{checks: map[string]*nodeCheck{}}
+func (c *Checker) runPreflight(ctx context.Context, r Request) *Result {
+	p := &Result{Checks: map[string]*NodeCheck{}}
 	var mu sync.Mutex
 	start := time.Now()
-	r.tell(&coordinatorv1.OperationEvent{Phase: "preflight", Message: fmt.Sprintf("preflight: asking %d agent(s)", len(r.nodes)), StepNodes: r.nodes})
-	fleet.FanOut(r.nodes, func(n string) {
+	r.tell(&coordinatorv1.OperationEvent{Phase: "preflight", Message: fmt.Sprintf("preflight: asking %d agent(s)", len(r.Nodes)), StepNodes: r.Nodes})
+	fleet.FanOut(r.Nodes, func(n string) {
 		ac := c.fleet.Agent(n)
-		nc := &nodeCheck{}
-		cctx, cancel := context.WithTimeout(ctx, r.step)
+		nc := &NodeCheck{}
+		cctx, cancel := context.WithTimeout(ctx, r.Step)
 		defer cancel()
 		// Info rides in the preflight's answer: one call per node, not
 		// two. An agent older than that field is asked Info.
-		if err, ok := r.unreached[n]; ok {
-			nc.err = err
+		if err, ok := r.Unreached[n]; ok {
+			nc.Err = err
 		} else {
-			nc.pf, nc.err = ac.Client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.id, TargetPort: r.to, Strategy: r.strategy()})
-			if nc.info = nc.pf.GetInfo(); nc.err == nil && nc.info == nil {
-				nc.info, nc.err = ac.Client.Info(cctx, &agentv1.InfoRequest{})
+			nc.Preflight, nc.Err = ac.Client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.ID, TargetPort: r.To, Strategy: r.Strategy()})
+			if nc.Info = nc.Preflight.GetInfo(); nc.Err == nil && nc.Info == nil {
+				nc.Info, nc.Err = ac.Client.Info(cctx, &agentv1.InfoRequest{})
 			}
 		}
 		took := time.Since(start)
 		mu.Lock()
-		p.round = max(p.round, took)
+		p.Round = max(p.Round, took)
 		mu.Unlock()
-		if nc.err == nil {
-			nc.clock, nc.err = c.fleet.MeasureClock(cctx, ac.Client)
+		if nc.Err == nil {
+			nc.Clock, nc.Err = c.fleet.MeasureClock(cctx, ac.Client)
 		}
 		mu.Lock()
-		p.checks[n] = nc
+		p.Checks[n] = nc
 		mu.Unlock()
-		if nc.err != nil {
-			r.tell(&coordinatorv1.OperationEvent{Phase: "preflight", Node: n, NodeDone: true, Failed: true, Message: "preflight: " + status.Convert(nc.err).Message()})
+		if nc.Err != nil {
+			r.tell(&coordinatorv1.OperationEvent{Phase: "preflight", Node: n, NodeDone: true, Failed: true, Message: "preflight: " + status.Convert(nc.Err).Message()})
 		} else {
 			r.tell(&coordinatorv1.OperationEvent{Phase: "preflight", Node: n, NodeDone: true, Message: "preflight: ok"})
 		}
 	})
-	resp := &coordinatorv1.PlanResponse{TargetPort: r.to}
+	resp := &coordinatorv1.PlanResponse{TargetPort: r.To}
 	byPort := map[uint32][]string{}
 	ready := 0
-	for _, n := range r.nodes {
-		nc := p.checks[n]
+	for _, n := range r.Nodes {
+		nc := p.Checks[n]
 		np := &coordinatorv1.NodePlan{Node: n}
 		resp.Nodes = append(resp.Nodes, np)
-		if nc.err != nil {
-			np.Problems = append(np.Problems, fmt.Sprintf("agent at %s unreachable: %s", c.fleet.Agent(n).Spec.Address, status.Convert(nc.err).Message()))
+		if nc.Err != nil {
+			np.Problems = append(np.Problems, fmt.Sprintf("agent at %s unreachable: %s", c.fleet.Agent(n).Spec.Address, status.Convert(nc.Err).Message()))
 			continue
 		}
-		np.CurrentPort = nc.info.CurrentPort
+		np.CurrentPort = nc.Info.CurrentPort
 		// Port 0 is an agent that could not read its tunnel (its interface
 		// deleted, OVS down): it says why among its problems. Counted as a
 		// port, it would show as drift ("0 on n3") and hide the cause.
-		read := nc.info.CurrentPort != 0
+		read := nc.Info.CurrentPort != 0
 		if read {
-			byPort[nc.info.CurrentPort] = append(byPort[nc.info.CurrentPort], n)
+			byPort[nc.Info.CurrentPort] = append(byPort[nc.Info.CurrentPort], n)
 		}
-		if !nc.info.Ready {
+		if !nc.Info.Ready {
 			// What its preflight reports anyway (prefixed by where the
 			// agent found it) is said once, in the preflight's words.
 			var why []string
-			for _, nr := range nc.info.NotReady {
-				if !repeats(nr, nc.pf.Problems) {
+			for _, nr := range nc.Info.NotReady {
+				if !repeats(nr, nc.Preflight.Problems) {
 					why = append(why, nr)
 				}
 			}
@@ -354,7 +354,7 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		} else {
 			ready++
 		}
-		if op := nc.info.Operation; op != nil {
+		if op := nc.Info.Operation; op != nil {
 			switch op.Phase {
 			case agentv1.Phase_PHASE_PREPARED, agentv1.Phase_PHASE_COMMITTED:
 				np.Problems = append(np.Problems, fmt.Sprintf("operation %s is in flight on the agent (%s): wait for it to end, or roll it back (coordctl rollback %s)", op.OperationId, op.Phase, op.OperationId))
@@ -362,21 +362,21 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 				np.Problems = append(np.Problems, fmt.Sprintf("operation %s failed on the agent and needs an operator: %s (put the dataplane right, then coordctl rollback %s)", op.OperationId, op.Error, op.OperationId))
 			}
 		}
-		if nc.info.CurrentPort == r.to {
-			np.Problems = append(np.Problems, fmt.Sprintf("already on port %d: the target must differ from the current port", r.to))
+		if nc.Info.CurrentPort == r.To {
+			np.Problems = append(np.Problems, fmt.Sprintf("already on port %d: the target must differ from the current port", r.To))
 		}
-		np.TargetPortFree = nc.pf.TargetPortFree
+		np.TargetPortFree = nc.Preflight.TargetPortFree
 		// An agent that could not read its tunnel may have returned before
 		// checking the target port: "not free" with nobody named is then
 		// not a finding, and its problems already stop the cutover.
-		if !nc.pf.TargetPortFree && (nc.pf.TargetPortUser != "" || (read && nc.pf.CurrentPort != 0)) {
-			who := nc.pf.TargetPortUser
+		if !nc.Preflight.TargetPortFree && (nc.Preflight.TargetPortUser != "" || (read && nc.Preflight.CurrentPort != 0)) {
+			who := nc.Preflight.TargetPortUser
 			if who == "" {
 				who = "another socket"
 			}
-			np.Problems = append(np.Problems, fmt.Sprintf("target port %d is not free: held by %s; pick another port or stop what holds it", r.to, who))
+			np.Problems = append(np.Problems, fmt.Sprintf("target port %d is not free: held by %s; pick another port or stop what holds it", r.To, who))
 		}
-		for _, pr := range nc.pf.Problems {
+		for _, pr := range nc.Preflight.Problems {
 			if !slices.Contains(np.Problems, pr) {
 				np.Problems = append(np.Problems, pr)
 			}
@@ -386,12 +386,12 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 			// cutover: nobody knows which port this node is on.
 			np.Problems = append(np.Problems, fmt.Sprintf("current port not read back (agent %s reported 0 and no reason): check the agent's log and /readyz", c.fleet.Agent(n).Spec.Address))
 		}
-		np.Actions = nc.pf.Actions
+		np.Actions = nc.Preflight.Actions
 	}
 	c.metrics.AgentsReady.Set(float64(ready))
 	for _, np := range resp.Nodes {
 		for _, pr := range np.Problems {
-			p.problems = append(p.problems, np.Node+": "+pr)
+			p.Problems = append(p.Problems, np.Node+": "+pr)
 		}
 	}
 	if len(byPort) > 1 {
@@ -399,27 +399,27 @@ func (c *Coordinator) runPreflight(ctx context.Context, r request) *preflight {
 		for _, port := range slices.Sorted(maps.Keys(byPort)) {
 			parts = append(parts, fmt.Sprintf("%d on %s", port, model.Abbreviate(byPort[port], 10)))
 		}
-		p.problems = append(p.problems, "current port differs between nodes (drift): "+strings.Join(parts, "; "))
+		p.Problems = append(p.Problems, "current port differs between nodes (drift): "+strings.Join(parts, "; "))
 	}
 	// I1: the request must not leave its overlay on two ports (overlays.go).
-	p.problems = append(p.problems, c.overlayProblems(ctx, r, p)...)
+	p.Problems = append(p.Problems, c.overlayProblems(ctx, r, p)...)
 	// The common port; with drift, the one most nodes are on (reported, never used).
 	for port, ns := range byPort {
-		if len(ns) > len(byPort[p.from]) || (len(ns) == len(byPort[p.from]) && port < p.from) {
-			p.from = port
+		if len(ns) > len(byPort[p.From]) || (len(ns) == len(byPort[p.From]) && port < p.From) {
+			p.From = port
 		}
 	}
-	resp.CurrentPort = p.from
-	resp.Problems = p.problems
-	p.resp = resp
+	resp.CurrentPort = p.From
+	resp.Problems = p.Problems
+	p.Resp = resp
 	return p
 }
 
 // tell reports preflight progress when someone follows it.
-func (r request) tell(ev *coordinatorv1.OperationEvent) {
-	if r.progress == nil {
+func (r Request) tell(ev *coordinatorv1.OperationEvent) {
+	if r.Progress == nil {
 		return
 	}
-	ev.OperationId, ev.UnixNano = r.id, time.Now().UnixNano()
-	r.progress(ev)
+	ev.OperationId, ev.UnixNano = r.ID, time.Now().UnixNano()
+	r.Progress(ev)
 }

@@ -1,4 +1,4 @@
-package coordinator
+package preflight
 
 import (
 	"context"
@@ -67,7 +67,7 @@ func splitProblems(nodes map[string]overlayNode, target uint32) []string {
 			// nodes are going: no split.
 		}
 		prefix := ""
-		if ov != DefaultOverlay {
+		if ov != model.DefaultOverlay {
 			prefix = "overlay " + ov + ": "
 		}
 		const fix = "target every node of the overlay"
@@ -96,11 +96,11 @@ func splitProblems(nodes map[string]overlayNode, target uint32) []string {
 // overlayProblems is the split check over a preflight: the targeted nodes'
 // ports come from it; the untargeted members of the overlays the request
 // touches are asked Info (read-only, I3).
-func (c *Coordinator) overlayProblems(ctx context.Context, r request, p *preflight) []string {
+func (c *Checker) overlayProblems(ctx context.Context, r Request, p *Result) []string {
 	inv := c.fleet.Inventory()
 	targeted := map[string]bool{}
 	touched := map[string]bool{}
-	for _, n := range r.nodes {
+	for _, n := range r.Nodes {
 		targeted[n] = true
 	}
 	for _, a := range inv.Agents {
@@ -112,8 +112,8 @@ func (c *Coordinator) overlayProblems(ctx context.Context, r request, p *preflig
 	var outside []string
 	for _, a := range inv.Agents {
 		on := overlayNode{overlay: a.OverlayName(), targeted: targeted[a.Node]}
-		if nc := p.checks[a.Node]; on.targeted && nc != nil && nc.err == nil {
-			on.port = nc.info.GetCurrentPort()
+		if nc := p.Checks[a.Node]; on.targeted && nc != nil && nc.Err == nil {
+			on.port = nc.Info.GetCurrentPort()
 		}
 		if !on.targeted && touched[on.overlay] {
 			outside = append(outside, a.Node)
@@ -123,7 +123,7 @@ func (c *Coordinator) overlayProblems(ctx context.Context, r request, p *preflig
 	if len(outside) == 0 {
 		return nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, min(r.step, 5*time.Second))
+	cctx, cancel := context.WithTimeout(ctx, min(r.Step, 5*time.Second))
 	defer cancel()
 	var mu sync.Mutex
 	fleet.FanOut(outside, func(n string) {
@@ -142,7 +142,7 @@ func (c *Coordinator) overlayProblems(ctx context.Context, r request, p *preflig
 		}
 		nodes[n] = on
 	})
-	return splitProblems(nodes, r.to)
+	return splitProblems(nodes, r.To)
 }
 
 func orNone(s string) string {

@@ -1,29 +1,29 @@
-package coordinator
+package preflight
 
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/probemesh"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
 
-// probePlan is the probe mesh of one operation, chosen in preflight: the
+// ProbePlan is the probe mesh of one operation, chosen in preflight: the
 // peers each target is sent with Prepare and the pairs verify checks.
-type probePlan struct {
-	peers    map[string][]*agentv1.ProbePeer // by target
-	pairs    []probemesh.Pair                // sampled pairs whose sender is a target
-	warnings []string                        // why the result cannot be a clean success
-	notes    []string                        // for the operation's events only
-	problems []string                        // preflight refuses the cutover
+type ProbePlan struct {
+	Peers    map[string][]*agentv1.ProbePeer // by target
+	Pairs    []probemesh.Pair                // sampled pairs whose sender is a target
+	Warnings []string                        // why the result cannot be a clean success
+	Notes    []string                        // for the operation's events only
+	Problems []string                        // preflight refuses the cutover
 }
 
-// planProbes collects every agent's probe address, the whole inventory's
+// PlanProbes collects every agent's probe address, the whole inventory's
 // (a target's overlay reaches nodes outside the targets too), and samples
 // the mesh: every probed node sends to and is probed by --probe-peers-k
 // others. A target without a probe address is a preflight problem naming
@@ -31,21 +31,21 @@ type probePlan struct {
 // (allow_unprobed: it is left out and the result flagged). A node outside
 // the targets that has none, or does not answer, is left out of the mesh
 // with a note: the operation does not touch it. It changes nothing (I3).
-func (c *Coordinator) planProbes(ctx context.Context, r request, checks map[string]*nodeCheck) *probePlan {
-	pp := &probePlan{peers: map[string][]*agentv1.ProbePeer{}}
+func (c *Checker) PlanProbes(ctx context.Context, r Request, checks map[string]*NodeCheck) *ProbePlan {
+	pp := &ProbePlan{Peers: map[string][]*agentv1.ProbePeer{}}
 	if c.cfg.NoProbeVerify {
-		pp.warnings = append(pp.warnings, "probe mesh verification is off (--probe-verify=false): the overlay was not verified after the change")
+		pp.Warnings = append(pp.Warnings, "probe mesh verification is off (--probe-verify=false): the overlay was not verified after the change")
 		return pp
 	}
 	infos := map[string]*agentv1.InfoResponse{}
 	why := map[string]string{}
 	var others []string
-	targeted := setOf(r.nodes)
+	targeted := model.SetOf(r.Nodes)
 	candidates := c.probeCandidates(r)
 	for _, n := range candidates {
 		if nc, ok := checks[n]; ok {
-			if nc.err == nil {
-				infos[n] = nc.info
+			if nc.Err == nil {
+				infos[n] = nc.Info
 			} else {
 				why[n] = "unreachable"
 			}
@@ -54,7 +54,7 @@ func (c *Coordinator) planProbes(ctx context.Context, r request, checks map[stri
 		others = append(others, n)
 	}
 	var mu sync.Mutex
-	cctx, cancel := context.WithTimeout(ctx, min(r.step, 2*time.Second))
+	cctx, cancel := context.WithTimeout(ctx, min(r.Step, 2*time.Second))
 	defer cancel()
 	fleet.FanOut(others, func(n string) {
 		info, err := c.fleet.Agent(n).Client.Info(cctx, &agentv1.InfoRequest{})
@@ -78,20 +78,20 @@ func (c *Coordinator) planProbes(ctx context.Context, r request, checks map[stri
 			why[n] = "probing off: " + orUnknown(info.GetProbeOffReason())
 		}
 		if !targeted[n] {
-			pp.notes = append(pp.notes, fmt.Sprintf("%s (not a target) left out of the probe mesh: %s", n, why[n]))
+			pp.Notes = append(pp.Notes, fmt.Sprintf("%s (not a target) left out of the probe mesh: %s", n, why[n]))
 			continue
 		}
 		if info == nil {
 			continue // unreachable: already a preflight problem
 		}
-		if !r.allowUnprobed {
-			pp.problems = append(pp.problems, fmt.Sprintf("%s: no probe address (%s): the overlay through it cannot be verified after the change (I7); fix the agent's probe mesh (its --probe-listen, its overlay address), or set allow_unprobed (coordctl --allow-unprobed) to accept a flagged result", n, why[n]))
+		if !r.AllowUnprobed {
+			pp.Problems = append(pp.Problems, fmt.Sprintf("%s: no probe address (%s): the overlay through it cannot be verified after the change (I7); fix the agent's probe mesh (its --probe-listen, its overlay address), or set allow_unprobed (coordctl --allow-unprobed) to accept a flagged result", n, why[n]))
 			continue
 		}
 		unprobed = append(unprobed, fmt.Sprintf("%s (%s)", n, why[n]))
 	}
 	if len(unprobed) > 0 {
-		pp.warnings = append(pp.warnings, "not verified by the probe mesh (allow_unprobed): "+strings.Join(unprobed, ", "))
+		pp.Warnings = append(pp.Warnings, "not verified by the probe mesh (allow_unprobed): "+strings.Join(unprobed, ", "))
 	}
 	var probed []string
 	for n := range addrs {
@@ -99,16 +99,16 @@ func (c *Coordinator) planProbes(ctx context.Context, r request, checks map[stri
 	}
 	sample := probemesh.Sample(probed, c.cfg.ProbePeersK)
 	var senders []string
-	for _, n := range r.nodes {
+	for _, n := range r.Nodes {
 		if _, ok := addrs[n]; !ok {
 			continue
 		}
 		senders = append(senders, n)
 		for _, p := range sample[n] {
-			pp.peers[n] = append(pp.peers[n], &agentv1.ProbePeer{Name: p, Address: addrs[p]})
+			pp.Peers[n] = append(pp.Peers[n], &agentv1.ProbePeer{Name: p, Address: addrs[p]})
 		}
 	}
-	pp.pairs = probemesh.Pairs(sample, senders)
+	pp.Pairs = probemesh.Pairs(sample, senders)
 	return pp
 }
 
@@ -119,24 +119,15 @@ func orUnknown(s string) string {
 	return s
 }
 
-// addWarning flags the operation's result (Report.warnings), once.
-func (op *operation) addWarning(w string) {
-	op.mu.Lock()
-	defer op.mu.Unlock()
-	if !slices.Contains(op.report.Warnings, w) {
-		op.report.Warnings = append(op.report.Warnings, w)
-	}
-}
-
 // probeCandidates are the nodes the sample is drawn from: every node of
 // the targets' overlays, targeted or not (a subset that joins nodes already
 // on the target port must be verified against them), and no node of
 // another overlay, which the changed tunnel does not reach.
-func (c *Coordinator) probeCandidates(r request) []string {
+func (c *Checker) probeCandidates(r Request) []string {
 	inv := c.fleet.Inventory()
 	// A set, not a scan of r.nodes per agent: 10,000 × 10,000 compares
 	// were a quarter of a second of preflight.
-	targeted := setOf(r.nodes)
+	targeted := model.SetOf(r.Nodes)
 	overlays := map[string]bool{}
 	for _, a := range inv.Agents {
 		if targeted[a.Node] {

@@ -1,4 +1,4 @@
-package coordinator
+package preflight
 
 import (
 	"context"
@@ -55,7 +55,7 @@ func pathLead(round time.Duration, clocks map[string]fleet.ClockSample) time.Dur
 // are in infos (nil: not reached, with the error in errs), gathered by a
 // round of calls that took round. It changes nothing: each agent's socket
 // is closed when its PathCheck returns.
-func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nodes []string, infos map[string]*agentv1.InfoResponse, errs map[string]error, clocks map[string]fleet.ClockSample, round time.Duration) *coordinatorv1.PathCheckResult {
+func (c *Checker) pathCheck(ctx context.Context, id string, port uint32, nodes []string, infos map[string]*agentv1.InfoResponse, errs map[string]error, clocks map[string]fleet.ClockSample, round time.Duration) *coordinatorv1.PathCheckResult {
 	start := time.Now()
 	res := &coordinatorv1.PathCheckResult{Port: port}
 	m := &pathjudge.Matrix{Port: port, Failed: map[string]string{}, Sides: map[string]pathjudge.Side{}, Lead: pathLead(round, clocks)}
@@ -191,47 +191,44 @@ func (c *Coordinator) pathCheck(ctx context.Context, id string, port uint32, nod
 // preflightPath runs the path check of a preflight on the agents pf
 // reached. Its problems refuse the cutover, or with allow_path_problems
 // become the result's warnings.
-func (c *Coordinator) preflightPath(ctx context.Context, r request, pf *preflight) {
+func (c *Checker) preflightPath(ctx context.Context, r Request, pf *Result) {
 	if c.cfg.NoPathCheck {
-		pf.pathWarnings = append(pf.pathWarnings, fmt.Sprintf("underlay path check off (--path-check=false): udp/%d was not checked between the nodes", r.to))
+		pf.PathWarnings = append(pf.PathWarnings, fmt.Sprintf("underlay path check off (--path-check=false): udp/%d was not checked between the nodes", r.To))
 		return
 	}
-	if len(r.nodes) < 2 {
+	if len(r.Nodes) < 2 {
 		return
 	}
 	infos, errs, clocks := map[string]*agentv1.InfoResponse{}, map[string]error{}, map[string]fleet.ClockSample{}
-	for n, nc := range pf.checks {
-		if nc.err != nil {
-			errs[n] = nc.err
+	for n, nc := range pf.Checks {
+		if nc.Err != nil {
+			errs[n] = nc.Err
 			continue
 		}
-		infos[n], clocks[n] = nc.info, nc.clock
+		infos[n], clocks[n] = nc.Info, nc.Clock
 	}
-	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs, clocks, pf.round)
-	pf.resp.PathCheck = res
+	res := c.pathCheck(ctx, r.ID, r.To, r.Nodes, infos, errs, clocks, pf.Round)
+	pf.Resp.PathCheck = res
 	// What the current port shows as well is no reason to refuse: the
 	// check is there to say whether the new port is worse.
-	pf.pathWarnings = append(pf.pathWarnings, res.Warnings...)
+	pf.PathWarnings = append(pf.PathWarnings, res.Warnings...)
 	if len(res.Problems) == 0 {
 		return
 	}
-	if r.allowPathProblems {
+	if r.AllowPathProblems {
 		for _, p := range res.Problems {
-			pf.pathWarnings = append(pf.pathWarnings, p+" (accepted: allow_path_problems)")
+			pf.PathWarnings = append(pf.PathWarnings, p+" (accepted: allow_path_problems)")
 		}
 		return
 	}
-	pf.problems = append(pf.problems, res.Problems...)
-	pf.resp.Problems = pf.problems
+	pf.Problems = append(pf.Problems, res.Problems...)
+	pf.Resp.Problems = pf.Problems
 }
 
-// PathCheck implements CoordinatorService: the path check alone, on the
-// request's port and nodes. Changes nothing.
-func (c *Coordinator) PathCheck(ctx context.Context, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PathCheckResult, error) {
-	if err := c.fleet.Refresh(ctx); err != nil {
-		return nil, inventoryUnread(err)
-	}
-	r, err := c.validate(req)
+// PathCheck is the path check alone, on the request's port and nodes
+// (CoordinatorService.PathCheck). Changes nothing.
+func (c *Checker) PathCheck(ctx context.Context, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PathCheckResult, error) {
+	r, err := c.Validate(req)
 	if err != nil {
 		return nil, err
 	}
@@ -239,8 +236,8 @@ func (c *Coordinator) PathCheck(ctx context.Context, req *coordinatorv1.CutoverR
 	var mu sync.Mutex
 	var round time.Duration // until the last Info answer: the fan-out's cost
 	start := time.Now()
-	fleet.FanOut(r.nodes, func(n string) {
-		cctx, cancel := context.WithTimeout(ctx, r.step)
+	fleet.FanOut(r.Nodes, func(n string) {
+		cctx, cancel := context.WithTimeout(ctx, r.Step)
 		defer cancel()
 		cl := c.fleet.Agent(n).Client
 		info, err := cl.Info(cctx, &agentv1.InfoRequest{})
@@ -260,10 +257,10 @@ func (c *Coordinator) PathCheck(ctx context.Context, req *coordinatorv1.CutoverR
 		}
 		infos[n], clocks[n] = info, cs
 	})
-	res := c.pathCheck(ctx, r.id, r.to, r.nodes, infos, errs, clocks, round)
-	for _, n := range r.nodes {
-		if info := infos[n]; info != nil && info.CurrentPort == r.to {
-			res.Problems = append(res.Problems, fmt.Sprintf("%s: already on port %d: the overlay holds it, the check cannot bind it", n, r.to))
+	res := c.pathCheck(ctx, r.ID, r.To, r.Nodes, infos, errs, clocks, round)
+	for _, n := range r.Nodes {
+		if info := infos[n]; info != nil && info.CurrentPort == r.To {
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: already on port %d: the overlay holds it, the check cannot bind it", n, r.To))
 		}
 	}
 	return res, nil
@@ -277,7 +274,7 @@ const pathRetries = 3
 // the port at one instant and exchanges frames with its peers. It returns
 // what each answered, and how long after the start instant the last
 // answer came; a node whose call failed is put in failed with why.
-func (c *Coordinator) pathRound(ctx context.Context, checkID string, port uint32, m *pathjudge.Matrix, nodes []string, addr map[string]string,
+func (c *Checker) pathRound(ctx context.Context, checkID string, port uint32, m *pathjudge.Matrix, nodes []string, addr map[string]string,
 	clocks map[string]fleet.ClockSample, peers map[string][]string, failed map[string]string) (map[string]pathjudge.Side, time.Duration) {
 	sides := map[string]pathjudge.Side{}
 	var last time.Duration
