@@ -16,7 +16,8 @@
 // This package performs the core's actions and feeds back their results
 // (runner.go), with no policy of its own; it does I/O, clocks and
 // bookkeeping. Below it, each in a package of its own (internal/...):
-// preflight judges a request before anything changes; fleet is the agents'
+// preflight judges a request before anything changes; opstate is one
+// operation's bookkeeping; fleet is the agents'
 // clients and clocks; pathjudge, probemesh and staging are pure
 // judgements; config, metrics, statedir and model (the vocabulary, which
 // this package re-exports) are at the bottom with barrier.
@@ -24,19 +25,17 @@
 //	vocabulary.go  the public names of the lower packages (aliases)
 //	options.go     Option and the With... options
 //	coordinator.go Coordinator: build, close, the single operation slot
-//	operation.go   one operation's record, report and events
-//	journal.go     where the journal is, for errors
+//	journal.go     writing an operation's record to the journal
 //	runner.go      the event loop: core actions → calls → core events
 //	agentcalls.go  one step as parallel agent RPCs
 //	timing.go      step, dead-man and commit-lead durations; the core's Config
-//	late.go        late commits: the answers' watch, the report's warnings
-//	timeline.go    each node's instants for the report
+//	late.go        late commits: the answers' watch
+//	requester.go   who asked for an operation
 //	probes.go      the probe mesh counters for the report
 //	probeverify.go the built-in mesh verifier
 //	reporttext.go  what the report tells the operator about nodes
 //	hookrun.go     hook calls and their journal marks
 //	held.go        staged subsets: the held operation and its continuation
-//	staged.go      the staged strategy's report batches
 //	service.go     the CoordinatorService methods and Resume
 //	run.go         Server (what production and tests serve), Listen, Run
 package coordinator
@@ -50,6 +49,7 @@ import (
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
 	"github.com/cutover-dev/cutover/coordinator/internal/statedir"
 	"github.com/cutover-dev/cutover/pkg/callstream"
@@ -79,8 +79,8 @@ type Coordinator struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	current *operation // the running operation, at most one
-	ops     map[string]*operation
+	current *opstate.Op // the running operation, at most one
+	ops     map[string]*opstate.Op
 	pruned  map[string]bool // ids pruned from ops (and the journal) by this process
 	lastID  string
 	seq     int64
@@ -156,7 +156,7 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 	}
 	ctx, cancel := context.WithCancel(parent)
 	return &Coordinator{cfg: cfg, fleet: fl, check: preflight.New(cfg, fl, o.hooks, o.metrics), journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
-		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*operation{}}, nil
+		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*opstate.Op{}}, nil
 }
 
 // Metrics returns the coordinator's metrics.
@@ -181,29 +181,29 @@ func (c *Coordinator) Wait() {
 			return
 		}
 		select {
-		case <-op.finished():
+		case <-op.Finished():
 		case <-time.After(10 * time.Millisecond): // in preflight: not launched yet
 		}
 	}
 }
 
 // reserve claims the single operation slot for op.
-func (c *Coordinator) reserve(op *operation) error {
+func (c *Coordinator) reserve(op *opstate.Op) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.current != nil {
 		return status.Errorf(codes.FailedPrecondition, "operation %s is running (%s): wait for it or roll it back; only one operation runs at a time",
-			c.current.rec.ID, c.current.curPhase())
+			c.current.Rec.ID, c.current.CurPhase())
 	}
-	if _, dup := c.ops[op.rec.ID]; dup {
-		return status.Errorf(codes.AlreadyExists, "operation_id %q: already used: pick another id or leave it empty", op.rec.ID)
+	if _, dup := c.ops[op.Rec.ID]; dup {
+		return status.Errorf(codes.AlreadyExists, "operation_id %q: already used: pick another id or leave it empty", op.Rec.ID)
 	}
 	c.current = op
 	return nil
 }
 
 // release frees the slot without recording op (preflight refused it).
-func (c *Coordinator) release(op *operation) {
+func (c *Coordinator) release(op *opstate.Op) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.current == op {
@@ -213,16 +213,16 @@ func (c *Coordinator) release(op *operation) {
 
 // launch records op and runs first (the core's first actions) in the
 // background. The caller holds the slot (c.current == op).
-func (c *Coordinator) launch(op *operation, first []barrier.Action) {
+func (c *Coordinator) launch(op *opstate.Op, first []barrier.Action) {
 	done := make(chan struct{})
 	c.mu.Lock()
-	c.ops[op.rec.ID] = op
-	c.lastID = op.rec.ID
+	c.ops[op.Rec.ID] = op
+	c.lastID = op.Rec.ID
 	c.current = op
-	op.mu.Lock()
-	op.running = true
-	op.done = done
-	op.mu.Unlock()
+	op.Mu.Lock()
+	op.Running = true
+	op.Done = done
+	op.Mu.Unlock()
 	c.mu.Unlock()
 	c.wg.Go(func() { c.drive(op, first, done) })
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
@@ -33,22 +34,15 @@ import (
 // usual. A rollback undoes it whole: every sender back, then every
 // listener.
 
-// Staged node states, as NodeResult.staged spells them.
-const (
-	stagedListening = "listening"
-	stagedSwitched  = "switched"
-	stagedRetired   = "retired"
-)
-
 // heldOp returns the held operation, if any (there is at most one: while
 // it is held no other operation starts).
-func (c *Coordinator) heldOp() *operation {
+func (c *Coordinator) heldOp() *opstate.Op {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, op := range c.ops {
-		op.mu.Lock()
-		held := op.rec.Held()
-		op.mu.Unlock()
+		op.Mu.Lock()
+		held := op.Rec.Held()
+		op.Mu.Unlock()
 		if held {
 			return op
 		}
@@ -56,45 +50,16 @@ func (c *Coordinator) heldOp() *operation {
 	return nil
 }
 
-// heldSummary says where a held operation's nodes are, for messages.
-func heldSummary(op *operation) string {
-	op.mu.Lock()
-	defer op.mu.Unlock()
-	listening := listeningLocked(op)
-	return fmt.Sprintf("every node listens on %d and %d; %d of %d send %d (%s), %d still send %d (%s)",
-		op.from, op.to, len(op.rec.Switched), len(op.nodes), op.to, model.Abbreviate(op.rec.Switched, 10), len(listening), op.from, model.Abbreviate(listening, 10))
-}
-
-func listeningLocked(op *operation) []string {
-	sw := model.SetOf(op.rec.Switched)
-	var out []string
-	for _, n := range op.nodes {
-		if !sw[n] {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// refuseBesideHeld is the error for any operation but the held one's
-// continuation.
-func refuseBesideHeld(op *operation, what string) error {
-	id := op.rec.ID
-	return status.Errorf(codes.FailedPrecondition,
-		"operation %s is held (staged, part of the nodes switched: %s): %s would change nodes in the middle of it; continue it with coordctl cutover --port %d --strategy staged [--nodes ...|--selector ...], or undo it with coordctl rollback %s",
-		id, heldSummary(op), what, op.to, id)
-}
-
 // continueHeld runs the next part of held operation op: the request's
 // targets (every node still listening when it names none) switch in
 // batches; if then every node sends the new port, the old one is retired.
-func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequest, r preflight.Request, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
-	op.mu.Lock()
-	id, from, to, nodes := op.rec.ID, op.from, op.to, op.nodes
-	switched := slices.Clone(op.rec.Switched)
-	waveReq := op.rec.MaxParallel
-	listening := listeningLocked(op)
-	op.mu.Unlock()
+func (c *Coordinator) continueHeld(op *opstate.Op, req *coordinatorv1.CutoverRequest, r preflight.Request, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
+	op.Mu.Lock()
+	id, from, to, nodes := op.Rec.ID, op.From, op.To, op.Nodes
+	switched := slices.Clone(op.Rec.Switched)
+	waveReq := op.Rec.MaxParallel
+	listening := opstate.ListeningLocked(op)
+	op.Mu.Unlock()
 	if joined, left := inventoryDrift(c.fleet.Inventory().NodeNames(), nodes); len(joined)+len(left) > 0 {
 		// A node that joined never listened on the new port: switching
 		// more senders would cut it off. One that left cannot be switched.
@@ -139,17 +104,17 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	// plan it again (a restarted coordinator does not have it either), so
 	// that every batch of this run is verified over the whole mesh.
 	pr := r
-	pr.Nodes, pr.Step = nodes, op.step
+	pr.Nodes, pr.Step = nodes, op.Step
 	pp := c.check.PlanProbes(stream.Context(), pr, nil)
 	if len(pp.Problems) > 0 {
 		return status.Errorf(codes.FailedPrecondition, "continuing held operation %s: probe mesh: %s (nothing changed)", id, strings.Join(pp.Problems, "; "))
 	}
 	then := retireNote(len(switched)+len(targets) == len(nodes), from)
 	if req.DryRun {
-		rep := op.snapshot()
+		rep := op.Snapshot()
 		return stream.Send(&coordinatorv1.OperationEvent{OperationId: id, Phase: "preflight", UnixNano: time.Now().UnixNano(), Report: rep,
 			Message: fmt.Sprintf("dry run: operation %s is held (%s); would switch %d more node(s) to %d (%s)%s; nothing was changed",
-				id, heldSummary(op), len(targets), to, model.Abbreviate(targets, 10), then)})
+				id, opstate.HeldSummary(op), len(targets), to, model.Abbreviate(targets, 10), then)})
 	}
 	c.mu.Lock()
 	err = c.claimLocked(op)
@@ -157,24 +122,24 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	if err != nil {
 		return err
 	}
-	summary := heldSummary(op)
-	op.mu.Lock()
-	op.batchBase = len(op.report.Batches)
-	op.rec.Batches, op.rec.MaxParallel = batches, wave
-	op.probePeers, op.probePairs, op.probePlanned = pp.Peers, pp.Pairs, true
-	op.report.Batches = append(op.report.Batches, staging.ReportBatches(batches)...)
-	op.report.MaxParallel = uint32(wave)
-	op.mu.Unlock()
-	cfg := c.coreConfig(nodes, op.step, op.deadman, op.rec.Hooks, batches)
+	summary := opstate.HeldSummary(op)
+	op.Mu.Lock()
+	op.BatchBase = len(op.Report.Batches)
+	op.Rec.Batches, op.Rec.MaxParallel = batches, wave
+	op.ProbePeers, op.ProbePairs, op.ProbePlanned = pp.Peers, pp.Pairs, true
+	op.Report.Batches = append(op.Report.Batches, staging.ReportBatches(batches)...)
+	op.Report.MaxParallel = uint32(wave)
+	op.Mu.Unlock()
+	cfg := c.coreConfig(nodes, op.Step, op.Deadman, op.Rec.Hooks, batches)
 	cfg.Switched = switched
-	op.core = barrier.New(cfg)
-	op.reopen()
-	op.mu.Lock()
-	first := len(op.events)
-	op.mu.Unlock()
-	op.emit("continue", "", fmt.Sprintf("continuing held operation %s (%s): switching %d more node(s) in %d batch(es)%s",
+	op.Core = barrier.New(cfg)
+	op.Reopen()
+	op.Mu.Lock()
+	first := len(op.Events)
+	op.Mu.Unlock()
+	op.Emit("continue", "", fmt.Sprintf("continuing held operation %s (%s): switching %d more node(s) in %d batch(es)%s",
 		id, summary, len(targets), len(batches), then), false, nil)
-	c.launch(op, op.core.Start())
+	c.launch(op, op.Core.Start())
 	return c.follow(stream, op, first)
 }
 
@@ -188,12 +153,12 @@ func retireNote(all bool, from uint32) string {
 // parkProbes has every agent of a held operation drop the operation's
 // probe sample (agent ProbeStats park): best effort, once the run's figures
 // were read. A continuation's Prepare gives it back.
-func (c *Coordinator) parkProbes(op *operation) {
-	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.step))
+func (c *Coordinator) parkProbes(op *opstate.Op) {
+	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.Step))
 	defer cancel()
 	var mu sync.Mutex
 	var missed []string
-	fleet.FanOut(op.nodes, func(n string) {
+	fleet.FanOut(op.Nodes, func(n string) {
 		if _, err := c.fleet.Agent(n).Client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Park: true}); err != nil {
 			mu.Lock()
 			missed = append(missed, n)
@@ -202,36 +167,7 @@ func (c *Coordinator) parkProbes(op *operation) {
 	})
 	if len(missed) > 0 {
 		slices.Sort(missed)
-		op.emit("held", "", fmt.Sprintf("probe mesh of %s not parked: they probe at the operation's rate until it ends or lingers out", strings.Join(missed, ",")), false, nil)
-	}
-}
-
-// noteStagedLocked records, as a staged run ends, where each node is:
-// Switched for a held operation (the journal keeps it for the next run),
-// NodeResult.staged for the report. op.mu is held.
-func noteStagedLocked(op *operation, out barrier.Outcome, sending []string) {
-	if len(op.rec.Batches) == 0 {
-		return
-	}
-	switch out {
-	case barrier.Held:
-		op.rec.Switched = sending
-	default:
-		op.rec.Switched = nil
-	}
-	sends := model.SetOf(sending)
-	for _, n := range op.nodes {
-		nr := op.results[n]
-		switch {
-		case out == barrier.Held && sends[n]:
-			nr.Staged = stagedSwitched
-		case out == barrier.Held:
-			nr.Staged = stagedListening
-		case out == barrier.Succeeded:
-			nr.Staged = stagedRetired
-		default:
-			nr.Staged = ""
-		}
+		op.Emit("held", "", fmt.Sprintf("probe mesh of %s not parked: they probe at the operation's rate until it ends or lingers out", strings.Join(missed, ",")), false, nil)
 	}
 }
 

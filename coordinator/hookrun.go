@@ -3,9 +3,9 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 )
 
 // Hook points, as journaled in Record.Hooks: the core's names.
@@ -23,28 +23,10 @@ const (
 	HookFailed  = string(barrier.MarkFailed)
 )
 
-func (op *operation) setHookMark(m HookMark) {
-	op.mu.Lock()
-	defer op.mu.Unlock()
-	for i := range op.rec.Hooks {
-		if op.rec.Hooks[i].Hook == m.Hook && op.rec.Hooks[i].Point == m.Point {
-			op.rec.Hooks[i] = m
-			return
-		}
-	}
-	op.rec.Hooks = append(op.rec.Hooks, m)
-}
-
-func (op *operation) info() OpInfo {
-	op.mu.Lock()
-	defer op.mu.Unlock()
-	return OpInfo{ID: op.rec.ID, Kind: op.rec.Kind, FromPort: op.from, ToPort: op.to, Nodes: slices.Clone(op.nodes)}
-}
-
 // callHook makes one journaled hook call, as the core asked: marked
 // started in the journal before the call (it may act) and done or failed
 // after it. It returns the event for the core.
-func (c *Coordinator) callHook(op *operation, a barrier.CallHook) barrier.Event {
+func (c *Coordinator) callHook(op *opstate.Op, a barrier.CallHook) barrier.Event {
 	name, point := a.Hook, string(a.Point)
 	done := barrier.HookDone{Hook: a.Hook, Point: a.Point}
 	h := c.hookNamed(name)
@@ -53,9 +35,9 @@ func (c *Coordinator) callHook(op *operation, a barrier.CallHook) barrier.Event 
 		done.Err = fmt.Sprintf("hook %s %s: no such hook", name, point)
 		return done
 	}
-	op.setHookMark(HookMark{Hook: name, Point: point, State: HookStarted})
+	op.SetHookMark(HookMark{Hook: name, Point: point, State: HookStarted})
 	if err := c.save(op); err != nil && a.JournalFirst {
-		op.setHookMark(HookMark{Hook: name, Point: point, State: HookFailed, Error: "not journaled: " + err.Error()})
+		op.SetHookMark(HookMark{Hook: name, Point: point, State: HookFailed, Error: "not journaled: " + err.Error()})
 		done.Err = fmt.Sprintf("hook %s %s: not called, the journal refused the write: %v", name, point, err)
 		return done
 	}
@@ -64,19 +46,19 @@ func (c *Coordinator) callHook(op *operation, a barrier.CallHook) barrier.Event 
 		barrier.HookFinalize: h.Finalize, barrier.HookRestore: h.Restore,
 	}[a.Point]
 	ctx, cancel := context.WithTimeout(c.ctx, a.Timeout)
-	err := f(ctx, op.info())
+	err := f(ctx, op.Info())
 	cancel()
 	m := HookMark{Hook: name, Point: point, State: HookDone}
 	if err != nil {
 		m.State, m.Error = HookFailed, err.Error()
 		err = fmt.Errorf("hook %s %s: %w", name, point, err)
 		done.Err = err.Error()
-		op.emit(point, "", err.Error(), true, nil)
-		c.log.Error("hook", "operation", op.rec.ID, "hook", name, "point", point, "err", err)
+		op.Emit(point, "", err.Error(), true, nil)
+		c.log.Error("hook", "operation", op.Rec.ID, "hook", name, "point", point, "err", err)
 	} else {
-		op.emit(point, "", fmt.Sprintf("hook %s %s: ok", name, point), false, nil)
+		op.Emit(point, "", fmt.Sprintf("hook %s %s: ok", name, point), false, nil)
 	}
-	op.setHookMark(m)
+	op.SetHookMark(m)
 	_ = c.save(op)
 	return done
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 )
 
 // recordingJournal keeps every record written.
@@ -37,12 +39,12 @@ func TestSaveWritesStepBeforeReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	op := newOperation("op-1", "cutover", 4789, 4889, []string{"n1"}, time.Second, time.Second, 1)
-	op.encodeMu.Lock() // an encoding in progress
-	op.mu.Lock()
-	op.rec.Step, op.rec.CommitSent = "commit", true
-	op.report.Error = "marker"
-	op.mu.Unlock()
+	op := opstate.New("op-1", "cutover", 4789, 4889, []string{"n1"}, time.Second, time.Second, 1)
+	op.EncodeMu.Lock() // an encoding in progress
+	op.Mu.Lock()
+	op.Rec.Step, op.Rec.CommitSent = "commit", true
+	op.Report.Error = "marker"
+	op.Mu.Unlock()
 	done := make(chan error, 1)
 	go func() { done <- c.save(op) }()
 	select {
@@ -51,17 +53,17 @@ func TestSaveWritesStepBeforeReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		op.encodeMu.Unlock()
+		op.EncodeMu.Unlock()
 		t.Fatal("save waited for the report's encoding before writing the step")
 	}
 	if r := j.last(); r.Step != "commit" || !r.CommitSent {
 		t.Fatalf("written at save: step %q commit_sent %v, want commit, true", r.Step, r.CommitSent)
 	}
-	op.encodeMu.Unlock()
-	op.mu.Lock()
-	op.rec.Step, op.rec.Outcome = "done", "succeeded"
-	op.report.Error = "final marker"
-	op.mu.Unlock()
+	op.EncodeMu.Unlock()
+	op.Mu.Lock()
+	op.Rec.Step, op.Rec.Outcome = "done", "succeeded"
+	op.Report.Error = "final marker"
+	op.Mu.Unlock()
 	if err := c.saveFinal(op); err != nil {
 		t.Fatal(err)
 	}

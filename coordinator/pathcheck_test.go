@@ -11,6 +11,7 @@ import (
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -273,8 +274,8 @@ func TestCommitLead(t *testing.T) {
 		{"resumed past prepare: no answers", 800 * ms, nil, 30*ms + 1000*ms},
 		{"round trips longer than the round", 2 * ms, []time.Duration{ms, 2 * ms}, 30*ms + 4*2*ms},
 	} {
-		op := &operation{prepDur: tc.round, prepAnswers: tc.answers,
-			offsets: map[string]fleet.ClockSample{"n1": {RTT: ms}, "n2": {RTT: 2 * ms}}, nodes: []string{"n1", "n2"}}
+		op := &opstate.Op{PrepDur: tc.round, PrepAnswers: tc.answers,
+			Offsets: map[string]fleet.ClockSample{"n1": {RTT: ms}, "n2": {RTT: 2 * ms}}, Nodes: []string{"n1", "n2"}}
 		if got := c.commitLead(op); got != tc.want {
 			t.Errorf("%s: lead %s, want %s", tc.name, got, tc.want)
 		}

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 
@@ -31,8 +32,8 @@ const probeStatsBound = time.Second
 // (an agent settles a probe when it is answered or timed out), so a read
 // that finds probing on waits --probe-settle and reads again: the figures
 // then cover the operation to its end. Without probing nothing waits.
-func (c *Coordinator) probeStats(op *operation, reset bool) {
-	c.probeStatsOf(op, op.nodes, reset, !reset && c.cfg.ProbeSettle > 0)
+func (c *Coordinator) probeStats(op *opstate.Op, reset bool) {
+	c.probeStatsOf(op, op.Nodes, reset, !reset && c.cfg.ProbeSettle > 0)
 }
 
 // prepReset is the probe counters' reset riding in the first Prepare
@@ -84,7 +85,7 @@ func carriesReset(s barrier.Send) bool { return s.Step == barrier.Prepare && s.A
 // resetProbes zeroes the agents' probe counters: once the Prepare that
 // carried the reset is answered, those of the agents that did not do it
 // (rides); without rides, every agent's.
-func (c *Coordinator) resetProbes(op *operation, rides *prepReset) {
+func (c *Coordinator) resetProbes(op *opstate.Op, rides *prepReset) {
 	if rides == nil {
 		c.probeStats(op, true)
 		return
@@ -104,8 +105,8 @@ func (c *Coordinator) resetProbes(op *operation, rides *prepReset) {
 
 // probeStatsOf resets or reads the counters of nodes (probeStats), reading
 // again once after --probe-settle when settleThenAgain.
-func (c *Coordinator) probeStatsOf(op *operation, nodes []string, reset, settleThenAgain bool) {
-	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.step))
+func (c *Coordinator) probeStatsOf(op *opstate.Op, nodes []string, reset, settleThenAgain bool) {
+	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.Step))
 	defer cancel()
 	var mu sync.Mutex
 	var pairs []*coordinatorv1.PairDisruption
@@ -127,7 +128,7 @@ func (c *Coordinator) probeStatsOf(op *operation, nodes []string, reset, settleT
 		stalls[n] = r.GetMaxStallMicros()
 		for _, p := range r.Peers {
 			pairs = append(pairs, &coordinatorv1.PairDisruption{From: n, To: p.Peer, Sent: p.Sent, Lost: p.Lost, LongestGapMicros: p.LongestGapMicros,
-				LongestGapFromUnixNano: coordClock(p.GetLongestGapFromUnixNano(), op.offsets[n].Offset.Nanoseconds())})
+				LongestGapFromUnixNano: coordClock(p.GetLongestGapFromUnixNano(), op.Offsets[n].Offset.Nanoseconds())})
 		}
 	})
 	if len(missed) > 0 && c.ctx.Err() == nil {
@@ -137,7 +138,7 @@ func (c *Coordinator) probeStatsOf(op *operation, nodes []string, reset, settleT
 			what = "reset: their disruption figures include traffic from before the operation"
 		}
 		c.log.Warn("probe counters", "reset", reset, "missed", missed)
-		op.emit(op.curPhase(), "", fmt.Sprintf("probe counters of %s could not be %s", strings.Join(missed, ", "), what), false, nil)
+		op.Emit(op.CurPhase(), "", fmt.Sprintf("probe counters of %s could not be %s", strings.Join(missed, ", "), what), false, nil)
 	}
 	if reset {
 		return
@@ -156,22 +157,22 @@ func (c *Coordinator) probeStatsOf(op *operation, nodes []string, reset, settleT
 		}
 		return strings.Compare(a.To, b.To)
 	})
-	op.mu.Lock()
-	defer op.mu.Unlock()
+	op.Mu.Lock()
+	defer op.Mu.Unlock()
 	for n, st := range stalls {
-		if r := op.results[n]; r != nil {
+		if r := op.Results[n]; r != nil {
 			r.ProbeStallMicros = st
 		}
 	}
-	op.report.Disruption = pairs
-	op.report.ProbesSent, op.report.ProbesLost, op.report.LongestGapMicros = 0, 0, 0
+	op.Report.Disruption = pairs
+	op.Report.ProbesSent, op.Report.ProbesLost, op.Report.LongestGapMicros = 0, 0, 0
 	for _, p := range pairs {
 		if p.LongestGapMicros > 0 {
-			p.LongestGapPhase = phaseAt(op.report.Phases, p.LongestGapFromUnixNano, string(op.curStep))
+			p.LongestGapPhase = phaseAt(op.Report.Phases, p.LongestGapFromUnixNano, string(op.CurStep))
 		}
-		op.report.ProbesSent += p.Sent
-		op.report.ProbesLost += p.Lost
-		op.report.LongestGapMicros = max(op.report.LongestGapMicros, p.LongestGapMicros)
+		op.Report.ProbesSent += p.Sent
+		op.Report.ProbesLost += p.Lost
+		op.Report.LongestGapMicros = max(op.Report.LongestGapMicros, p.LongestGapMicros)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	"github.com/cutover-dev/cutover/coordinator/internal/probemesh"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	"google.golang.org/grpc/status"
@@ -28,11 +29,11 @@ import (
 // until every sampled pair passed or the budget (at most until ctx ends)
 // is spent. Pairs dark before the change are flagged in the report's
 // warnings and do not fail the operation.
-func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
-	op.mu.Lock()
-	pairs := slices.Clone(op.probePairs)
+func (c *Coordinator) meshVerify(ctx context.Context, op *opstate.Op) error {
+	op.Mu.Lock()
+	pairs := slices.Clone(op.ProbePairs)
 	flips := map[string]probemesh.Flip{}
-	for n, r := range op.results {
+	for n, r := range op.Results {
 		flips[n] = probemesh.Flip{Offset: time.Duration(r.ClockOffsetNanos)}
 		if r.AppliedUnixNano != 0 {
 			f := flips[n]
@@ -40,21 +41,21 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 			flips[n] = f
 		}
 	}
-	for n, s := range op.offsets {
+	for n, s := range op.Offsets {
 		f := flips[n]
 		f.Offset, f.RTT = s.Offset, s.RTT
 		flips[n] = f
 	}
-	planned := op.probePlanned
+	planned := op.ProbePlanned
 	// The Verify step's figures serve the first round once: a later
 	// batch's verify reads its own.
-	first := op.verifyStats
-	op.verifyStats = nil
-	op.mu.Unlock()
+	first := op.VerifyStats
+	op.VerifyStats = nil
+	op.Mu.Unlock()
 	if !planned {
 		// A resumed run: the sample of the run that prepared is not
 		// journaled, but the agents probe it since their Prepare.
-		stats, _, _, _ := c.readMesh(ctx, op.nodes)
+		stats, _, _, _ := c.readMesh(ctx, op.Nodes)
 		for _, n := range slices.Sorted(maps.Keys(stats)) {
 			for _, t := range slices.Sorted(maps.Keys(stats[n])) {
 				pairs = append(pairs, probemesh.Pair{From: n, To: t})
@@ -140,13 +141,13 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *operation) error {
 			ps = append(ps, p.String())
 		}
 		w := fmt.Sprintf("probe mesh: %s never answered, already before the change: not blamed on the cutover, but these pairs are not verified", strings.Join(ps, ", "))
-		op.addWarning(w)
-		op.emit("verify", "", w, false, nil)
+		op.AddWarning(w)
+		op.Emit("verify", "", w, false, nil)
 	}
 	if err := res.Err(); err != nil {
 		return err
 	}
-	op.emit("verify", "", fmt.Sprintf("probe mesh: %d sampled pair(s) answered probes sent after the flip", len(pairs)-len(res.Baseline)), false, nil)
+	op.Emit("verify", "", fmt.Sprintf("probe mesh: %d sampled pair(s) answered probes sent after the flip", len(pairs)-len(res.Baseline)), false, nil)
 	return nil
 }
 

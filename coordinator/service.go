@@ -10,6 +10,7 @@ import (
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
@@ -109,7 +110,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		kind = "rollback"
 	}
 	if held := c.heldOp(); held != nil {
-		if r.Staged && !r.Auto && r.To == held.to && reverts == "" {
+		if r.Staged && !r.Auto && r.To == held.To && reverts == "" {
 			return c.continueHeld(held, req, r, stream)
 		}
 		what := fmt.Sprintf("%s cutover to port %d", map[bool]string{false: "an atomic", true: "a staged"}[r.Staged], r.To)
@@ -119,7 +120,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		if reverts != "" {
 			what = "the reverse cutover of " + reverts
 		}
-		return refuseBesideHeld(held, what)
+		return opstate.RefuseBesideHeld(held, what)
 	}
 	if r, err = c.check.ResolveAuto(ctx, req, r); err != nil {
 		return err
@@ -155,15 +156,15 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	c.seq++
 	seq := c.seq
 	c.mu.Unlock()
-	op := newOperation(r.ID, kind, 0, r.To, r.Nodes, r.Step, c.deadmanFor(r.Step), seq)
-	op.report.Kind, op.report.RevertsOperationId = kind, reverts
-	op.report.Strategy, op.report.StrategyReason = r.Strategy(), r.StrategyReason
+	op := opstate.New(r.ID, kind, 0, r.To, r.Nodes, r.Step, c.deadmanFor(r.Step), seq)
+	op.Report.Kind, op.Report.RevertsOperationId = kind, reverts
+	op.Report.Strategy, op.Report.StrategyReason = r.Strategy(), r.StrategyReason
 	if r.Staged {
-		op.rec.Batches, op.rec.MaxParallel = r.Batches, r.MaxParallel
-		op.report.Batches = staging.ReportBatches(r.Batches)
-		op.report.MaxParallel = uint32(r.MaxParallel)
+		op.Rec.Batches, op.Rec.MaxParallel = r.Batches, r.MaxParallel
+		op.Report.Batches = staging.ReportBatches(r.Batches)
+		op.Report.MaxParallel = uint32(r.MaxParallel)
 	}
-	op.core = barrier.New(c.coreConfig(r.Nodes, op.step, op.deadman, nil, r.Batches))
+	op.Core = barrier.New(c.coreConfig(r.Nodes, op.Step, op.Deadman, nil, r.Batches))
 	if err := c.reserve(op); err != nil {
 		return err
 	}
@@ -175,50 +176,50 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		c.release(op)
 		return refused(pf)
 	}
-	op.from = pf.From
-	op.report.RequestedBy = requester(ctx)
-	op.report.Request = proto.Clone(req).(*coordinatorv1.CutoverRequest)
-	op.report.Plan = pf.Resp
-	op.rec.FromPort, op.report.FromPort = pf.From, pf.From
-	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: "preflight", Nanos: time.Since(started).Nanoseconds(), StartedUnixNano: started.UnixNano()})
+	op.From = pf.From
+	op.Report.RequestedBy = requester(ctx)
+	op.Report.Request = proto.Clone(req).(*coordinatorv1.CutoverRequest)
+	op.Report.Plan = pf.Resp
+	op.Rec.FromPort, op.Report.FromPort = pf.From, pf.From
+	op.Report.Phases = append(op.Report.Phases, &coordinatorv1.PhaseDuration{Phase: "preflight", Nanos: time.Since(started).Nanoseconds(), StartedUnixNano: started.UnixNano()})
 	if pp := pf.Probes; pp != nil {
-		op.probePeers, op.probePairs, op.probePlanned = pp.Peers, pp.Pairs, true
-		op.report.Warnings = append(op.report.Warnings, pp.Warnings...)
+		op.ProbePeers, op.ProbePairs, op.ProbePlanned = pp.Peers, pp.Pairs, true
+		op.Report.Warnings = append(op.Report.Warnings, pp.Warnings...)
 		for _, w := range append(slices.Clone(pp.Notes), pp.Warnings...) {
-			op.emit("preflight", "", w, false, nil)
+			op.Emit("preflight", "", w, false, nil)
 		}
 	}
-	op.report.Warnings = append(op.report.Warnings, pf.PathWarnings...)
+	op.Report.Warnings = append(op.Report.Warnings, pf.PathWarnings...)
 	for _, w := range pf.PathWarnings {
-		op.emit("preflight", "", w, false, nil)
+		op.Emit("preflight", "", w, false, nil)
 	}
 	for _, n := range pf.Resp.GetPathCheck().GetNotes() { // what the path check saw that is no problem (a node's own firewall)
-		op.emit("preflight", "", "underlay path check: "+n, false, nil)
+		op.Emit("preflight", "", "underlay path check: "+n, false, nil)
 	}
 	for n, nc := range pf.Checks {
-		op.offsets[n] = nc.Clock
-		op.results[n].ClockOffsetNanos = nc.Clock.Offset.Nanoseconds()
+		op.Offsets[n] = nc.Clock
+		op.Results[n].ClockOffsetNanos = nc.Clock.Offset.Nanoseconds()
 	}
 	// The record must exist on disk before any agent hears of the operation.
-	op.rec.Step = "preflight"
+	op.Rec.Step = "preflight"
 	if err := c.save(op); err != nil {
 		c.metrics.SetPhase("idle")
 		c.release(op)
 		return status.Errorf(codes.Internal, "cannot journal operation %s (%s), nothing was changed: %v", r.ID, describeJournal(c.journal, c.cfg), err)
 	}
-	op.emit("preflight", "", fmt.Sprintf("preflight passed: %d node(s) on port %d, target %d", len(r.Nodes), pf.From, r.To), false, nil)
-	c.launch(op, op.core.Start())
+	op.Emit("preflight", "", fmt.Sprintf("preflight passed: %d node(s) on port %d, target %d", len(r.Nodes), pf.From, r.To), false, nil)
+	c.launch(op, op.Core.Start())
 	return c.follow(stream, op, 0)
 }
 
 // follow streams op's events from index from until the run's last event.
 // A client that goes away stops only its stream, never the operation.
-func (c *Coordinator) follow(stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent], op *operation, from int) error {
+func (c *Coordinator) follow(stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent], op *opstate.Op, from int) error {
 	for {
-		op.mu.Lock()
-		evs := op.events[from:]
-		ch := op.changed
-		op.mu.Unlock()
+		op.Mu.Lock()
+		evs := op.Events[from:]
+		ch := op.Changed
+		op.Mu.Unlock()
 		for _, ev := range evs {
 			if err := stream.Send(ev); err != nil {
 				return err
@@ -236,11 +237,11 @@ func (c *Coordinator) follow(stream grpc.ServerStreamingServer[coordinatorv1.Ope
 	}
 }
 
-func (c *Coordinator) lookup(id string) (*operation, error) {
+func (c *Coordinator) lookup(id string) (*opstate.Op, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if id == "" {
-		if c.current != nil && c.ops[c.current.rec.ID] == c.current {
+		if c.current != nil && c.ops[c.current.Rec.ID] == c.current {
 			return c.current, nil
 		}
 		id = c.lastID
@@ -264,7 +265,7 @@ func (c *Coordinator) Status(_ context.Context, req *coordinatorv1.StatusRequest
 	if err != nil {
 		return nil, err
 	}
-	return op.snapshot(), nil
+	return op.Snapshot(), nil
 }
 
 // Rollback implements CoordinatorService. A running operation is rolled
@@ -275,35 +276,35 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 		return err
 	}
 	c.mu.Lock()
-	op.mu.Lock()
-	from, running := len(op.events), op.running
-	op.mu.Unlock()
+	op.Mu.Lock()
+	from, running := len(op.Events), op.Running
+	op.Mu.Unlock()
 	if running {
 		// The run in flight takes it at its next barrier, or as it ends.
 		select {
-		case op.rollback <- "operator requested rollback":
+		case op.Rollback <- "operator requested rollback":
 		default:
 		}
 		c.mu.Unlock()
 		return c.follow(stream, op, from)
 	}
-	if op.rec.Kind == "rollback" && op.rec.Outcome == "succeeded" {
+	if op.Rec.Kind == "rollback" && op.Rec.Outcome == "succeeded" {
 		c.mu.Unlock()
-		return status.Errorf(codes.FailedPrecondition, "operation %s is the rollback of %s and it succeeded: there is nothing to roll back; to move the port again, run a cutover", op.rec.ID, op.report.RevertsOperationId)
+		return status.Errorf(codes.FailedPrecondition, "operation %s is the rollback of %s and it succeeded: there is nothing to roll back; to move the port again, run a cutover", op.Rec.ID, op.Report.RevertsOperationId)
 	}
-	if op.rec.Outcome == "succeeded" {
+	if op.Rec.Outcome == "succeeded" {
 		// Every node is finalized on the new port and the old port's
 		// firewall rules are gone: putting it back node by node would flip
 		// nodes apart and before the old port is open again (I2). Rolling
 		// back a finished change is a cutover in reverse, with its own
 		// preflight, barrier and verification.
 		c.mu.Unlock()
-		nodes := op.nodes
-		if op.report.GetStrategy() == StrategyStaged {
+		nodes := op.Nodes
+		if op.Report.GetStrategy() == StrategyStaged {
 			nodes = nil // staged covers every node of the inventory
 		}
 		return c.cutover(&coordinatorv1.CutoverRequest{
-			Port: op.from, Nodes: nodes, TimeoutMillis: op.step.Milliseconds(),
+			Port: op.From, Nodes: nodes, TimeoutMillis: op.Step.Milliseconds(),
 			// The prior port is known good for this overlay even when it
 			// is a tunnel port (4789) or in the NodePort range.
 			AllowTunnelPort: true, AllowNodeportRange: true,
@@ -312,27 +313,27 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 			AllowUnprobed: true,
 			// A staged change goes back staged (a canary, then the
 			// rest): as lossless back as it was forward.
-			Strategy: op.report.GetStrategy(),
-		}, stream, op.rec.ID)
+			Strategy: op.Report.GetStrategy(),
+		}, stream, op.Rec.ID)
 	}
 	err = c.claimLocked(op)
 	c.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	acts := op.core.Step(barrier.RollbackRequested{Reason: "operator requested rollback"})
+	acts := op.Core.Step(barrier.RollbackRequested{Reason: "operator requested rollback"})
 	if len(acts) == 0 {
 		c.mu.Lock()
-		op.mu.Lock()
-		op.running = false
-		op.mu.Unlock()
+		op.Mu.Lock()
+		op.Running = false
+		op.Mu.Unlock()
 		c.current = nil
 		c.mu.Unlock()
-		rep := op.snapshot()
-		return stream.Send(&coordinatorv1.OperationEvent{OperationId: op.rec.ID, Phase: "rollback", UnixNano: time.Now().UnixNano(),
+		rep := op.Snapshot()
+		return stream.Send(&coordinatorv1.OperationEvent{OperationId: op.Rec.ID, Phase: "rollback", UnixNano: time.Now().UnixNano(),
 			Message: fmt.Sprintf("nothing to roll back: operation is %s", rep.State), Report: rep})
 	}
-	op.reopen()
+	op.Reopen()
 	c.launch(op, acts)
 	return c.follow(stream, op, from)
 }
@@ -341,14 +342,14 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 // that is not running (a rollback, a held operation's continuation), and
 // marks the run started: a rollback asked from then on goes to that run,
 // never to a second one. c.mu is held.
-func (c *Coordinator) claimLocked(op *operation) error {
+func (c *Coordinator) claimLocked(op *opstate.Op) error {
 	if c.current != nil && c.current != op {
-		return status.Errorf(codes.FailedPrecondition, "operation %s is running: wait for it or roll it back first", c.current.rec.ID)
+		return status.Errorf(codes.FailedPrecondition, "operation %s is running: wait for it or roll it back first", c.current.Rec.ID)
 	}
 	c.current = op
-	op.mu.Lock()
-	op.running = true
-	op.mu.Unlock()
+	op.Mu.Lock()
+	op.Running = true
+	op.Mu.Unlock()
 	return nil
 }
 
@@ -368,19 +369,19 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 	recs, err := c.journal.Load()
 	for _, rec := range recs {
 		step := rec.StepTimeout()
-		op := newOperation(rec.ID, rec.Kind, rec.FromPort, rec.ToPort, rec.Nodes, step, c.deadmanFor(step), rec.Seq)
-		op.rec = rec
+		op := opstate.New(rec.ID, rec.Kind, rec.FromPort, rec.ToPort, rec.Nodes, step, c.deadmanFor(step), rec.Seq)
+		op.Rec = rec
 		if len(rec.Report) > 0 {
-			_ = protojson.Unmarshal(rec.Report, op.report)
-			for _, nr := range op.report.Nodes {
-				op.results[nr.Node] = nr
+			_ = protojson.Unmarshal(rec.Report, op.Report)
+			for _, nr := range op.Report.Nodes {
+				op.Results[nr.Node] = nr
 			}
-			op.priorEvents, op.report.Events = op.report.Events, nil
+			op.PriorEvents, op.Report.Events = op.Report.Events, nil
 		}
-		if op.step <= 0 {
-			op.step = c.cfg.StepTimeout
+		if op.Step <= 0 {
+			op.Step = c.cfg.StepTimeout
 		}
-		op.core = barrier.New(c.coreConfig(rec.Nodes, op.step, op.deadman, rec.Hooks, rec.Batches))
+		op.Core = barrier.New(c.coreConfig(rec.Nodes, op.Step, op.Deadman, rec.Hooks, rec.Batches))
 		for _, n := range rec.Nodes {
 			// Only an operation this start must finish or undo needs
 			// every node: a finished (or held) one naming a node that
@@ -397,7 +398,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 		c.mu.Unlock()
 		if rec.Terminal() {
 			// Rollback of a finished operation starts from this core.
-			op.core = c.doneCore(rec)
+			op.Core = c.doneCore(rec)
 			continue
 		}
 		if c.ctx.Err() != nil {
@@ -415,10 +416,10 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 			point = barrier.ChooseResume(rec.CommitSent, last, allCommitted)
 		}
 		c.log.Warn("resuming interrupted operation", "operation", rec.ID, "step", rec.Step, "commit_sent", rec.CommitSent, "resume", point)
-		op.emit("resume", "", fmt.Sprintf("coordinator restarted during %s: %s", rec.Step, map[barrier.Resume]string{
+		op.Emit("resume", "", fmt.Sprintf("coordinator restarted during %s: %s", rec.Step, map[barrier.Resume]string{
 			barrier.ResumeAbort: "aborting", barrier.ResumeVerify: "every agent is committed: verifying", barrier.ResumeRollback: "rolling back",
 			barrier.ResumeFinalize: "every batch was confirmed: finishing the old port's retirement"}[point]), false, nil)
-		c.launch(op, op.core.ResumeAt(point))
+		c.launch(op, op.Core.ResumeAt(point))
 		// Only one operation can have been running; any other non-terminal
 		// record is older and was superseded, but handle it the same way
 		// after this one.
@@ -451,15 +452,15 @@ func (c *Coordinator) doneCore(rec Record) *barrier.Op {
 
 // allCommitted asks every target whether it is committed on the target
 // port; an agent that does not answer counts as not committed.
-func (c *Coordinator) allCommitted(ctx context.Context, op *operation) bool {
-	cctx, cancel := context.WithTimeout(ctx, op.step)
+func (c *Coordinator) allCommitted(ctx context.Context, op *opstate.Op) bool {
+	cctx, cancel := context.WithTimeout(ctx, op.Step)
 	defer cancel()
 	allCommitted := true
 	var mu sync.Mutex
-	fleet.FanOut(op.nodes, func(n string) {
-		st, err := c.fleet.Agent(n).Client.Status(cctx, &agentv1.StatusRequest{OperationId: op.rec.ID})
-		good := err == nil && st.CurrentPort == op.to &&
-			phaseIn(st.Phase, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
+	fleet.FanOut(op.Nodes, func(n string) {
+		st, err := c.fleet.Agent(n).Client.Status(cctx, &agentv1.StatusRequest{OperationId: op.Rec.ID})
+		good := err == nil && st.CurrentPort == op.To &&
+			opstate.PhaseIn(st.Phase, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
 		if !good {
 			mu.Lock()
 			allCommitted = false
