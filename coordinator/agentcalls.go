@@ -11,6 +11,7 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
+	"github.com/cutover-dev/cutover/coordinator/internal/probes"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -34,8 +35,8 @@ func callResult(node string, s barrier.Send, err error, ok bool, why string) bar
 // dispatch sends one step to its agents in parallel and posts one event
 // per agent (plus a Deadline backstop).
 // A first Prepare carries the probe counters' reset when reset is not nil
-// (prepReset).
-func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier.Event), reset *prepReset) {
+// (probes.PrepReset).
+func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier.Event), reset *probes.PrepReset) {
 	id := op.Rec.ID
 	timeout := s.Timeout
 	var commitAt time.Time
@@ -96,7 +97,7 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.From, ToPort: op.To, ProbePeers: op.ProbePeers[n], Strategy: op.Report.GetStrategy(),
 				ResetProbeStats: reset != nil})
 			if reset != nil {
-				reset.answered(n, r, err)
+				reset.Answered(n, r, err)
 			}
 			op.Mu.Lock()
 			op.PrepAnswers = append(op.PrepAnswers, time.Since(sent))
@@ -127,18 +128,18 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 			off := op.Offsets[n].Offset.Nanoseconds()
 			var appliedAt int64
 			if err == nil {
-				appliedAt = coordClock(r.AppliedUnixNano, off)
+				appliedAt = opstate.CoordClock(r.AppliedUnixNano, off)
 			}
 			late.answer(n, appliedAt, r)
 			if err == nil {
 				applied := r.AppliedUnixNano - off
-				written, effective := coordClock(r.WrittenUnixNano, off), coordClock(r.EffectiveUnixNano, off)
-				received := coordClock(r.ReceivedUnixNano, off)
+				written, effective := opstate.CoordClock(r.WrittenUnixNano, off), opstate.CoordClock(r.EffectiveUnixNano, off)
+				received := opstate.CoordClock(r.ReceivedUnixNano, off)
 				op.SetResult(n, func(nr *coordinatorv1.NodeResult) {
 					nr.AppliedUnixNano, nr.ApplyNanos = applied, r.ApplyNanos
 					nr.WrittenUnixNano, nr.EffectiveUnixNano = written, effective
 					nr.CommitReceivedUnixNano = received
-					nr.AnswerSentUnixNano, nr.AnswerReceivedUnixNano = coordClock(r.AnsweredUnixNano, off), got.UnixNano()
+					nr.AnswerSentUnixNano, nr.AnswerReceivedUnixNano = opstate.CoordClock(r.AnsweredUnixNano, off), got.UnixNano()
 					if r.AnsweredUnixNano != 0 && r.AppliedUnixNano != 0 {
 						nr.ApplyToAnswerNanos = r.AnsweredUnixNano - r.AppliedUnixNano
 					}
@@ -239,15 +240,6 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 func undone(st *agentv1.OperationStatus) bool {
 	return !opstate.PhaseIn(st.GetPhase(), agentv1.Phase_PHASE_PREPARED, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED,
 		agentv1.Phase_PHASE_FINALIZED, agentv1.Phase_PHASE_FAILED)
-}
-
-// coordClock turns an agent-clock instant into the coordinator's clock (0
-// stays 0: not measured).
-func coordClock(agentNanos, offsetNanos int64) int64 {
-	if agentNanos == 0 {
-		return 0
-	}
-	return agentNanos - offsetNanos
 }
 
 // commitSpread sets the report's spreads: of the wake-ups (commit spread),

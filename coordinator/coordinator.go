@@ -16,11 +16,12 @@
 // This package performs the core's actions and feeds back their results
 // (runner.go), with no policy of its own; it does I/O, clocks and
 // bookkeeping. Below it, each in a package of its own (internal/...):
-// preflight judges a request before anything changes; opstate is one
-// operation's bookkeeping; fleet is the agents'
-// clients and clocks; pathjudge, probemesh and staging are pure
-// judgements; config, metrics, statedir and model (the vocabulary, which
-// this package re-exports) are at the bottom with barrier.
+// preflight judges a request before anything changes; probes calls the
+// agents about the probe mesh; opstate is one operation's bookkeeping;
+// fleet is the agents' clients and clocks; pathjudge, probemesh and
+// staging are pure judgements; config, metrics, statedir and model (the
+// vocabulary, which this package re-exports) are at the bottom with
+// barrier. docs/architecture.md draws the layers.
 //
 //	vocabulary.go  the public names of the lower packages (aliases)
 //	options.go     Option and the With... options
@@ -31,8 +32,6 @@
 //	timing.go      step, dead-man and commit-lead durations; the core's Config
 //	late.go        late commits: the answers' watch
 //	requester.go   who asked for an operation
-//	probes.go      the probe mesh counters for the report
-//	probeverify.go the built-in mesh verifier
 //	reporttext.go  what the report tells the operator about nodes
 //	hookrun.go     hook calls and their journal marks
 //	held.go        staged subsets: the held operation and its continuation
@@ -51,6 +50,7 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
+	"github.com/cutover-dev/cutover/coordinator/internal/probes"
 	"github.com/cutover-dev/cutover/coordinator/internal/statedir"
 	"github.com/cutover-dev/cutover/pkg/callstream"
 	"google.golang.org/grpc"
@@ -67,6 +67,7 @@ type Coordinator struct {
 
 	fleet    *fleet.Fleet       // the agents: inventory, clients, clock sampling
 	check    *preflight.Checker // validation and preflight of requests
+	mesh     *probes.Mesh       // the probe mesh's counters and verifier
 	journal  JournalStore
 	lock     *statedir.Lock // the --state-dir lock (file journal only)
 	metrics  *Metrics
@@ -155,7 +156,8 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithCancel(parent)
-	return &Coordinator{cfg: cfg, fleet: fl, check: preflight.New(cfg, fl, o.hooks, o.metrics), journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
+	mesh := probes.New(ctx, fl, cfg.ProbeSettle, cfg.VerifyBudget, o.log)
+	return &Coordinator{cfg: cfg, fleet: fl, mesh: mesh, check: preflight.New(cfg, fl, o.hooks, o.metrics), journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
 		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*opstate.Op{}}, nil
 }
 

@@ -1,21 +1,17 @@
 package coordinator
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
-	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
-	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -148,27 +144,6 @@ func retireNote(all bool, from uint32) string {
 		return ", then retire port " + strconv.FormatUint(uint64(from), 10) + " on every node"
 	}
 	return ", and stay held"
-}
-
-// parkProbes has every agent of a held operation drop the operation's
-// probe sample (agent ProbeStats park): best effort, once the run's figures
-// were read. A continuation's Prepare gives it back.
-func (c *Coordinator) parkProbes(op *opstate.Op) {
-	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.Step))
-	defer cancel()
-	var mu sync.Mutex
-	var missed []string
-	fleet.FanOut(op.Nodes, func(n string) {
-		if _, err := c.fleet.Agent(n).Client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Park: true}); err != nil {
-			mu.Lock()
-			missed = append(missed, n)
-			mu.Unlock()
-		}
-	})
-	if len(missed) > 0 {
-		slices.Sort(missed)
-		op.Emit("held", "", fmt.Sprintf("probe mesh of %s not parked: they probe at the operation's rate until it ends or lingers out", strings.Join(missed, ",")), false, nil)
-	}
 }
 
 // inventoryDrift is which of inv are not in opNodes (joined) and which of

@@ -10,6 +10,7 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
+	"github.com/cutover-dev/cutover/coordinator/internal/probes"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
@@ -69,7 +70,7 @@ func (c *Coordinator) drive(op *opstate.Op, acts []barrier.Action, done chan str
 // hooks run in the background (in calls) and post their event when done;
 // Journal and Declare are done before the next action.
 func (c *Coordinator) perform(op *opstate.Op, acts []barrier.Action, post func(barrier.Event), calls *sync.WaitGroup) {
-	rides := resetRides(acts)
+	rides := probes.ResetRides(acts)
 	carried := rides
 	for _, a := range acts {
 		switch a := a.(type) {
@@ -77,13 +78,13 @@ func (c *Coordinator) perform(op *opstate.Op, acts []barrier.Action, post func(b
 			c.enterStep(op, a)
 		case barrier.Send:
 			c.announce(op, a)
-			var reset *prepReset
-			if carriesReset(a) {
+			var reset *probes.PrepReset
+			if probes.CarriesReset(a) {
 				reset, rides = rides, nil // one Send carries it, and closes it
 			}
 			calls.Go(func() {
 				if reset != nil {
-					defer close(reset.done)
+					defer close(reset.Done)
 				}
 				if a.After > 0 {
 					// A retry's back-off, asked by the core (it has no
@@ -99,9 +100,9 @@ func (c *Coordinator) perform(op *opstate.Op, acts []barrier.Action, post func(b
 				c.dispatch(op, a, post, reset)
 			})
 		case barrier.ResetProbes:
-			calls.Go(func() { c.resetProbes(op, carried); post(barrier.ProbesReset{}) })
+			calls.Go(func() { c.mesh.Reset(op, carried); post(barrier.ProbesReset{}) })
 		case barrier.ReadProbes:
-			calls.Go(func() { c.probeStats(op, false); post(barrier.ProbesRead{}) })
+			calls.Go(func() { c.mesh.Stats(op, false); post(barrier.ProbesRead{}) })
 		case barrier.CallHook:
 			calls.Go(func() { post(c.callHook(op, a)) })
 		case barrier.RunVerifier:
@@ -118,7 +119,7 @@ func (c *Coordinator) runVerifier(op *opstate.Op, a barrier.RunVerifier) barrier
 	ctx, cancel := context.WithTimeout(c.ctx, a.Timeout)
 	defer cancel()
 	if !c.cfg.NoProbeVerify {
-		if err := c.meshVerify(ctx, op); err != nil {
+		if err := c.mesh.Verify(ctx, op); err != nil {
 			op.Emit("verify", "", "verification failed: "+err.Error(), true, nil)
 			return barrier.Verified{Err: err.Error()}
 		}
@@ -238,7 +239,7 @@ func (c *Coordinator) declare(op *opstate.Op, d barrier.Declare) {
 func (c *Coordinator) endRun(op *opstate.Op) (acts []barrier.Action, more bool) {
 	out := op.Core.Outcome()
 	if out == barrier.Held {
-		c.parkProbes(op)
+		c.mesh.Park(op)
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, op.Step)
 	fleet.FanOut(op.Nodes, func(n string) {

@@ -90,3 +90,12 @@ func (op *Op) EventsLocked() []*coordinatorv1.OperationEvent {
 
 // PhaseIn reports whether p is one of ps.
 func PhaseIn(p agentv1.Phase, ps ...agentv1.Phase) bool { return slices.Contains(ps, p) }
+
+// CoordClock turns an agent-clock instant into the coordinator's clock (0
+// stays 0: not measured).
+func CoordClock(agentNanos, offsetNanos int64) int64 {
+	if agentNanos == 0 {
+		return 0
+	}
+	return agentNanos - offsetNanos
+}

@@ -1,4 +1,4 @@
-package coordinator
+package probes
 
 import (
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
@@ -21,7 +21,7 @@ import (
 // figures for the report, never worth holding an operation up for.
 const probeStatsBound = time.Second
 
-// probeStats resets (alongside prepare) or reads (when an operation that
+// Stats resets (alongside prepare) or reads (when an operation that
 // reached commit ends, whatever its outcome) the agents' probe mesh
 // counters, each call within min(1 s, step). Agents without peers report
 // nothing: harmless. A node that does not answer is reported in an event,
@@ -32,11 +32,11 @@ const probeStatsBound = time.Second
 // (an agent settles a probe when it is answered or timed out), so a read
 // that finds probing on waits --probe-settle and reads again: the figures
 // then cover the operation to its end. Without probing nothing waits.
-func (c *Coordinator) probeStats(op *opstate.Op, reset bool) {
-	c.probeStatsOf(op, op.Nodes, reset, !reset && c.cfg.ProbeSettle > 0)
+func (c *Mesh) Stats(op *opstate.Op, reset bool) {
+	c.statsOf(op, op.Nodes, reset, !reset && c.settle > 0)
 }
 
-// prepReset is the probe counters' reset riding in the first Prepare
+// PrepReset is the probe counters' reset riding in the first Prepare
 // (reset_probe_stats): done closes when that Prepare's fan-out ended, and
 // old holds the nodes prepared without saying their counters were zeroed
 // (agents older than the field). ResetProbes then calls ProbeStats with
@@ -44,13 +44,14 @@ func (c *Coordinator) probeStats(op *opstate.Op, reset bool) {
 // calls more inside the prepare round. A node whose Prepare
 // failed is not reset: the operation aborts, and its counters are never
 // read (they are read only once Commit was sent).
-type prepReset struct {
-	done chan struct{}
+type PrepReset struct {
+	Done chan struct{}
 	mu   sync.Mutex
 	old  []string
 }
 
-func (r *prepReset) answered(node string, resp *agentv1.PrepareResponse, err error) {
+// Answered notes node's answer to the Prepare the reset rode in.
+func (r *PrepReset) Answered(node string, resp *agentv1.PrepareResponse, err error) {
 	if err != nil || resp.GetProbeStatsReset() {
 		return
 	}
@@ -59,15 +60,15 @@ func (r *prepReset) answered(node string, resp *agentv1.PrepareResponse, err err
 	r.mu.Unlock()
 }
 
-// resetRides is the reset riding in acts' Prepare, when acts hold both a
+// ResetRides is the reset riding in acts' Prepare, when acts hold both a
 // first Prepare and ResetProbes (barrier: "ResetProbes goes out alongside
 // the first Prepare"); else nil.
-func resetRides(acts []barrier.Action) *prepReset {
+func ResetRides(acts []barrier.Action) *PrepReset {
 	var prep, reset bool
 	for _, a := range acts {
 		switch a := a.(type) {
 		case barrier.Send:
-			prep = prep || carriesReset(a)
+			prep = prep || CarriesReset(a)
 		case barrier.ResetProbes:
 			reset = true
 		}
@@ -75,23 +76,23 @@ func resetRides(acts []barrier.Action) *prepReset {
 	if !prep || !reset {
 		return nil
 	}
-	return &prepReset{done: make(chan struct{})}
+	return &PrepReset{Done: make(chan struct{})}
 }
 
-// carriesReset reports whether s is the Prepare a reset rides in: the
+// CarriesReset reports whether s is the Prepare a reset rides in: the
 // first one, sent at once (a retry's back-off would hold the reset).
-func carriesReset(s barrier.Send) bool { return s.Step == barrier.Prepare && s.After == 0 }
+func CarriesReset(s barrier.Send) bool { return s.Step == barrier.Prepare && s.After == 0 }
 
-// resetProbes zeroes the agents' probe counters: once the Prepare that
+// Reset zeroes the agents' probe counters: once the Prepare that
 // carried the reset is answered, those of the agents that did not do it
 // (rides); without rides, every agent's.
-func (c *Coordinator) resetProbes(op *opstate.Op, rides *prepReset) {
+func (c *Mesh) Reset(op *opstate.Op, rides *PrepReset) {
 	if rides == nil {
-		c.probeStats(op, true)
+		c.Stats(op, true)
 		return
 	}
 	select {
-	case <-rides.done:
+	case <-rides.Done:
 	case <-c.ctx.Done():
 		return
 	}
@@ -99,13 +100,13 @@ func (c *Coordinator) resetProbes(op *opstate.Op, rides *prepReset) {
 	old := rides.old
 	rides.mu.Unlock()
 	if len(old) > 0 {
-		c.probeStatsOf(op, old, true, false)
+		c.statsOf(op, old, true, false)
 	}
 }
 
-// probeStatsOf resets or reads the counters of nodes (probeStats), reading
+// statsOf resets or reads the counters of nodes (Stats), reading
 // again once after --probe-settle when settleThenAgain.
-func (c *Coordinator) probeStatsOf(op *opstate.Op, nodes []string, reset, settleThenAgain bool) {
+func (c *Mesh) statsOf(op *opstate.Op, nodes []string, reset, settleThenAgain bool) {
 	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.Step))
 	defer cancel()
 	var mu sync.Mutex
@@ -128,7 +129,7 @@ func (c *Coordinator) probeStatsOf(op *opstate.Op, nodes []string, reset, settle
 		stalls[n] = r.GetMaxStallMicros()
 		for _, p := range r.Peers {
 			pairs = append(pairs, &coordinatorv1.PairDisruption{From: n, To: p.Peer, Sent: p.Sent, Lost: p.Lost, LongestGapMicros: p.LongestGapMicros,
-				LongestGapFromUnixNano: coordClock(p.GetLongestGapFromUnixNano(), op.Offsets[n].Offset.Nanoseconds())})
+				LongestGapFromUnixNano: opstate.CoordClock(p.GetLongestGapFromUnixNano(), op.Offsets[n].Offset.Nanoseconds())})
 		}
 	})
 	if len(missed) > 0 && c.ctx.Err() == nil {
@@ -145,8 +146,8 @@ func (c *Coordinator) probeStatsOf(op *opstate.Op, nodes []string, reset, settle
 	}
 	if settleThenAgain && len(pairs) > 0 {
 		select {
-		case <-time.After(c.cfg.ProbeSettle):
-			c.probeStatsOf(op, nodes, false, false)
+		case <-time.After(c.settle):
+			c.statsOf(op, nodes, false, false)
 			return
 		case <-c.ctx.Done():
 		}

@@ -1,4 +1,4 @@
-package coordinator
+package probes
 
 import (
 	"testing"

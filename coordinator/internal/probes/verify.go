@@ -1,4 +1,4 @@
-package coordinator
+package probes
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/config"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
@@ -25,11 +26,11 @@ import (
 // new port; A's own clock stamps it, so the one conversion needed is of
 // the flip instants into A's clock (the offsets measured in preflight).
 
-// meshVerify polls the senders' ProbeStats every few probe intervals
+// Verify polls the senders' ProbeStats every few probe intervals
 // until every sampled pair passed or the budget (at most until ctx ends)
 // is spent. Pairs dark before the change are flagged in the report's
 // warnings and do not fail the operation.
-func (c *Coordinator) meshVerify(ctx context.Context, op *opstate.Op) error {
+func (c *Mesh) Verify(ctx context.Context, op *opstate.Op) error {
 	op.Mu.Lock()
 	pairs := slices.Clone(op.ProbePairs)
 	flips := map[string]probemesh.Flip{}
@@ -65,9 +66,9 @@ func (c *Coordinator) meshVerify(ctx context.Context, op *opstate.Op) error {
 	if len(pairs) == 0 {
 		return nil
 	}
-	budget := c.cfg.VerifyBudget
+	budget := c.budget
 	if budget <= 0 {
-		budget = Default().VerifyBudget
+		budget = config.Default().VerifyBudget
 	}
 	// Each round reads only the senders of pairs not yet passed or
 	// known dark before the change: at 10,000 nodes one read of every
@@ -161,13 +162,13 @@ func minTime(a, b time.Time) time.Time {
 // readMesh reads the senders' probe figures (no reset), by sender and
 // peer, with each sender's probe interval and timeout; errs names the
 // senders that could not be read.
-func (c *Coordinator) readMesh(ctx context.Context, senders []string) (stats map[string]map[string]*agentv1.PeerProbeStats, intervals, timeouts map[string]time.Duration, errs map[string]string) {
+func (c *Mesh) readMesh(ctx context.Context, senders []string) (stats map[string]map[string]*agentv1.PeerProbeStats, intervals, timeouts map[string]time.Duration, errs map[string]string) {
 	return c.readMeshAfter(ctx, senders, nil)
 }
 
 // readMeshAfter is readMesh where the figures in have been read already
 // (the Verify step's): only the other senders are asked.
-func (c *Coordinator) readMeshAfter(ctx context.Context, senders []string, in map[string]*agentv1.ProbeStatsResponse) (stats map[string]map[string]*agentv1.PeerProbeStats, intervals, timeouts map[string]time.Duration, errs map[string]string) {
+func (c *Mesh) readMeshAfter(ctx context.Context, senders []string, in map[string]*agentv1.ProbeStatsResponse) (stats map[string]map[string]*agentv1.PeerProbeStats, intervals, timeouts map[string]time.Duration, errs map[string]string) {
 	stats = map[string]map[string]*agentv1.PeerProbeStats{}
 	intervals, timeouts, errs = map[string]time.Duration{}, map[string]time.Duration{}, map[string]string{}
 	add := func(n string, r *agentv1.ProbeStatsResponse) {
