@@ -25,9 +25,10 @@
 //
 //	vocabulary.go  the public names of the lower packages (aliases)
 //	options.go     Option and the With... options
-//	coordinator.go Coordinator: build, close, the single operation slot
+//	coordinator.go Coordinator: build, close, the single operation slot;
+//	               the agents' credentials
 //	journal.go     writing an operation's record to the journal
-//	runner.go      the event loop: core actions → calls → core events
+//	runner.go      launch and the event loop: core actions → calls → core events
 //	agentcalls.go  one step as parallel agent RPCs
 //	timing.go      step, dead-man and commit-lead durations; the core's Config
 //	late.go        late commits: the answers' watch
@@ -46,15 +47,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
 	"github.com/cutover-dev/cutover/coordinator/internal/probes"
 	"github.com/cutover-dev/cutover/coordinator/internal/statedir"
 	"github.com/cutover-dev/cutover/pkg/callstream"
+	"github.com/cutover-dev/cutover/pkg/pki"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -213,23 +216,25 @@ func (c *Coordinator) release(op *opstate.Op) {
 	}
 }
 
-// launch records op and runs first (the core's first actions) in the
-// background. The caller holds the slot (c.current == op).
-func (c *Coordinator) launch(op *opstate.Op, first []barrier.Action) {
-	done := make(chan struct{})
-	c.mu.Lock()
-	c.ops[op.Rec.ID] = op
-	c.lastID = op.Rec.ID
-	c.current = op
-	op.Mu.Lock()
-	op.Running = true
-	op.Done = done
-	op.Mu.Unlock()
-	c.mu.Unlock()
-	c.wg.Go(func() { c.drive(op, first, done) })
-}
-
 // WarmAgents opens every agent's connection in the background, so that
 // the first operation after the coordinator starts (or takes over the
 // lead) finds them open (fleet.Fleet.Warm); Close stops the warming.
 func (c *Coordinator) WarmAgents() { c.fleet.Warm(c.ctx, &c.wg) }
+
+// agentDialOptions returns the credentials used to dial agents: mTLS
+// presenting our certificate and requiring the agent role, or plaintext
+// with --insecure. Agents whose certificate is refused are counted in m.
+func agentDialOptions(cfg Config, m *Metrics, log *slog.Logger) ([]grpc.DialOption, error) {
+	if cfg.Insecure {
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	}
+	r, err := m.TLSReloader(cfg.TLS, log)
+	if err != nil {
+		return nil, fmt.Errorf("agent client TLS: %w", err)
+	}
+	tc, err := pki.ReloadingClientConfig(r, m.AgentTLSRejected, pki.RoleAgent)
+	if err != nil {
+		return nil, fmt.Errorf("agent client TLS: %w", err)
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}, nil
+}

@@ -25,7 +25,7 @@ func describeJournal(j JournalStore, cfg Config) string {
 // report is encoded again in the background, the newest state taken when
 // the encoder is free (requests while it is busy coalesce). The report is
 // the change record, not the protocol's state; encoding it took 35-75 ms
-// at 1,000 nodes and 0.3-0.7 s at 10,000 per save, with op.mu held, at
+// at 1,000 nodes and 0.3-0.7 s at 10,000 per save, with op.Mu held, at
 // every step boundary. After a crash the journaled report is
 // at most one background encoding old. Failures are logged and reported
 // as events (the operation itself goes on: stopping half way would be
@@ -54,7 +54,7 @@ func (c *Coordinator) saveFinal(op *opstate.Op) error {
 	return c.encodeAndWrite(op)
 }
 
-// encodeAndWrite encodes the report as it is now, outside op.mu, then
+// encodeAndWrite encodes the report as it is now, outside op.Mu, then
 // writes the record. Encodings are serialised (encodeMu), so the report
 // bytes a record carries only ever get newer.
 func (c *Coordinator) encodeAndWrite(op *opstate.Op) error {

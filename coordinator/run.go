@@ -29,24 +29,6 @@ import (
 
 const insecureWarning = "INSECURE MODE: no TLS to agents or from coordctl; anyone who can reach these ports can change the overlay. Use only in a local lab."
 
-// agentDialOptions returns the credentials used to dial agents: mTLS
-// presenting our certificate and requiring the agent role, or plaintext
-// with --insecure. Agents whose certificate is refused are counted in m.
-func agentDialOptions(cfg Config, m *Metrics, log *slog.Logger) ([]grpc.DialOption, error) {
-	if cfg.Insecure {
-		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
-	}
-	r, err := m.TLSReloader(cfg.TLS, log)
-	if err != nil {
-		return nil, fmt.Errorf("agent client TLS: %w", err)
-	}
-	tc, err := pki.ReloadingClientConfig(r, m.AgentTLSRejected, pki.RoleAgent)
-	if err != nil {
-		return nil, fmt.Errorf("agent client TLS: %w", err)
-	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}, nil
-}
-
 // serverOptions returns the API server's credentials: mTLS requiring the
 // admin role (coordctl), or none with --insecure. Every refused client is
 // counted in m, plaintext and failed handshakes included.

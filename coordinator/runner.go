@@ -15,10 +15,26 @@ import (
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
+// launch records op and runs first (the core's first actions) in the
+// background. The caller holds the slot (c.current == op).
+func (c *Coordinator) launch(op *opstate.Op, first []barrier.Action) {
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.ops[op.Rec.ID] = op
+	c.lastID = op.Rec.ID
+	c.current = op
+	op.Mu.Lock()
+	op.Running = true
+	op.Done = done
+	op.Mu.Unlock()
+	c.mu.Unlock()
+	c.wg.Go(func() { c.drive(op, first, done) })
+}
+
 // drive runs the event loop of one operation run: it performs the core's
 // actions and feeds their results back as events. It decides nothing: what
 // happens next, and in which order, is the core's (internal/barrier and
-// its golden scenarios). Only drive touches op.core while op.running.
+// its golden scenarios). Only drive touches op.Core while op.Running.
 func (c *Coordinator) drive(op *opstate.Op, acts []barrier.Action, done chan struct{}) {
 	defer close(done)
 	// Nor does a background encoding of the report (save).
@@ -190,7 +206,7 @@ func (c *Coordinator) announce(op *opstate.Op, s barrier.Send) {
 }
 
 // phaseDoneLocked records that step lasted d: in the report and the
-// phase duration histogram. op.mu is held.
+// phase duration histogram. op.Mu is held.
 func (c *Coordinator) phaseDoneLocked(op *opstate.Op, step barrier.Step, d time.Duration) {
 	op.Report.Phases = append(op.Report.Phases, &coordinatorv1.PhaseDuration{Phase: string(step), Nanos: d.Nanoseconds(), StartedUnixNano: time.Now().Add(-d).UnixNano()})
 	c.metrics.PhaseDuration.WithLabelValues(string(step)).Observe(d.Seconds())

@@ -60,16 +60,30 @@ const DefaultJournalKeep = model.DefaultJournalKeep
 // LockFile is the name of the lock in --state-dir.
 const LockFile = statedir.LockFile
 
-// Functions of the vocabulary, under their public names.
-var (
-	ParseAgentFlags   = model.ParseAgentFlags
-	LoadInventoryFile = model.LoadInventoryFile
-	NewInventory      = model.NewInventory
-	IsInventoryError  = model.IsInventoryError
-	Prunable          = model.Prunable
-	OpenJournal       = statedir.OpenJournal
-	IsStateDirLocked  = statedir.IsStateDirLocked
-)
+// ParseAgentFlags parses --agent node=host:port[@overlay] values.
+func ParseAgentFlags(vals []string) ([]AgentSpec, error) { return model.ParseAgentFlags(vals) }
+
+// LoadInventoryFile reads a JSON inventory file.
+func LoadInventoryFile(path string) ([]AgentSpec, error) { return model.LoadInventoryFile(path) }
+
+// NewInventory validates specs (from source, for errors) into an Inventory.
+func NewInventory(source string, specs []AgentSpec) (Inventory, error) {
+	return model.NewInventory(source, specs)
+}
+
+// IsInventoryError reports whether err says an inventory is invalid.
+func IsInventoryError(err error) bool { return model.IsInventoryError(err) }
+
+// Prunable returns the records a journal keeping keep finished operations
+// drops (model.Prunable).
+func Prunable(recs []Record, keep int) []Record { return model.Prunable(recs, keep) }
+
+// OpenJournal opens the file journal in dir, creating it if needed.
+func OpenJournal(dir string) (*Journal, error) { return statedir.OpenJournal(dir) }
+
+// IsStateDirLocked reports whether err says the state dir is held by
+// another process.
+func IsStateDirLocked(err error) bool { return statedir.IsStateDirLocked(err) }
 
 // Strategies, as CutoverRequest.strategy spells them.
 const (

@@ -54,7 +54,7 @@ func RefuseBesideHeld(op *Op, what string) error {
 
 // NoteStagedLocked records, as a staged run ends, where each node is:
 // Switched for a held operation (the journal keeps it for the next run),
-// NodeResult.staged for the report. op.mu is held.
+// NodeResult.staged for the report. op.Mu is held.
 func NoteStagedLocked(op *Op, out barrier.Outcome, sending []string) {
 	if len(op.Rec.Batches) == 0 {
 		return

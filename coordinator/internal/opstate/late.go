@@ -25,7 +25,7 @@ func (op *Op) NoteLate(n string, lateness int64, applied bool) {
 
 // LateWarningsLocked adds the report's warnings for a SUCCEEDED operation
 // whose late nodes applied anyway (the wait policy): the overlay was split
-// while they were away, so this is not a clean success. op.mu is held.
+// while they were away, so this is not a clean success. op.Mu is held.
 func LateWarningsLocked(op *Op, out barrier.Outcome) {
 	if out != barrier.Succeeded {
 		return
@@ -44,7 +44,7 @@ func LateWarningsLocked(op *Op, out barrier.Outcome) {
 // overlay was split for that long between the first and the last (in
 // the lab a 142 ms spread with 340 probes lost once passed as a clean
 // success). A warning, not a failure: the change is complete and
-// verified; coordctl exits 7. op.mu is held.
+// verified; coordctl exits 7. op.Mu is held.
 func SpreadWarningLocked(op *Op, out barrier.Outcome, target time.Duration) {
 	r := op.Report
 	if out != barrier.Succeeded || target <= 0 || r.GetStrategy() == "staged" {

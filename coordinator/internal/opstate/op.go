@@ -33,9 +33,9 @@ type Op struct {
 	// held operation ran: the core numbers this run's from 1.
 	BatchBase int
 
-	// The journal writer (save): WriteMu orders record writes, EncodeMu
-	// the report's encodings, SaveMu guards encodeQueued (an encoding is
-	// asked for and has not started); encoders are the background ones.
+	// The journal writer (the coordinator's save): WriteMu orders record writes, EncodeMu
+	// the report's encodings, SaveMu guards EncodeQueued (an encoding is
+	// asked for and has not started); Encoders are the background ones.
 	WriteMu, EncodeMu, SaveMu sync.Mutex
 	EncodeQueued              bool
 	Encoders                  sync.WaitGroup
@@ -63,10 +63,10 @@ type Op struct {
 	// prepared, its dead-man deadline once committed. A Failed report
 	// tells the operator when an unreached node will be back in line.
 	SelfUndo map[string]time.Time
-	SelfKind map[string]agentv1.Phase // the phase selfUndo was learnt in
+	SelfKind map[string]agentv1.Phase // the phase SelfUndo was learnt in
 	CommitAt time.Time                // the last commit instant sent (coordinator clock)
 	// The probe mesh chosen in preflight (preflight.PlanProbes): peers sent with
-	// Prepare, pairs verify checks. probePlanned is false for a resumed
+	// Prepare, pairs verify checks. ProbePlanned is false for a resumed
 	// run: verify then checks the peers the agents report.
 	ProbePeers   map[string][]*agentv1.ProbePeer
 	ProbePairs   []probemesh.Pair

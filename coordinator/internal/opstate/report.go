@@ -53,7 +53,7 @@ func (op *Op) SelfUndoLocked(node string, now time.Time) string {
 
 // FailedErrorLocked is the report's error of an operation whose abort or
 // rollback could not reach every agent: who, how hard it was tried, and
-// when each unreached node undoes the operation by itself. op.mu is held.
+// when each unreached node undoes the operation by itself. op.Mu is held.
 func FailedErrorLocked(op *Op, d barrier.Declare, now time.Time) string {
 	undo := "rollback"
 	if !op.Core.CommitSent() {

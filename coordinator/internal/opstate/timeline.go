@@ -76,7 +76,7 @@ func (op *Op) NoteReadBack(node string, info *agentv1.InfoResponse) {
 
 // EventsLocked is the operation's event log for its report: the events of
 // runs before a coordinator restart (from the journal), then this run's,
-// without the final report they carry. op.mu is held.
+// without the final report they carry. op.Mu is held.
 func (op *Op) EventsLocked() []*coordinatorv1.OperationEvent {
 	out := make([]*coordinatorv1.OperationEvent, 0, len(op.PriorEvents)+len(op.Events))
 	out = append(out, op.PriorEvents...)
