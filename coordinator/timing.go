@@ -19,7 +19,7 @@ import (
 func (c *Coordinator) coreConfig(nodes []string, step, deadman time.Duration, marks []HookMark, batches [][]string) barrier.Config {
 	cfg := barrier.Config{Nodes: nodes, Batches: batches, StepTimeout: step, RollbackAttempts: c.cfg.RollbackAttempts,
 		RetryBackoff: c.cfg.RollbackBackoff, RetryBackoffMax: 8 * c.cfg.RollbackBackoff, RetryFor: deadman + time.Second,
-		// The built-in probe mesh verifier (probeverify.go), and the
+		// The built-in probe mesh verifier (internal/probes), and the
 		// operation-wide one when given.
 		Verifier: c.verifier != nil || !c.cfg.NoProbeVerify,
 		// Agents without peers report no counters: harmless.

@@ -99,7 +99,7 @@ type Config struct {
 	ProbePeersK   int
 	NoProbeVerify bool
 	VerifyBudget  time.Duration
-	// The underlay path check every preflight runs (pathcheck.go): each
+	// The underlay path check every preflight runs (internal/preflight/pathcheck.go): each
 	// agent binds the target port for PathWindow and resends unanswered
 	// frames every PathInterval. Above PathSampleAbove nodes the pairs
 	// are sampled: every node exchanges frames with at least PathPeersK
