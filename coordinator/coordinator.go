@@ -207,6 +207,21 @@ func (c *Coordinator) reserve(op *opstate.Op) error {
 	return nil
 }
 
+// claimLocked claims the slot and the core for another run of an operation
+// that is not running (a rollback, a held operation's continuation), and
+// marks the run started: a rollback asked from then on goes to that run,
+// never to a second one. c.mu is held.
+func (c *Coordinator) claimLocked(op *opstate.Op) error {
+	if c.current != nil && c.current != op {
+		return status.Errorf(codes.FailedPrecondition, "operation %s is running: wait for it or roll it back first", c.current.Rec.ID)
+	}
+	c.current = op
+	op.Mu.Lock()
+	op.Running = true
+	op.Mu.Unlock()
+	return nil
+}
+
 // release frees the slot without recording op (preflight refused it).
 func (c *Coordinator) release(op *opstate.Op) {
 	c.mu.Lock()

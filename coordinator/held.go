@@ -136,7 +136,7 @@ func (c *Coordinator) continueHeld(op *opstate.Op, req *coordinatorv1.CutoverReq
 	op.Emit("continue", "", fmt.Sprintf("continuing held operation %s (%s): switching %d more node(s) in %d batch(es)%s",
 		id, summary, len(targets), len(batches), then), false, nil)
 	c.launch(op, op.Core.Start())
-	return c.follow(stream, op, first)
+	return op.Follow(stream, first)
 }
 
 func retireNote(all bool, from uint32) string {

@@ -209,32 +209,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	}
 	op.Emit("preflight", "", fmt.Sprintf("preflight passed: %d node(s) on port %d, target %d", len(r.Nodes), pf.From, r.To), false, nil)
 	c.launch(op, op.Core.Start())
-	return c.follow(stream, op, 0)
-}
-
-// follow streams op's events from index from until the run's last event.
-// A client that goes away stops only its stream, never the operation.
-func (c *Coordinator) follow(stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent], op *opstate.Op, from int) error {
-	for {
-		op.Mu.Lock()
-		evs := op.Events[from:]
-		ch := op.Changed
-		op.Mu.Unlock()
-		for _, ev := range evs {
-			if err := stream.Send(ev); err != nil {
-				return err
-			}
-			from++
-			if ev.Report != nil {
-				return nil
-			}
-		}
-		select {
-		case <-ch:
-		case <-stream.Context().Done():
-			return stream.Context().Err()
-		}
-	}
+	return op.Follow(stream, 0)
 }
 
 func (c *Coordinator) lookup(id string) (*opstate.Op, error) {
@@ -286,7 +261,7 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 		default:
 		}
 		c.mu.Unlock()
-		return c.follow(stream, op, from)
+		return op.Follow(stream, from)
 	}
 	if op.Rec.Kind == "rollback" && op.Rec.Outcome == "succeeded" {
 		c.mu.Unlock()
@@ -335,22 +310,7 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 	}
 	op.Reopen()
 	c.launch(op, acts)
-	return c.follow(stream, op, from)
-}
-
-// claimLocked claims the slot and the core for another run of an operation
-// that is not running (a rollback, a held operation's continuation), and
-// marks the run started: a rollback asked from then on goes to that run,
-// never to a second one. c.mu is held.
-func (c *Coordinator) claimLocked(op *opstate.Op) error {
-	if c.current != nil && c.current != op {
-		return status.Errorf(codes.FailedPrecondition, "operation %s is running: wait for it or roll it back first", c.current.Rec.ID)
-	}
-	c.current = op
-	op.Mu.Lock()
-	op.Running = true
-	op.Mu.Unlock()
-	return nil
+	return op.Follow(stream, from)
 }
 
 // Resume loads the journal and, for every operation that did not end,

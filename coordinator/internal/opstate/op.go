@@ -11,6 +11,7 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/probemesh"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
@@ -58,12 +59,12 @@ type Op struct {
 	Written     map[string]int64 // the same: the writes leaving for the dataplane
 	LastArrival int64            // the latest Commit arrival at an agent (coordinator clock; atomic only)
 	Effective   map[string]int64 // the same: the dataplanes' confirmations
-	// SelfUndo is, by node, the instant (coordinator clock) the agent said
+	// selfUndo is, by node, the instant (coordinator clock) the agent said
 	// it undoes the operation by itself: its prepare deadline while
 	// prepared, its dead-man deadline once committed. A Failed report
 	// tells the operator when an unreached node will be back in line.
-	SelfUndo map[string]time.Time
-	SelfKind map[string]agentv1.Phase // the phase SelfUndo was learnt in
+	selfUndo map[string]time.Time
+	selfKind map[string]agentv1.Phase // the phase selfUndo was learnt in
 	CommitAt time.Time                // the last commit instant sent (coordinator clock)
 	// The probe mesh chosen in preflight (preflight.PlanProbes): peers sent with
 	// Prepare, pairs verify checks. ProbePlanned is false for a resumed
@@ -80,7 +81,7 @@ type Op struct {
 func New(id, kind string, from, to uint32, nodes []string, step, deadman time.Duration, seq int64) *Op {
 	op := &Op{From: from, To: to, Nodes: nodes, Step: step, Deadman: deadman, Offsets: map[string]fleet.ClockSample{},
 		Changed: make(chan struct{}), Done: make(chan struct{}), Rollback: make(chan string, 1),
-		Results: map[string]*coordinatorv1.NodeResult{}, Applied: map[string]int64{}, Written: map[string]int64{}, Effective: map[string]int64{}, SelfUndo: map[string]time.Time{}, SelfKind: map[string]agentv1.Phase{}}
+		Results: map[string]*coordinatorv1.NodeResult{}, Applied: map[string]int64{}, Written: map[string]int64{}, Effective: map[string]int64{}, selfUndo: map[string]time.Time{}, selfKind: map[string]agentv1.Phase{}}
 	op.Rec = model.Record{ID: id, Kind: kind, FromPort: from, ToPort: to, Nodes: nodes, StepMillis: step.Milliseconds(), Outcome: "pending", Seq: seq}
 	op.Report = &coordinatorv1.Report{OperationId: id, State: coordinatorv1.OperationState_OPERATION_STATE_RUNNING,
 		FromPort: from, ToPort: to, StartedUnixNano: time.Now().UnixNano()}
@@ -121,7 +122,7 @@ func (op *Op) Snapshot() *coordinatorv1.Report {
 
 func (op *Op) SnapshotLocked() *coordinatorv1.Report {
 	r := proto.Clone(op.Report).(*coordinatorv1.Report)
-	r.Events = op.EventsLocked()
+	r.Events = op.eventsLocked()
 	if !op.CommitAt.IsZero() {
 		r.CommitUnixNano = op.CommitAt.UnixNano()
 	}
@@ -167,8 +168,8 @@ func (op *Op) NoteSelfUndo(node string, st *agentv1.OperationStatus) {
 	}
 	op.Mu.Lock()
 	defer op.Mu.Unlock()
-	op.SelfUndo[node] = time.Unix(0, st.GetDeadlineUnixNano()).Add(-op.Offsets[node].Offset)
-	op.SelfKind[node] = st.GetPhase()
+	op.selfUndo[node] = time.Unix(0, st.GetDeadlineUnixNano()).Add(-op.Offsets[node].Offset)
+	op.selfKind[node] = st.GetPhase()
 }
 
 func OutcomeState(o barrier.Outcome) coordinatorv1.OperationState {
@@ -239,4 +240,29 @@ func (op *Op) Info() model.OpInfo {
 	op.Mu.Lock()
 	defer op.Mu.Unlock()
 	return model.OpInfo{ID: op.Rec.ID, Kind: op.Rec.Kind, FromPort: op.From, ToPort: op.To, Nodes: slices.Clone(op.Nodes)}
+}
+
+// Follow streams op's events from index from until the run's last event.
+// A client that goes away stops only its stream, never the operation.
+func (op *Op) Follow(stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent], from int) error {
+	for {
+		op.Mu.Lock()
+		evs := op.Events[from:]
+		ch := op.Changed
+		op.Mu.Unlock()
+		for _, ev := range evs {
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+			from++
+			if ev.Report != nil {
+				return nil
+			}
+		}
+		select {
+		case <-ch:
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
 }

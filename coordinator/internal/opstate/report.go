@@ -9,13 +9,13 @@ import (
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
 
-// SelfUndoLocked says when an unreached node undoes the operation by
+// selfUndoLocked says when an unreached node undoes the operation by
 // itself, as far as the coordinator knows: the deadline it reported (its
 // prepare deadline while prepared, its dead-man once committed), or what
 // follows from the commit instant and the dead-man sent with it. The
 // timers run in the agent: a stopped agent acts on a passed deadline as
 // soon as it starts again, and not before.
-func (op *Op) SelfUndoLocked(node string, now time.Time) string {
+func (op *Op) selfUndoLocked(node string, now time.Time) string {
 	when := func(t time.Time) string {
 		at := t.UTC().Format("15:04:05.000Z")
 		if d := t.Sub(now).Round(100 * time.Millisecond); d > 0 {
@@ -24,8 +24,8 @@ func (op *Op) SelfUndoLocked(node string, now time.Time) string {
 		return fmt.Sprintf("%s (passed %s ago)", at, now.Sub(t).Round(100*time.Millisecond))
 	}
 	const passed = "a running agent has undone the operation by itself, a stopped one does as soon as it starts again; check it"
-	dl, known := op.SelfUndo[node]
-	kind := op.SelfKind[node]
+	dl, known := op.selfUndo[node]
+	kind := op.selfKind[node]
 	commitSent := op.Core.CommitSent() && !op.CommitAt.IsZero()
 	deadman := op.CommitAt.Add(op.Deadman)
 	const prepTimeout = "the agent's --prepare-timeout after its Prepare, 5m by default"
@@ -63,7 +63,7 @@ func FailedErrorLocked(op *Op, d barrier.Declare, now time.Time) string {
 	msg := fmt.Sprintf("%s; %s could not reach %s (%d attempts over %s): an operator must check %s",
 		d.Reason, undo, strings.Join(d.Unreached, ","), op.Core.Tries(), took, map[bool]string{true: "it", false: "them"}[len(d.Unreached) == 1])
 	for _, n := range d.Unreached {
-		msg += "; " + n + ": " + op.SelfUndoLocked(n, now)
+		msg += "; " + n + ": " + op.selfUndoLocked(n, now)
 	}
 	return msg
 }

@@ -35,15 +35,15 @@ func (op *Op) NoteTimeline(node string, s barrier.Send, ev barrier.Event, st *ag
 		case barrier.Finalize:
 			nr.FinalizedUnixNano = now
 		case barrier.Abort, barrier.Rollback:
-			NoteReverted(nr, string(s.Step), now, st, offset)
+			noteReverted(nr, string(s.Step), now, st, offset)
 		}
 	})
 }
 
-// NoteReverted marks nr undone, by what the agent says undid it when it
+// noteReverted marks nr undone, by what the agent says undid it when it
 // says so (its dead-man, its prepare timeout), at the instant it did, else
 // by step at now. A node that never saw the operation was not reverted.
-func NoteReverted(nr *coordinatorv1.NodeResult, step string, now int64, st *agentv1.OperationStatus, offset int64) {
+func noteReverted(nr *coordinatorv1.NodeResult, step string, now int64, st *agentv1.OperationStatus, offset int64) {
 	if nr.RevertedUnixNano != 0 {
 		return
 	}
@@ -68,16 +68,16 @@ func (op *Op) NoteReadBack(node string, info *agentv1.InfoResponse) {
 		if o := info.GetOperation(); o != nil && o.GetOperationId() == op.Rec.ID {
 			r.AgentPhase = o.GetPhase().String()
 			if PhaseIn(o.GetPhase(), agentv1.Phase_PHASE_ABORTED, agentv1.Phase_PHASE_REVERTED) {
-				NoteReverted(r, "", 0, o, offset)
+				noteReverted(r, "", 0, o, offset)
 			}
 		}
 	})
 }
 
-// EventsLocked is the operation's event log for its report: the events of
+// eventsLocked is the operation's event log for its report: the events of
 // runs before a coordinator restart (from the journal), then this run's,
 // without the final report they carry. op.Mu is held.
-func (op *Op) EventsLocked() []*coordinatorv1.OperationEvent {
+func (op *Op) eventsLocked() []*coordinatorv1.OperationEvent {
 	out := make([]*coordinatorv1.OperationEvent, 0, len(op.PriorEvents)+len(op.Events))
 	out = append(out, op.PriorEvents...)
 	for _, e := range op.Events {
