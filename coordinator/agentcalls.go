@@ -8,6 +8,11 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/model"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
+	"github.com/cutover-dev/cutover/coordinator/internal/probes"
+	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc/codes"
@@ -27,38 +32,36 @@ func callResult(node string, s barrier.Send, err error, ok bool, why string) bar
 	return barrier.Reply{Node: node, Step: s.Step, Attempt: s.Attempt, OK: ok, Err: why}
 }
 
-func phaseIn(p agentv1.Phase, ps ...agentv1.Phase) bool { return slices.Contains(ps, p) }
-
 // dispatch sends one step to its agents in parallel and posts one event
 // per agent (plus a Deadline backstop).
 // A first Prepare carries the probe counters' reset when reset is not nil
-// (prepReset).
-func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.Event), reset *prepReset) {
-	id := op.rec.ID
+// (probes.PrepReset).
+func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier.Event), reset *probes.PrepReset) {
+	id := op.Rec.ID
 	timeout := s.Timeout
 	var commitAt time.Time
 	var late *lateWatch
-	op.mu.Lock()
-	staged := len(op.rec.Batches) > 0
-	switched := setOf(op.rec.Switched) // a held operation's switched nodes
-	op.mu.Unlock()
+	op.Mu.Lock()
+	staged := len(op.Rec.Batches) > 0
+	switched := model.SetOf(op.Rec.Switched) // a held operation's switched nodes
+	op.Mu.Unlock()
 	if s.Step == barrier.Commit && !staged {
 		lead := c.commitLead(op)
 		commitAt = time.Now().Add(lead)
 		timeout += lead
-		op.mu.Lock()
-		op.commitAt = commitAt
-		op.mu.Unlock()
+		op.Mu.Lock()
+		op.CommitAt = commitAt
+		op.Mu.Unlock()
 		late = c.watchLate(op, s, commitAt, post)
 		defer late.stop()
 	}
 	// Staged, the phases that change a node's datapath go in waves of
 	// MaxParallel nodes; the step's bound covers every wave.
 	var wave chan struct{}
-	deadman := op.deadman
-	if staged && op.rec.MaxParallel > 0 && slices.Contains([]barrier.Step{barrier.Prepare, barrier.Commit, barrier.Finalize}, s.Step) {
-		wave = make(chan struct{}, op.rec.MaxParallel)
-		w := time.Duration(waves(len(s.Nodes), op.rec.MaxParallel))
+	deadman := op.Deadman
+	if staged && op.Rec.MaxParallel > 0 && slices.Contains([]barrier.Step{barrier.Prepare, barrier.Commit, barrier.Finalize}, s.Step) {
+		wave = make(chan struct{}, op.Rec.MaxParallel)
+		w := time.Duration(staging.Waves(len(s.Nodes), op.Rec.MaxParallel))
 		timeout *= w
 		// A node of the first wave waits for the others before the
 		// batch is verified and confirmed: its dead-man waits as long.
@@ -72,89 +75,89 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 	var mesh bool
 	switch s.Step {
 	case barrier.Prepare:
-		op.mu.Lock()
-		op.prepAnswers = op.prepAnswers[:0]
-		op.mu.Unlock()
+		op.Mu.Lock()
+		op.PrepAnswers = op.PrepAnswers[:0]
+		op.Mu.Unlock()
 	case barrier.Verify:
 		// The read-back brings the probe figures when the mesh verifier
 		// that follows will judge them: it then reads no sender twice.
-		op.mu.Lock()
-		mesh = !c.cfg.NoProbeVerify && (len(op.probePairs) > 0 || !op.probePlanned)
-		op.mu.Unlock()
+		op.Mu.Lock()
+		mesh = !c.cfg.NoProbeVerify && (len(op.ProbePairs) > 0 || !op.ProbePlanned)
+		op.Mu.Unlock()
 	}
-	fanOut(s.Nodes, func(n string) {
+	fleet.FanOut(s.Nodes, func(n string) {
 		if wave != nil {
 			wave <- struct{}{}
 			defer func() { <-wave }()
 		}
-		cl := c.agent(n).client
+		cl := c.fleet.Agent(n).Client
 		var ev barrier.Event
 		switch s.Step {
 		case barrier.Prepare:
-			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.from, ToPort: op.to, ProbePeers: op.probePeers[n], Strategy: op.report.GetStrategy(),
+			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.From, ToPort: op.To, ProbePeers: op.ProbePeers[n], Strategy: op.Report.GetStrategy(),
 				ResetProbeStats: reset != nil})
 			if reset != nil {
-				reset.answered(n, r, err)
+				reset.Answered(n, r, err)
 			}
-			op.mu.Lock()
-			op.prepAnswers = append(op.prepAnswers, time.Since(sent))
-			op.mu.Unlock()
+			op.Mu.Lock()
+			op.PrepAnswers = append(op.PrepAnswers, time.Since(sent))
+			op.Mu.Unlock()
 			ph := r.GetStatus().GetPhase()
-			op.noteSelfUndo(n, r.GetStatus())
+			op.NoteSelfUndo(n, r.GetStatus())
 			ok := ph == agentv1.Phase_PHASE_PREPARED
 			if switched[n] {
 				// A held operation's node that an earlier run switched:
 				// the replayed Prepare answers where it is.
-				ok = ph == agentv1.Phase_PHASE_CONFIRMED && r.GetStatus().GetCurrentPort() == op.to
+				ok = ph == agentv1.Phase_PHASE_CONFIRMED && r.GetStatus().GetCurrentPort() == op.To
 			}
 			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s: %s", ph, r.GetStatus().GetError()))
-			op.noteTimeline(n, s, ev, r.GetStatus())
+			op.NoteTimeline(n, s, ev, r.GetStatus())
 		case barrier.Commit:
 			req := &agentv1.CommitRequest{OperationId: id, DeadmanMillis: deadman.Milliseconds()}
 			if !staged {
 				// A staged switch has no instant: every node keeps
 				// receiving on both ports, so each switches when asked.
-				req.AtUnixNano = commitAt.Add(op.offsets[n].offset).UnixNano()
+				req.AtUnixNano = commitAt.Add(op.Offsets[n].Offset).UnixNano()
 				req.LateBudgetMillis = c.lateBudgetMillis()
 			}
 			r, err := cl.Commit(ctx, req)
 			got := time.Now()
 			ph := r.GetStatus().GetPhase()
-			op.noteSelfUndo(n, r.GetStatus())
-			ok := err == nil && phaseIn(ph, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED) && r.ReadbackPort == op.to
-			off := op.offsets[n].offset.Nanoseconds()
+			op.NoteSelfUndo(n, r.GetStatus())
+			ok := err == nil && opstate.PhaseIn(ph, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED) && r.ReadbackPort == op.To
+			off := op.Offsets[n].Offset.Nanoseconds()
 			var appliedAt int64
 			if err == nil {
-				appliedAt = coordClock(r.AppliedUnixNano, off)
+				appliedAt = opstate.CoordClock(r.AppliedUnixNano, off)
 			}
 			late.answer(n, appliedAt, r)
 			if err == nil {
 				applied := r.AppliedUnixNano - off
-				written, effective := coordClock(r.WrittenUnixNano, off), coordClock(r.EffectiveUnixNano, off)
-				received := coordClock(r.ReceivedUnixNano, off)
-				op.setResult(n, func(nr *coordinatorv1.NodeResult) {
+				written, effective := opstate.CoordClock(r.WrittenUnixNano, off), opstate.CoordClock(r.EffectiveUnixNano, off)
+				received := opstate.CoordClock(r.ReceivedUnixNano, off)
+				op.SetResult(n, func(nr *coordinatorv1.NodeResult) {
 					nr.AppliedUnixNano, nr.ApplyNanos = applied, r.ApplyNanos
 					nr.WrittenUnixNano, nr.EffectiveUnixNano = written, effective
 					nr.CommitReceivedUnixNano = received
-					nr.AnswerSentUnixNano, nr.AnswerReceivedUnixNano = coordClock(r.AnsweredUnixNano, off), got.UnixNano()
+					nr.AnswerSentUnixNano, nr.AnswerReceivedUnixNano = opstate.CoordClock(r.AnsweredUnixNano, off), got.UnixNano()
 					if r.AnsweredUnixNano != 0 && r.AppliedUnixNano != 0 {
 						nr.ApplyToAnswerNanos = r.AnsweredUnixNano - r.AppliedUnixNano
 					}
 				})
-				op.mu.Lock()
-				op.applied[n] = applied
+				op.Mu.Lock()
+				op.Applied[n] = applied
 				if received != 0 {
-					op.lastArrival = max(op.lastArrival, received)
+					op.LastArrival = max(op.LastArrival, received)
 				}
 				if written != 0 {
-					op.written[n] = written
+					op.Written[n] = written
 				}
 				if effective != 0 {
-					op.effective[n] = effective
+					op.Effective[n] = effective
 				}
-				op.mu.Unlock()
+				op.Mu.Unlock()
 			}
-			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s, read back port %d (want %d): %s", ph, r.GetReadbackPort(), op.to, r.GetStatus().GetError()))
+			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s, read back port %d (want %d): %s", ph, r.GetReadbackPort(), op.To, r.GetStatus().GetError()))
 			if rep, isReply := ev.(barrier.Reply); isReply && rep.OK {
 				// Judged by the core against the budget: when the node
 				// applied, not when this answer came.
@@ -164,12 +167,12 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		case barrier.Verify:
 			info, err := cl.Info(ctx, &agentv1.InfoRequest{ProbeStats: mesh})
 			if ps := info.GetProbeStats(); ps != nil {
-				op.mu.Lock()
-				if op.verifyStats == nil {
-					op.verifyStats = map[string]*agentv1.ProbeStatsResponse{}
+				op.Mu.Lock()
+				if op.VerifyStats == nil {
+					op.VerifyStats = map[string]*agentv1.ProbeStatsResponse{}
 				}
-				op.verifyStats[n] = ps
-				op.mu.Unlock()
+				op.VerifyStats[n] = ps
+				op.Mu.Unlock()
 			}
 			o := info.GetOperation()
 			// Staged: the device keeps its own port until the retirement;
@@ -179,30 +182,30 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 			if staged {
 				port = o.GetCurrentPort()
 			}
-			ok := port == op.to && o.GetOperationId() == id &&
-				phaseIn(o.GetPhase(), agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
-			ev = callResult(n, s, err, ok, fmt.Sprintf("read back port %d (want %d), operation %q %s", port, op.to, o.GetOperationId(), o.GetPhase()))
+			ok := port == op.To && o.GetOperationId() == id &&
+				opstate.PhaseIn(o.GetPhase(), agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
+			ev = callResult(n, s, err, ok, fmt.Sprintf("read back port %d (want %d), operation %q %s", port, op.To, o.GetOperationId(), o.GetPhase()))
 		case barrier.Confirm:
 			r, err := cl.Confirm(ctx, &agentv1.ConfirmRequest{OperationId: id})
-			ok := phaseIn(r.GetPhase(), agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
+			ok := opstate.PhaseIn(r.GetPhase(), agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
 			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
-			op.noteTimeline(n, s, ev, r)
+			op.NoteTimeline(n, s, ev, r)
 		case barrier.Finalize:
 			r, err := cl.Finalize(ctx, &agentv1.FinalizeRequest{OperationId: id})
 			ev = callResult(n, s, err, r.GetPhase() == agentv1.Phase_PHASE_FINALIZED, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
-			op.noteTimeline(n, s, ev, r)
+			op.NoteTimeline(n, s, ev, r)
 		case barrier.Unswitch:
-			r, err := cl.Rollback(ctx, &agentv1.RollbackRequest{OperationId: id, Reason: op.core.Reason(), SendOnly: true})
+			r, err := cl.Rollback(ctx, &agentv1.RollbackRequest{OperationId: id, Reason: op.Core.Reason(), SendOnly: true})
 			if status.Code(err) == codes.NotFound {
 				err = nil // never saw the operation: sends the old port
 				r = &agentv1.OperationStatus{Phase: agentv1.Phase_PHASE_IDLE}
 			}
 			// Switched back: listening on both (PREPARED), or never
 			// further than that, or already undone.
-			ok := !phaseIn(r.GetPhase(), agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED, agentv1.Phase_PHASE_FAILED)
+			ok := !opstate.PhaseIn(r.GetPhase(), agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED, agentv1.Phase_PHASE_FAILED)
 			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
 		case barrier.Abort, barrier.Rollback:
-			r, err := cl.Rollback(ctx, &agentv1.RollbackRequest{OperationId: id, Reason: op.core.Reason()})
+			r, err := cl.Rollback(ctx, &agentv1.RollbackRequest{OperationId: id, Reason: op.Core.Reason()})
 			if err != nil && status.Code(err) != codes.NotFound && ctx.Err() == nil {
 				// Before counting the node as not reached, ask where it
 				// is: an agent that undid the operation by itself (its
@@ -219,7 +222,7 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 				r = &agentv1.OperationStatus{Phase: agentv1.Phase_PHASE_IDLE}
 			}
 			ev = callResult(n, s, err, undone(r), fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
-			op.noteTimeline(n, s, ev, r)
+			op.NoteTimeline(n, s, ev, r)
 		}
 		c.noteNode(op, n, ev)
 		post(ev)
@@ -228,24 +231,15 @@ func (c *Coordinator) dispatch(op *operation, s barrier.Send, post func(barrier.
 		c.commitSpread(op)
 	}
 	if s.Batch > 0 && s.Step == barrier.Commit {
-		op.batchDone(s.Batch, time.Now(), false)
+		op.BatchDone(s.Batch, time.Now(), false)
 	}
 }
 
 // undone reports whether an agent's status means the operation is undone
 // on it, or was never done: nothing prepared, committed or stuck there.
 func undone(st *agentv1.OperationStatus) bool {
-	return !phaseIn(st.GetPhase(), agentv1.Phase_PHASE_PREPARED, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED,
+	return !opstate.PhaseIn(st.GetPhase(), agentv1.Phase_PHASE_PREPARED, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED,
 		agentv1.Phase_PHASE_FINALIZED, agentv1.Phase_PHASE_FAILED)
-}
-
-// coordClock turns an agent-clock instant into the coordinator's clock (0
-// stays 0: not measured).
-func coordClock(agentNanos, offsetNanos int64) int64 {
-	if agentNanos == 0 {
-		return 0
-	}
-	return agentNanos - offsetNanos
 }
 
 // commitSpread sets the report's spreads: of the wake-ups (commit spread),
@@ -253,9 +247,9 @@ func coordClock(agentNanos, offsetNanos int64) int64 {
 // is what the overlay saw; the wake-up spread alone hid the time a busy
 // ovsdb-server or kernel took after it. It also sets the commit margin:
 // the instant minus the last Commit's arrival.
-func (c *Coordinator) commitSpread(op *operation) {
-	op.mu.Lock()
-	defer op.mu.Unlock()
+func (c *Coordinator) commitSpread(op *opstate.Op) {
+	op.Mu.Lock()
+	defer op.Mu.Unlock()
 	spread := func(m map[string]int64) (int64, bool) {
 		if len(m) == 0 {
 			return 0, false
@@ -266,20 +260,20 @@ func (c *Coordinator) commitSpread(op *operation) {
 		}
 		return hi - lo, true
 	}
-	if s, ok := spread(op.applied); ok {
-		op.report.CommitSpreadNanos = s
-		c.metrics.commitSpread.Set(time.Duration(s).Seconds())
+	if s, ok := spread(op.Applied); ok {
+		op.Report.CommitSpreadNanos = s
+		c.metrics.CommitSpread.Set(time.Duration(s).Seconds())
 	}
-	if s, ok := spread(op.written); ok {
-		op.report.WriteSpreadNanos = s
+	if s, ok := spread(op.Written); ok {
+		op.Report.WriteSpreadNanos = s
 	}
-	if s, ok := spread(op.effective); ok {
-		op.report.EffectSpreadNanos = s
-		c.metrics.effectSpread.Set(time.Duration(s).Seconds())
+	if s, ok := spread(op.Effective); ok {
+		op.Report.EffectSpreadNanos = s
+		c.metrics.EffectSpread.Set(time.Duration(s).Seconds())
 	}
-	if op.lastArrival != 0 && !op.commitAt.IsZero() {
-		m := op.commitAt.UnixNano() - op.lastArrival
-		op.report.CommitMarginNanos = m
-		c.metrics.commitMargin.Set(time.Duration(m).Seconds())
+	if op.LastArrival != 0 && !op.CommitAt.IsZero() {
+		m := op.CommitAt.UnixNano() - op.LastArrival
+		op.Report.CommitMarginNanos = m
+		c.metrics.CommitMargin.Set(time.Duration(m).Seconds())
 	}
 }

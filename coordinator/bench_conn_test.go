@@ -3,12 +3,14 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/harness/benchresult"
 	"github.com/cutover-dev/cutover/pkg/callstream"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
@@ -27,7 +29,7 @@ type connMemResult struct {
 // BenchmarkAgentConnMemory measures what the coordinator holds for its
 // agent connections while they are open and idle: N simulated
 // agents in a second process (COT_CONN_MEM_AGENTS, default 10,000), one
-// connection each dialled by dialAgents and used once (an Info), then the
+// connection each dialled by the fleet and used once (an Info), then the
 // heap and the goroutine stacks in use after a GC, above the same process
 // before the dial; twice. Writes $CUTOVER_RESULTS/agent_conn_memory.json.
 func BenchmarkAgentConnMemory(b *testing.B) {
@@ -58,7 +60,7 @@ func BenchmarkAgentConnMemory(b *testing.B) {
 	}
 	benchresult.Save(b, "agent_conn_memory.json", map[string]any{
 		"benchmark": "BenchmarkAgentConnMemory",
-		"setup": fmt.Sprintf("%d simulated agents (fakeagent) in a second process behind one loopback listener; the coordinator's dialAgents with insecure credentials; each connection used once (Info) then idle; "+
+		"setup": fmt.Sprintf("%d simulated agents (fakeagent) in a second process behind one loopback listener; the coordinator's fleet with insecure credentials; each connection used once (Info) then idle; "+
 			"heap_inuse and stack_inuse after runtime.GC, minus the same before dialling; GOMAXPROCS=%d", n, runtime.GOMAXPROCS(0)),
 		"results": rows,
 	})
@@ -71,16 +73,18 @@ func connMemory(b *testing.B, inv Inventory, opts []grpc.DialOption) connMemResu
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	g0 := runtime.NumGoroutine()
-	conns, err := dialAgents(inv, opts, callstream.Options{})
+	fl, err := fleet.New(inv, nil, opts, callstream.Options{}, fleet.Clock{Parallel: 1}, slog.Default())
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer func() {
-		for _, a := range conns {
-			_ = a.conn.Close()
-		}
+		fl.Close()
 		time.Sleep(time.Second) // the transports' goroutines end
 	}()
+	var conns []*fleet.Agent
+	for _, n := range inv.NodeNames() {
+		conns = append(conns, fl.Agent(n))
+	}
 	sem := make(chan struct{}, 64)
 	errs := make(chan error, len(conns))
 	for _, a := range conns {
@@ -89,7 +93,7 @@ func connMemory(b *testing.B, inv Inventory, opts []grpc.DialOption) connMemResu
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			_, err := a.client.Info(ctx, &agentv1.InfoRequest{})
+			_, err := a.Client.Info(ctx, &agentv1.InfoRequest{})
 			errs <- err
 		}()
 	}

@@ -477,7 +477,7 @@ func runScaleSim(b *testing.B, n int, way simWay) simScaleResult {
 		t0 := time.Now()
 		c.WarmAgents()
 		for _, spec := range specs {
-			for c.agent(spec.Node).conn.GetState() != connectivity.Ready {
+			for c.fleet.Agent(spec.Node).Conn.GetState() != connectivity.Ready {
 				if time.Since(t0) > 5*time.Minute {
 					b.Fatalf("%s not connected 5 minutes after WarmAgents", spec.Node)
 				}

@@ -6,7 +6,7 @@
 // Every transition is journaled (in --state-dir, or in the cluster through
 // WithJournal) so that a restarted coordinator, or a new leader, resumes or
 // undoes an interrupted operation. Cluster integrations act around an
-// operation through Hooks (hooks.go), whose calls are journaled too.
+// operation through Hooks (internal/model), whose calls are journaled too.
 //
 // It owns no dataplane: it must never touch OVS, iptables or netlink, only
 // ask agents. Decisions belong to the barrier core: what to send next,
@@ -15,17 +15,27 @@
 // probe counters' reset and read, which hook calls a resumed run repeats).
 // This package performs the core's actions and feeds back their results
 // (runner.go), with no policy of its own; it does I/O, clocks and
-// bookkeeping:
+// bookkeeping. Below it, each in a package of its own (internal/...):
+// preflight judges a request before anything changes; probes calls the
+// agents about the probe mesh; opstate is one operation's bookkeeping;
+// fleet is the agents' clients and clocks; pathjudge, probemesh and
+// staging are pure judgements; config, metrics, statedir and model (the
+// vocabulary, which this package re-exports) are at the bottom with
+// barrier. docs/architecture.md draws the layers.
 //
+//	vocabulary.go  the public names of the lower packages (aliases)
 //	options.go     Option and the With... options
-//	coordinator.go Coordinator: build, close, the single operation slot
-//	operation.go   one operation's record, report and events
-//	runner.go      the event loop: core actions → calls → core events
+//	coordinator.go Coordinator: build, close, the single operation slot;
+//	               the agents' credentials
+//	journal.go     writing an operation's record to the journal
+//	runner.go      launch and the event loop: core actions → calls → core events
 //	agentcalls.go  one step as parallel agent RPCs
 //	timing.go      step, dead-man and commit-lead durations; the core's Config
-//	probes.go      the probe mesh counters for the report
+//	late.go        late commits: the answers' watch
+//	requester.go   who asked for an operation
 //	reporttext.go  what the report tells the operator about nodes
-//	hookrun.go     hook calls and their journal marks; preflight with hooks
+//	hookrun.go     hook calls and their journal marks
+//	held.go        staged subsets: the held operation and its continuation
 //	service.go     the CoordinatorService methods and Resume
 //	run.go         Server (what production and tests serve), Listen, Run
 package coordinator
@@ -35,13 +45,19 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
+	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
+	"github.com/cutover-dev/cutover/coordinator/internal/probes"
+	"github.com/cutover-dev/cutover/coordinator/internal/statedir"
 	"github.com/cutover-dev/cutover/pkg/callstream"
+	"github.com/cutover-dev/cutover/pkg/pki"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -52,33 +68,23 @@ import (
 type Coordinator struct {
 	cfg Config
 
-	invMu     sync.RWMutex
-	inv       Inventory             // read through inventory()
-	agents    map[string]*agentConn // read through agent(n); every node ever in inv
-	gone      map[string]*agentConn // agent(n) of nodes outside inv (goneAgent)
-	retired   []*agentConn          // replaced clients, closed by Close
-	refreshMu sync.Mutex            // one refreshInventory at a time
-	invSource InventorySource       // nil: a fixed inventory
-	dial      []grpc.DialOption
-	callOpts  callstream.Options // the agents' call streams'
-	journal   JournalStore
-	lock      *stateLock // the --state-dir lock (file journal only)
-	metrics   *Metrics
-	verifier  Verifier
-	hooks     []Hook
-	log       *slog.Logger
-	// clockSlots bounds how many agents are clock-sampled at once
-	// (Config.ClockParallel, measureClock).
-	clockSlots chan struct{}
-	clockFloor atomic.Int64 // the shortest clock round trip seen to any agent, ns (goodRTT)
+	fleet    *fleet.Fleet       // the agents: inventory, clients, clock sampling
+	check    *preflight.Checker // validation and preflight of requests
+	mesh     *probes.Mesh       // the probe mesh's counters and verifier
+	journal  JournalStore
+	lock     *statedir.Lock // the --state-dir lock (file journal only)
+	metrics  *Metrics
+	verifier Verifier
+	hooks    []Hook
+	log      *slog.Logger
 
 	ctx    context.Context // operations run under it, not under an RPC's
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	current *operation // the running operation, at most one
-	ops     map[string]*operation
+	current *opstate.Op // the running operation, at most one
+	ops     map[string]*opstate.Op
 	pruned  map[string]bool // ids pruned from ops (and the journal) by this process
 	lastID  string
 	seq     int64
@@ -120,21 +126,21 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		seen[h.Name()] = true
 	}
 	j := o.journal
-	var lock *stateLock
+	var lock *statedir.Lock
 	if j == nil {
 		// One coordinator per journal: a second one on the same state dir
 		// would find the running operation "interrupted" and undo it
 		// behind the first one's back. (A cluster journal has the Lease.)
 		var err error
-		if lock, err = lockStateDir(cfg.StateDir); err != nil {
+		if lock, err = statedir.LockDir(cfg.StateDir); err != nil {
 			return nil, err
 		}
 		fj, err := OpenJournal(cfg.StateDir)
 		if err != nil {
-			lock.release()
+			lock.Release()
 			return nil, err
 		}
-		fj.Keep = cfg.journalKeep()
+		fj.Keep = cfg.KeptOperations()
 		j = fj
 	}
 	// Before the caller's options, which win: an agent's connection stays
@@ -143,9 +149,9 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 	// An open call stream keeps its connection busy: it closes after half
 	// the idle timeout without a call, the connection after the rest.
 	callOpts := callstream.Options{Interceptor: o.callIcpt, Idle: cfg.AgentIdleTimeout / 2}
-	agents, err := dialAgents(inv, o.dial, callOpts)
+	fl, err := fleet.New(inv, o.invSource, o.dial, callOpts, fleet.Clock{Samples: cfg.ClockSamples, GoodRTT: cfg.ClockGoodRTT, Parallel: cfg.ClockParallel}, o.log)
 	if err != nil {
-		lock.release()
+		lock.Release()
 		return nil, err
 	}
 	parent := o.ctx
@@ -153,9 +159,9 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithCancel(parent)
-	return &Coordinator{cfg: cfg, inv: inv, agents: agents, gone: map[string]*agentConn{}, invSource: o.invSource, dial: o.dial, callOpts: callOpts, journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
-		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*operation{},
-		clockSlots: make(chan struct{}, cfg.ClockParallel)}, nil
+	mesh := probes.New(ctx, fl, cfg.ProbeSettle, cfg.VerifyBudget, o.log)
+	return &Coordinator{cfg: cfg, fleet: fl, mesh: mesh, check: preflight.New(cfg, fl, o.hooks, o.metrics), journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
+		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*opstate.Op{}}, nil
 }
 
 // Metrics returns the coordinator's metrics.
@@ -166,18 +172,8 @@ func (c *Coordinator) Metrics() *Metrics { return c.metrics }
 func (c *Coordinator) Close() {
 	c.cancel()
 	c.wg.Wait()
-	c.invMu.Lock()
-	for _, a := range c.agents {
-		_ = a.conn.Close()
-	}
-	for _, a := range c.retired {
-		_ = a.conn.Close()
-	}
-	for _, a := range c.gone {
-		_ = a.conn.Close()
-	}
-	c.invMu.Unlock()
-	c.lock.release()
+	c.fleet.Close()
+	c.lock.Release()
 }
 
 // Wait blocks until no operation is running.
@@ -190,29 +186,44 @@ func (c *Coordinator) Wait() {
 			return
 		}
 		select {
-		case <-op.finished():
+		case <-op.Finished():
 		case <-time.After(10 * time.Millisecond): // in preflight: not launched yet
 		}
 	}
 }
 
 // reserve claims the single operation slot for op.
-func (c *Coordinator) reserve(op *operation) error {
+func (c *Coordinator) reserve(op *opstate.Op) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.current != nil {
 		return status.Errorf(codes.FailedPrecondition, "operation %s is running (%s): wait for it or roll it back; only one operation runs at a time",
-			c.current.rec.ID, c.current.curPhase())
+			c.current.Rec.ID, c.current.CurPhase())
 	}
-	if _, dup := c.ops[op.rec.ID]; dup {
-		return status.Errorf(codes.AlreadyExists, "operation_id %q: already used: pick another id or leave it empty", op.rec.ID)
+	if _, dup := c.ops[op.Rec.ID]; dup {
+		return status.Errorf(codes.AlreadyExists, "operation_id %q: already used: pick another id or leave it empty", op.Rec.ID)
 	}
 	c.current = op
 	return nil
 }
 
+// claimLocked claims the slot and the core for another run of an operation
+// that is not running (a rollback, a held operation's continuation), and
+// marks the run started: a rollback asked from then on goes to that run,
+// never to a second one. c.mu is held.
+func (c *Coordinator) claimLocked(op *opstate.Op) error {
+	if c.current != nil && c.current != op {
+		return status.Errorf(codes.FailedPrecondition, "operation %s is running: wait for it or roll it back first", c.current.Rec.ID)
+	}
+	c.current = op
+	op.Mu.Lock()
+	op.Running = true
+	op.Mu.Unlock()
+	return nil
+}
+
 // release frees the slot without recording op (preflight refused it).
-func (c *Coordinator) release(op *operation) {
+func (c *Coordinator) release(op *opstate.Op) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.current == op {
@@ -220,18 +231,25 @@ func (c *Coordinator) release(op *operation) {
 	}
 }
 
-// launch records op and runs first (the core's first actions) in the
-// background. The caller holds the slot (c.current == op).
-func (c *Coordinator) launch(op *operation, first []barrier.Action) {
-	done := make(chan struct{})
-	c.mu.Lock()
-	c.ops[op.rec.ID] = op
-	c.lastID = op.rec.ID
-	c.current = op
-	op.mu.Lock()
-	op.running = true
-	op.done = done
-	op.mu.Unlock()
-	c.mu.Unlock()
-	c.wg.Go(func() { c.drive(op, first, done) })
+// WarmAgents opens every agent's connection in the background, so that
+// the first operation after the coordinator starts (or takes over the
+// lead) finds them open (fleet.Fleet.Warm); Close stops the warming.
+func (c *Coordinator) WarmAgents() { c.fleet.Warm(c.ctx, &c.wg) }
+
+// agentDialOptions returns the credentials used to dial agents: mTLS
+// presenting our certificate and requiring the agent role, or plaintext
+// with --insecure. Agents whose certificate is refused are counted in m.
+func agentDialOptions(cfg Config, m *Metrics, log *slog.Logger) ([]grpc.DialOption, error) {
+	if cfg.Insecure {
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	}
+	r, err := m.TLSReloader(cfg.TLS, log)
+	if err != nil {
+		return nil, fmt.Errorf("agent client TLS: %w", err)
+	}
+	tc, err := pki.ReloadingClientConfig(r, m.AgentTLSRejected, pki.RoleAgent)
+	if err != nil {
+		return nil, fmt.Errorf("agent client TLS: %w", err)
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}, nil
 }

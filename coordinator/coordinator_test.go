@@ -92,10 +92,10 @@ func TestCutoverHappy(t *testing.T) {
 	if problems, err := testutil.GatherAndLint(l.c.Metrics().Registry); err != nil || len(problems) > 0 {
 		t.Errorf("promlint: %v %v", problems, err)
 	}
-	if got := testutil.ToFloat64(l.c.metrics.operations.WithLabelValues("succeeded")); got != 1 {
+	if got := testutil.ToFloat64(l.c.metrics.Operations.WithLabelValues("succeeded")); got != 1 {
 		t.Errorf("operations_total{succeeded} = %v", got)
 	}
-	if got := testutil.ToFloat64(l.c.metrics.phase.WithLabelValues("idle")); got != 1 {
+	if got := testutil.ToFloat64(l.c.metrics.Phase.WithLabelValues("idle")); got != 1 {
 		t.Errorf("phase{idle} = %v", got)
 	}
 }
@@ -444,8 +444,8 @@ func TestAgentConnectionsStayOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second) // ten idle timeouts of the short case
-		for _, n := range l.inv.nodeNames() {
-			if got := l.c.agent(n).conn.GetState(); got != tc.want {
+		for _, n := range l.inv.NodeNames() {
+			if got := l.c.fleet.Agent(n).Conn.GetState(); got != tc.want {
 				t.Errorf("--agent-idle-timeout %s: %s's connection is %s a second after the last call, want %s", tc.idle, n, got, tc.want)
 			}
 		}
@@ -456,17 +456,17 @@ func TestAgentConnectionsStayOpen(t *testing.T) {
 // call, where the clients are otherwise lazy (idle until the first one).
 func TestWarmAgents(t *testing.T) {
 	l := newLab(t, 3, nil)
-	for _, n := range l.inv.nodeNames() {
-		if got := l.c.agent(n).conn.GetState(); got != connectivity.Idle {
+	for _, n := range l.inv.NodeNames() {
+		if got := l.c.fleet.Agent(n).Conn.GetState(); got != connectivity.Idle {
 			t.Fatalf("%s's connection is %s before any call, want IDLE (a lazy client)", n, got)
 		}
 	}
 	l.c.WarmAgents()
 	deadline := time.Now().Add(5 * time.Second)
-	for _, n := range l.inv.nodeNames() {
-		for l.c.agent(n).conn.GetState() != connectivity.Ready {
+	for _, n := range l.inv.NodeNames() {
+		for l.c.fleet.Agent(n).Conn.GetState() != connectivity.Ready {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s's connection is %s 5 s after WarmAgents, want READY", n, l.c.agent(n).conn.GetState())
+				t.Fatalf("%s's connection is %s 5 s after WarmAgents, want READY", n, l.c.fleet.Agent(n).Conn.GetState())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -266,7 +266,7 @@ func TestAPIServerCountsTLSRejections(t *testing.T) {
 			t.Error("accepted")
 		}
 	}
-	count := func(reason string) float64 { return testutil.ToFloat64(m.tlsRejected.WithLabelValues(reason)) }
+	count := func(reason string) float64 { return testutil.ToFloat64(m.TLSRejected.WithLabelValues(reason)) }
 	waitCount := func(reason string, want float64) {
 		t.Helper()
 		deadline := time.Now().Add(3 * time.Second)

@@ -1,16 +1,17 @@
 package coordinator
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
-	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	"github.com/cutover-dev/cutover/coordinator/internal/model"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
+	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
+	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -29,22 +30,15 @@ import (
 // usual. A rollback undoes it whole: every sender back, then every
 // listener.
 
-// Staged node states, as NodeResult.staged spells them.
-const (
-	stagedListening = "listening"
-	stagedSwitched  = "switched"
-	stagedRetired   = "retired"
-)
-
 // heldOp returns the held operation, if any (there is at most one: while
 // it is held no other operation starts).
-func (c *Coordinator) heldOp() *operation {
+func (c *Coordinator) heldOp() *opstate.Op {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, op := range c.ops {
-		op.mu.Lock()
-		held := op.rec.Held()
-		op.mu.Unlock()
+		op.Mu.Lock()
+		held := op.Rec.Held()
+		op.Mu.Unlock()
 		if held {
 			return op
 		}
@@ -52,56 +46,17 @@ func (c *Coordinator) heldOp() *operation {
 	return nil
 }
 
-// heldSummary says where a held operation's nodes are, for messages.
-func heldSummary(op *operation) string {
-	op.mu.Lock()
-	defer op.mu.Unlock()
-	listening := listeningLocked(op)
-	return fmt.Sprintf("every node listens on %d and %d; %d of %d send %d (%s), %d still send %d (%s)",
-		op.from, op.to, len(op.rec.Switched), len(op.nodes), op.to, abbreviate(op.rec.Switched, 10), len(listening), op.from, abbreviate(listening, 10))
-}
-
-func listeningLocked(op *operation) []string {
-	sw := setOf(op.rec.Switched)
-	var out []string
-	for _, n := range op.nodes {
-		if !sw[n] {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// setOf is ns as a set: the lookups here run over every node of a large
-// cluster, where a scan per node would be quadratic.
-func setOf(ns []string) map[string]bool {
-	m := make(map[string]bool, len(ns))
-	for _, n := range ns {
-		m[n] = true
-	}
-	return m
-}
-
-// refuseBesideHeld is the error for any operation but the held one's
-// continuation.
-func refuseBesideHeld(op *operation, what string) error {
-	id := op.rec.ID
-	return status.Errorf(codes.FailedPrecondition,
-		"operation %s is held (staged, part of the nodes switched: %s): %s would change nodes in the middle of it; continue it with coordctl cutover --port %d --strategy staged [--nodes ...|--selector ...], or undo it with coordctl rollback %s",
-		id, heldSummary(op), what, op.to, id)
-}
-
 // continueHeld runs the next part of held operation op: the request's
 // targets (every node still listening when it names none) switch in
 // batches; if then every node sends the new port, the old one is retired.
-func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequest, r request, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
-	op.mu.Lock()
-	id, from, to, nodes := op.rec.ID, op.from, op.to, op.nodes
-	switched := slices.Clone(op.rec.Switched)
-	waveReq := op.rec.MaxParallel
-	listening := listeningLocked(op)
-	op.mu.Unlock()
-	if joined, left := inventoryDrift(c.inventory().nodeNames(), nodes); len(joined)+len(left) > 0 {
+func (c *Coordinator) continueHeld(op *opstate.Op, req *coordinatorv1.CutoverRequest, r preflight.Request, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent]) error {
+	op.Mu.Lock()
+	id, from, to, nodes := op.Rec.ID, op.From, op.To, op.Nodes
+	switched := slices.Clone(op.Rec.Switched)
+	waveReq := op.Rec.MaxParallel
+	listening := opstate.ListeningLocked(op)
+	op.Mu.Unlock()
+	if joined, left := inventoryDrift(c.fleet.Inventory().NodeNames(), nodes); len(joined)+len(left) > 0 {
 		// A node that joined never listened on the new port: switching
 		// more senders would cut it off. One that left cannot be switched.
 		return status.Errorf(codes.FailedPrecondition,
@@ -109,14 +64,14 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 			id, len(nodes), listOrNone(joined), listOrNone(left), to, id)
 	}
 	if req.OperationId != "" && req.OperationId != id {
-		return invalid("operation_id", fmt.Sprintf("%q", req.OperationId), fmt.Sprintf("operation %s is held and this request continues it: drop operation_id or give %s", id, id))
+		return model.Invalid("operation_id", fmt.Sprintf("%q", req.OperationId), fmt.Sprintf("operation %s is held and this request continues it: drop operation_id or give %s", id, id))
 	}
 	targets := listening
-	if r.subset {
+	if r.Subset {
 		var foreign, already []string
 		targets = nil
-		of, sw := setOf(nodes), setOf(switched)
-		for _, n := range r.targets {
+		of, sw := model.SetOf(nodes), model.SetOf(switched)
+		for _, n := range r.Targets {
 			switch {
 			case !of[n]:
 				foreign = append(foreign, n)
@@ -127,35 +82,35 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 			}
 		}
 		if len(foreign) > 0 {
-			return invalid("nodes", strings.Join(foreign, ","), fmt.Sprintf("not nodes of held operation %s (%d nodes: %s): it can only switch its own", id, len(nodes), abbreviate(nodes, 10)))
+			return model.Invalid("nodes", strings.Join(foreign, ","), fmt.Sprintf("not nodes of held operation %s (%d nodes: %s): it can only switch its own", id, len(nodes), model.Abbreviate(nodes, 10)))
 		}
 		if len(targets) == 0 {
-			return invalid("nodes", strings.Join(already, ","), fmt.Sprintf("already send port %d in held operation %s: nothing to switch; still on port %d: %s", to, id, from, abbreviate(listening, 10)))
+			return model.Invalid("nodes", strings.Join(already, ","), fmt.Sprintf("already send port %d in held operation %s: nothing to switch; still on port %d: %s", to, id, from, model.Abbreviate(listening, 10)))
 		}
 	}
-	batches, err := planBatches(req.Batches, targets)
+	batches, err := staging.PlanBatches(req.Batches, targets)
 	if err != nil {
 		return err
 	}
 	wave := waveReq
 	if req.MaxParallel > 0 {
-		wave = waveSize(int(req.MaxParallel), len(nodes))
+		wave = staging.WaveSize(int(req.MaxParallel), len(nodes))
 	}
 	// The agents parked their probe sample when the operation was held:
 	// plan it again (a restarted coordinator does not have it either), so
 	// that every batch of this run is verified over the whole mesh.
 	pr := r
-	pr.nodes, pr.step = nodes, op.step
-	pp := c.planProbes(stream.Context(), pr, nil)
-	if len(pp.problems) > 0 {
-		return status.Errorf(codes.FailedPrecondition, "continuing held operation %s: probe mesh: %s (nothing changed)", id, strings.Join(pp.problems, "; "))
+	pr.Nodes, pr.Step = nodes, op.Step
+	pp := c.check.PlanProbes(stream.Context(), pr, nil)
+	if len(pp.Problems) > 0 {
+		return status.Errorf(codes.FailedPrecondition, "continuing held operation %s: probe mesh: %s (nothing changed)", id, strings.Join(pp.Problems, "; "))
 	}
 	then := retireNote(len(switched)+len(targets) == len(nodes), from)
 	if req.DryRun {
-		rep := op.snapshot()
+		rep := op.Snapshot()
 		return stream.Send(&coordinatorv1.OperationEvent{OperationId: id, Phase: "preflight", UnixNano: time.Now().UnixNano(), Report: rep,
 			Message: fmt.Sprintf("dry run: operation %s is held (%s); would switch %d more node(s) to %d (%s)%s; nothing was changed",
-				id, heldSummary(op), len(targets), to, abbreviate(targets, 10), then)})
+				id, opstate.HeldSummary(op), len(targets), to, model.Abbreviate(targets, 10), then)})
 	}
 	c.mu.Lock()
 	err = c.claimLocked(op)
@@ -163,25 +118,25 @@ func (c *Coordinator) continueHeld(op *operation, req *coordinatorv1.CutoverRequ
 	if err != nil {
 		return err
 	}
-	summary := heldSummary(op)
-	op.mu.Lock()
-	op.batchBase = len(op.report.Batches)
-	op.rec.Batches, op.rec.MaxParallel = batches, wave
-	op.probePeers, op.probePairs, op.probePlanned = pp.peers, pp.pairs, true
-	op.report.Batches = append(op.report.Batches, reportBatches(batches)...)
-	op.report.MaxParallel = uint32(wave)
-	op.mu.Unlock()
-	cfg := c.coreConfig(nodes, op.step, op.deadman, op.rec.Hooks, batches)
+	summary := opstate.HeldSummary(op)
+	op.Mu.Lock()
+	op.BatchBase = len(op.Report.Batches)
+	op.Rec.Batches, op.Rec.MaxParallel = batches, wave
+	op.ProbePeers, op.ProbePairs, op.ProbePlanned = pp.Peers, pp.Pairs, true
+	op.Report.Batches = append(op.Report.Batches, staging.ReportBatches(batches)...)
+	op.Report.MaxParallel = uint32(wave)
+	op.Mu.Unlock()
+	cfg := c.coreConfig(nodes, op.Step, op.Deadman, op.Rec.Hooks, batches)
 	cfg.Switched = switched
-	op.core = barrier.New(cfg)
-	op.reopen()
-	op.mu.Lock()
-	first := len(op.events)
-	op.mu.Unlock()
-	op.emit("continue", "", fmt.Sprintf("continuing held operation %s (%s): switching %d more node(s) in %d batch(es)%s",
+	op.Core = barrier.New(cfg)
+	op.Reopen()
+	op.Mu.Lock()
+	first := len(op.Events)
+	op.Mu.Unlock()
+	op.Emit("continue", "", fmt.Sprintf("continuing held operation %s (%s): switching %d more node(s) in %d batch(es)%s",
 		id, summary, len(targets), len(batches), then), false, nil)
-	c.launch(op, op.core.Start())
-	return c.follow(stream, op, first)
+	c.launch(op, op.Core.Start())
+	return op.Follow(stream, first)
 }
 
 func retireNote(all bool, from uint32) string {
@@ -191,60 +146,10 @@ func retireNote(all bool, from uint32) string {
 	return ", and stay held"
 }
 
-// parkProbes has every agent of a held operation drop the operation's
-// probe sample (agent ProbeStats park): best effort, once the run's figures
-// were read. A continuation's Prepare gives it back.
-func (c *Coordinator) parkProbes(op *operation) {
-	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.step))
-	defer cancel()
-	var mu sync.Mutex
-	var missed []string
-	fanOut(op.nodes, func(n string) {
-		if _, err := c.agent(n).client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{Park: true}); err != nil {
-			mu.Lock()
-			missed = append(missed, n)
-			mu.Unlock()
-		}
-	})
-	if len(missed) > 0 {
-		slices.Sort(missed)
-		op.emit("held", "", fmt.Sprintf("probe mesh of %s not parked: they probe at the operation's rate until it ends or lingers out", strings.Join(missed, ",")), false, nil)
-	}
-}
-
-// noteStagedLocked records, as a staged run ends, where each node is:
-// Switched for a held operation (the journal keeps it for the next run),
-// NodeResult.staged for the report. op.mu is held.
-func noteStagedLocked(op *operation, out barrier.Outcome, sending []string) {
-	if len(op.rec.Batches) == 0 {
-		return
-	}
-	switch out {
-	case barrier.Held:
-		op.rec.Switched = sending
-	default:
-		op.rec.Switched = nil
-	}
-	sends := setOf(sending)
-	for _, n := range op.nodes {
-		nr := op.results[n]
-		switch {
-		case out == barrier.Held && sends[n]:
-			nr.Staged = stagedSwitched
-		case out == barrier.Held:
-			nr.Staged = stagedListening
-		case out == barrier.Succeeded:
-			nr.Staged = stagedRetired
-		default:
-			nr.Staged = ""
-		}
-	}
-}
-
 // inventoryDrift is which of inv are not in opNodes (joined) and which of
 // opNodes are not in inv (left), each sorted.
 func inventoryDrift(inv, opNodes []string) (joined, left []string) {
-	in, of := setOf(inv), setOf(opNodes)
+	in, of := model.SetOf(inv), model.SetOf(opNodes)
 	for _, n := range opNodes {
 		if !in[n] {
 			left = append(left, n)
@@ -264,5 +169,5 @@ func listOrNone(ns []string) string {
 	if len(ns) == 0 {
 		return "none"
 	}
-	return abbreviate(ns, 10)
+	return model.Abbreviate(ns, 10)
 }

@@ -3,9 +3,9 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 )
 
 // Hook points, as journaled in Record.Hooks: the core's names.
@@ -23,38 +23,10 @@ const (
 	HookFailed  = string(barrier.MarkFailed)
 )
 
-// HookMark is one hook call of an operation. It is journaled before the
-// call (started) and after it (done or failed), so a coordinator restarted
-// in between knows the call may have acted.
-type HookMark struct {
-	Hook  string `json:"hook"`  // Hook.Name()
-	Point string `json:"point"` // HookBeforeCommit, ...
-	State string `json:"state"` // HookStarted, HookDone or HookFailed
-	Error string `json:"error,omitempty"`
-}
-
-func (op *operation) setHookMark(m HookMark) {
-	op.mu.Lock()
-	defer op.mu.Unlock()
-	for i := range op.rec.Hooks {
-		if op.rec.Hooks[i].Hook == m.Hook && op.rec.Hooks[i].Point == m.Point {
-			op.rec.Hooks[i] = m
-			return
-		}
-	}
-	op.rec.Hooks = append(op.rec.Hooks, m)
-}
-
-func (op *operation) info() OpInfo {
-	op.mu.Lock()
-	defer op.mu.Unlock()
-	return OpInfo{ID: op.rec.ID, Kind: op.rec.Kind, FromPort: op.from, ToPort: op.to, Nodes: slices.Clone(op.nodes)}
-}
-
 // callHook makes one journaled hook call, as the core asked: marked
 // started in the journal before the call (it may act) and done or failed
 // after it. It returns the event for the core.
-func (c *Coordinator) callHook(op *operation, a barrier.CallHook) barrier.Event {
+func (c *Coordinator) callHook(op *opstate.Op, a barrier.CallHook) barrier.Event {
 	name, point := a.Hook, string(a.Point)
 	done := barrier.HookDone{Hook: a.Hook, Point: a.Point}
 	h := c.hookNamed(name)
@@ -63,9 +35,9 @@ func (c *Coordinator) callHook(op *operation, a barrier.CallHook) barrier.Event 
 		done.Err = fmt.Sprintf("hook %s %s: no such hook", name, point)
 		return done
 	}
-	op.setHookMark(HookMark{Hook: name, Point: point, State: HookStarted})
+	op.SetHookMark(HookMark{Hook: name, Point: point, State: HookStarted})
 	if err := c.save(op); err != nil && a.JournalFirst {
-		op.setHookMark(HookMark{Hook: name, Point: point, State: HookFailed, Error: "not journaled: " + err.Error()})
+		op.SetHookMark(HookMark{Hook: name, Point: point, State: HookFailed, Error: "not journaled: " + err.Error()})
 		done.Err = fmt.Sprintf("hook %s %s: not called, the journal refused the write: %v", name, point, err)
 		return done
 	}
@@ -74,19 +46,19 @@ func (c *Coordinator) callHook(op *operation, a barrier.CallHook) barrier.Event 
 		barrier.HookFinalize: h.Finalize, barrier.HookRestore: h.Restore,
 	}[a.Point]
 	ctx, cancel := context.WithTimeout(c.ctx, a.Timeout)
-	err := f(ctx, op.info())
+	err := f(ctx, op.Info())
 	cancel()
 	m := HookMark{Hook: name, Point: point, State: HookDone}
 	if err != nil {
 		m.State, m.Error = HookFailed, err.Error()
 		err = fmt.Errorf("hook %s %s: %w", name, point, err)
 		done.Err = err.Error()
-		op.emit(point, "", err.Error(), true, nil)
-		c.log.Error("hook", "operation", op.rec.ID, "hook", name, "point", point, "err", err)
+		op.Emit(point, "", err.Error(), true, nil)
+		c.log.Error("hook", "operation", op.Rec.ID, "hook", name, "point", point, "err", err)
 	} else {
-		op.emit(point, "", fmt.Sprintf("hook %s %s: ok", name, point), false, nil)
+		op.Emit(point, "", fmt.Sprintf("hook %s %s: ok", name, point), false, nil)
 	}
-	op.setHookMark(m)
+	op.SetHookMark(m)
 	_ = c.save(op)
 	return done
 }
@@ -100,26 +72,6 @@ func (c *Coordinator) hookNamed(name string) Hook {
 	return nil
 }
 
-// preflightHooks asks every hook for problems, and a Planner for the
-// steps it will take too; each line is prefixed with the hook's name.
-func (c *Coordinator) preflightHooks(ctx context.Context, info OpInfo) (steps, problems []string) {
-	for _, h := range c.hooks {
-		var s, p []string
-		if pl, ok := h.(Planner); ok {
-			s, p = pl.Plan(ctx, info)
-		} else {
-			p = h.Preflight(ctx, info)
-		}
-		for _, l := range s {
-			steps = append(steps, h.Name()+": "+l)
-		}
-		for _, l := range p {
-			problems = append(problems, h.Name()+": "+l)
-		}
-	}
-	return steps, problems
-}
-
 // nextSteps is what the hooks leave the admin after op succeeded.
 func (c *Coordinator) nextSteps(info OpInfo) []string {
 	var out []string
@@ -131,24 +83,4 @@ func (c *Coordinator) nextSteps(info OpInfo) []string {
 		}
 	}
 	return out
-}
-
-// fullPreflight is the agents' preflight plus the hooks': the cutover,
-// the dry run and Plan all judge by it.
-func (c *Coordinator) fullPreflight(ctx context.Context, r request, kind string) *preflight {
-	pf := c.runPreflight(ctx, r)
-	pf.probes = c.planProbes(ctx, r, pf.checks)
-	if len(pf.probes.problems) > 0 {
-		pf.problems = append(pf.problems, pf.probes.problems...)
-		pf.resp.Problems = pf.problems
-	}
-	c.preflightPath(ctx, r, pf)
-	if len(c.hooks) == 0 {
-		return pf
-	}
-	steps, probs := c.preflightHooks(ctx, OpInfo{ID: r.id, Kind: kind, FromPort: pf.from, ToPort: r.to, Nodes: slices.Clone(r.nodes)})
-	pf.problems = append(pf.problems, probs...)
-	pf.resp.Problems = pf.problems
-	pf.resp.HookSteps = steps
-	return pf
 }

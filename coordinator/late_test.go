@@ -37,7 +37,7 @@ func TestLateCommit(t *testing.T) {
 			if len(rep.LateNodes) != 1 || rep.LateNodes[0].Node != "n2" || rep.LateBudgetNanos != int64(200*time.Millisecond) || rep.LatePolicy != policy {
 				t.Fatalf("report late nodes %v budget %d policy %q", rep.LateNodes, rep.LateBudgetNanos, rep.LatePolicy)
 			}
-			if got := testutil.ToFloat64(l.c.metrics.lateCommits); got != 1 {
+			if got := testutil.ToFloat64(l.c.metrics.LateCommits); got != 1 {
 				t.Errorf("late commits metric %v, want 1", got)
 			}
 			switch policy {
@@ -81,7 +81,7 @@ func TestLateAnswerAppliedOnTime(t *testing.T) {
 	if rep.State != coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED || len(rep.LateNodes) != 0 || len(rep.Warnings) != 0 {
 		t.Fatalf("state %s (%s), late %v, warnings %v; want SUCCEEDED, nobody late\n%s", rep.State, rep.Error, rep.LateNodes, rep.Warnings, strings.Join(msgs, "\n"))
 	}
-	if got := testutil.ToFloat64(l.c.metrics.lateCommits); got != 0 {
+	if got := testutil.ToFloat64(l.c.metrics.LateCommits); got != 0 {
 		t.Errorf("late commits metric %v, want 0", got)
 	}
 	for _, n := range rep.Nodes {

@@ -23,15 +23,6 @@ type options struct {
 	invSource InventorySource
 }
 
-// JournalStore keeps operation records: the file journal (Journal) or a
-// cluster one (coordinator/kube's ConfigMaps). Save replaces the record of
-// r.ID whole and must be durable when it returns; Load returns every
-// record, oldest first.
-type JournalStore interface {
-	Save(Record) error
-	Load() ([]Record, error)
-}
-
 var _ JournalStore = (*Journal)(nil)
 
 // WithJournal keeps the journal in j instead of --state-dir (which is then
@@ -70,3 +61,10 @@ func WithLogger(l *slog.Logger) Option { return func(x *options) { x.log = l } }
 
 // WithMetrics uses m instead of a fresh set of metrics.
 func WithMetrics(m *Metrics) Option { return func(x *options) { x.metrics = m } }
+
+// WithInventorySource makes the inventory follow src: New's inventory is
+// the first one, and Plan, Cutover, Rollback and ListAgents read src again
+// first. Without it the inventory is fixed (the static one).
+func WithInventorySource(src InventorySource) Option {
+	return func(x *options) { x.invSource = src }
+}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -52,7 +54,7 @@ func TestPathCheckClean(t *testing.T) {
 			t.Errorf("pair %v", pp)
 		}
 	}
-	if got := testutil.ToFloat64(l.c.metrics.pathChecks.WithLabelValues("passed")); got != 1 {
+	if got := testutil.ToFloat64(l.c.metrics.PathChecks.WithLabelValues("passed")); got != 1 {
 		t.Errorf("path_checks_total{passed} = %v", got)
 	}
 }
@@ -115,7 +117,7 @@ func TestPathCheckRefuses(t *testing.T) {
 			}
 			l.nobodyGot("Prepare")
 			wantDump(t, l.dump(), before)
-			if got := testutil.ToFloat64(l.c.metrics.pathChecks.WithLabelValues("problems")); got != 3 {
+			if got := testutil.ToFloat64(l.c.metrics.PathChecks.WithLabelValues("problems")); got != 3 {
 				t.Errorf("path_checks_total{problems} = %v, want 3 (plan, cutover, dry run)", got)
 			}
 		})
@@ -166,32 +168,6 @@ func TestPathCheckBadInput(t *testing.T) {
 		if _, err := l.client.PathCheck(context.Background(), req); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%v: err %v, want InvalidArgument", req, err)
 		}
-	}
-}
-
-// TestPathPeersSampled: above the threshold every node is sender and
-// receiver of at least k pairs, both ways.
-func TestPathPeersSampled(t *testing.T) {
-	var nodes []string
-	for i := range 40 {
-		nodes = append(nodes, "n"+string(rune('A'+i/26))+string(rune('a'+i%26)))
-	}
-	peers, how := pathPeers(nodes, 16, 4)
-	if !strings.Contains(how, "sampled") {
-		t.Fatalf("sampling %q", how)
-	}
-	for _, n := range nodes {
-		if len(peers[n]) < 4 || len(peers[n]) > 8 {
-			t.Errorf("%s: %d peers", n, len(peers[n]))
-		}
-		for _, p := range peers[n] {
-			if !slices.Contains(peers[p], n) {
-				t.Errorf("%s→%s without %s→%s", n, p, p, n)
-			}
-		}
-	}
-	if all, how := pathPeers(nodes[:5], 16, 4); how != "every pair" || len(all["nAa"]) != 4 {
-		t.Errorf("5 nodes: %q %v", how, all)
 	}
 }
 
@@ -279,28 +255,6 @@ func TestPathCheckSecondRound(t *testing.T) {
 	}
 }
 
-// TestPathLead: the path check's start lead follows the measured round of
-// calls before it (or three worst round trips), not the node count, and
-// stays under the agents' 5 s bound on how far ahead a start may be.
-func TestPathLead(t *testing.T) {
-	clocks := map[string]clockSample{"n1": {rtt: time.Millisecond}, "n2": {rtt: 40 * time.Millisecond}}
-	for _, tc := range []struct {
-		round time.Duration
-		want  time.Duration
-	}{
-		{20 * time.Millisecond, pathLeadMin + 120*time.Millisecond}, // 3 × the worst RTT
-		{800 * time.Millisecond, pathLeadMin + 800*time.Millisecond},
-		{30 * time.Second, maxPathLead},
-	} {
-		if got := pathLead(tc.round, clocks); got != tc.want {
-			t.Errorf("round %s: lead %s, want %s", tc.round, got, tc.want)
-		}
-	}
-	if maxPathLead >= 5*time.Second {
-		t.Errorf("maxPathLead %s: the agents refuse a start 5s ahead or more", maxPathLead)
-	}
-}
-
 // TestCommitLead: the commit lead covers the prepare round's fan-out
 // (twice its median answer, at most the round), not the slowest agent's
 // own Prepare: one node frozen through it must not push the instant out
@@ -320,8 +274,8 @@ func TestCommitLead(t *testing.T) {
 		{"resumed past prepare: no answers", 800 * ms, nil, 30*ms + 1000*ms},
 		{"round trips longer than the round", 2 * ms, []time.Duration{ms, 2 * ms}, 30*ms + 4*2*ms},
 	} {
-		op := &operation{prepDur: tc.round, prepAnswers: tc.answers,
-			offsets: map[string]clockSample{"n1": {rtt: ms}, "n2": {rtt: 2 * ms}}, nodes: []string{"n1", "n2"}}
+		op := &opstate.Op{PrepDur: tc.round, PrepAnswers: tc.answers,
+			Offsets: map[string]fleet.ClockSample{"n1": {RTT: ms}, "n2": {RTT: 2 * ms}}, Nodes: []string{"n1", "n2"}}
 		if got := c.commitLead(op); got != tc.want {
 			t.Errorf("%s: lead %s, want %s", tc.name, got, tc.want)
 		}

@@ -3,15 +3,14 @@ package coordinator
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
-	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
 // noteNode records a failed agent answer in the node result and as an event.
-func (c *Coordinator) noteNode(op *operation, node string, ev barrier.Event) {
+func (c *Coordinator) noteNode(op *opstate.Op, node string, ev barrier.Event) {
 	var msg string
 	switch e := ev.(type) {
 	case barrier.Reply:
@@ -20,7 +19,7 @@ func (c *Coordinator) noteNode(op *operation, node string, ev barrier.Event) {
 			if (e.Step == barrier.Abort || e.Step == barrier.Rollback) && e.Attempt > 1 {
 				// Reached by a retry: say so next to the failed attempts.
 				msg = fmt.Sprintf("%s: reached at attempt %d", e.Step, e.Attempt)
-				op.setResult(node, func(r *coordinatorv1.NodeResult) {
+				op.SetResult(node, func(r *coordinatorv1.NodeResult) {
 					if r.Error != "" {
 						r.Error += "; " + msg
 					}
@@ -28,7 +27,7 @@ func (c *Coordinator) noteNode(op *operation, node string, ev barrier.Event) {
 			}
 			// Every answer is an event (node_done): clients count the
 			// step's progress and name its slowest node.
-			op.emitEvent(&coordinatorv1.OperationEvent{Phase: string(e.Step), Node: node, Message: msg, NodeDone: true})
+			op.EmitEvent(&coordinatorv1.OperationEvent{Phase: string(e.Step), Node: node, Message: msg, NodeDone: true})
 			return
 		}
 		msg = fmt.Sprintf("%s failed: %s", e.Step, e.Err)
@@ -37,7 +36,7 @@ func (c *Coordinator) noteNode(op *operation, node string, ev barrier.Event) {
 	default:
 		return
 	}
-	op.setResult(node, func(r *coordinatorv1.NodeResult) {
+	op.SetResult(node, func(r *coordinatorv1.NodeResult) {
 		switch {
 		case r.Error == "":
 			r.Error = msg
@@ -48,64 +47,5 @@ func (c *Coordinator) noteNode(op *operation, node string, ev barrier.Event) {
 			r.Error += "; " + msg
 		}
 	})
-	op.emitEvent(&coordinatorv1.OperationEvent{Phase: op.curPhase(), Node: node, Message: msg, Failed: true, NodeDone: true})
-}
-
-// selfUndoLocked says when an unreached node undoes the operation by
-// itself, as far as the coordinator knows: the deadline it reported (its
-// prepare deadline while prepared, its dead-man once committed), or what
-// follows from the commit instant and the dead-man sent with it. The
-// timers run in the agent: a stopped agent acts on a passed deadline as
-// soon as it starts again, and not before.
-func (op *operation) selfUndoLocked(node string, now time.Time) string {
-	when := func(t time.Time) string {
-		at := t.UTC().Format("15:04:05.000Z")
-		if d := t.Sub(now).Round(100 * time.Millisecond); d > 0 {
-			return fmt.Sprintf("%s (in %s)", at, d)
-		}
-		return fmt.Sprintf("%s (passed %s ago)", at, now.Sub(t).Round(100*time.Millisecond))
-	}
-	const passed = "a running agent has undone the operation by itself, a stopped one does as soon as it starts again; check it"
-	dl, known := op.selfUndo[node]
-	kind := op.selfKind[node]
-	commitSent := op.core.CommitSent() && !op.commitAt.IsZero()
-	deadman := op.commitAt.Add(op.deadman)
-	const prepTimeout = "the agent's --prepare-timeout after its Prepare, 5m by default"
-	switch {
-	case known && kind == agentv1.Phase_PHASE_COMMITTED:
-		if dl.Before(now) {
-			return "committed; its dead-man deadline passed at " + when(dl) + ": " + passed
-		}
-		return "committed; its dead-man reverts it by itself at " + when(dl)
-	case known && commitSent:
-		if dl.Before(now) && deadman.Before(now) {
-			return "prepared, and its prepare deadline (" + when(dl) + ") and the dead-man of the commit sent to it (" + when(deadman) + ") both passed: " + passed
-		}
-		return "prepared, and the commit may or may not have reached it: if it did, its dead-man reverts it at " + when(deadman) + "; if not, it aborts at its prepare deadline " + when(dl)
-	case known:
-		if dl.Before(now) {
-			return "prepared at most (nothing flipped); its prepare deadline passed at " + when(dl) + ": " + passed
-		}
-		return "prepared at most (nothing flipped); it aborts by itself at its prepare deadline " + when(dl)
-	case commitSent:
-		return "state unknown: if it committed, its dead-man reverts it at " + when(deadman) + "; if it only prepared, it aborts at its prepare deadline (" + prepTimeout + ")"
-	}
-	return "state unknown, prepared at most (nothing flipped): if it prepared, it aborts by itself at its prepare deadline (" + prepTimeout + ")"
-}
-
-// failedErrorLocked is the report's error of an operation whose abort or
-// rollback could not reach every agent: who, how hard it was tried, and
-// when each unreached node undoes the operation by itself. op.mu is held.
-func failedErrorLocked(op *operation, d barrier.Declare, now time.Time) string {
-	undo := "rollback"
-	if !op.core.CommitSent() {
-		undo = "abort"
-	}
-	took := now.Sub(op.stepStart).Round(100 * time.Millisecond)
-	msg := fmt.Sprintf("%s; %s could not reach %s (%d attempts over %s): an operator must check %s",
-		d.Reason, undo, strings.Join(d.Unreached, ","), op.core.Tries(), took, map[bool]string{true: "it", false: "them"}[len(d.Unreached) == 1])
-	for _, n := range d.Unreached {
-		msg += "; " + n + ": " + op.selfUndoLocked(n, now)
-	}
-	return msg
+	op.EmitEvent(&coordinatorv1.OperationEvent{Phase: op.CurPhase(), Node: node, Message: msg, Failed: true, NodeDone: true})
 }

@@ -36,7 +36,7 @@ func FuzzCutoverRequestValidation(f *testing.F) {
 		if nodes != "" {
 			req.Nodes = strings.Split(nodes, ",")
 		}
-		r, err := c.validate(req)
+		r, err := c.check.Validate(req)
 		if err != nil {
 			if status.Code(err) != codes.InvalidArgument {
 				t.Fatalf("refusal is %v, want InvalidArgument", err)
@@ -46,12 +46,12 @@ func FuzzCutoverRequestValidation(f *testing.F) {
 		switch {
 		case port < 1 || port > 65535:
 			t.Fatalf("port %d accepted", port)
-		case r.step <= 0:
-			t.Fatalf("timeout_millis %d accepted as step deadline %s", timeoutMillis, r.step)
-		case len(r.nodes) == 0:
+		case r.Step <= 0:
+			t.Fatalf("timeout_millis %d accepted as step deadline %s", timeoutMillis, r.Step)
+		case len(r.Nodes) == 0:
 			t.Fatalf("no target nodes for %+v", req)
 		}
-		for _, n := range r.nodes {
+		for _, n := range r.Nodes {
 			if n != "n1" && n != "n2" {
 				t.Fatalf("node %q accepted", n)
 			}

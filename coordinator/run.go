@@ -29,24 +29,6 @@ import (
 
 const insecureWarning = "INSECURE MODE: no TLS to agents or from coordctl; anyone who can reach these ports can change the overlay. Use only in a local lab."
 
-// agentDialOptions returns the credentials used to dial agents: mTLS
-// presenting our certificate and requiring the agent role, or plaintext
-// with --insecure. Agents whose certificate is refused are counted in m.
-func agentDialOptions(cfg Config, m *Metrics, log *slog.Logger) ([]grpc.DialOption, error) {
-	if cfg.Insecure {
-		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
-	}
-	r, err := m.tlsReloader(cfg.TLS, log)
-	if err != nil {
-		return nil, fmt.Errorf("agent client TLS: %w", err)
-	}
-	tc, err := pki.ReloadingClientConfig(r, m.agentTLSRejected, pki.RoleAgent)
-	if err != nil {
-		return nil, fmt.Errorf("agent client TLS: %w", err)
-	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}, nil
-}
-
 // serverOptions returns the API server's credentials: mTLS requiring the
 // admin role (coordctl), or none with --insecure. Every refused client is
 // counted in m, plaintext and failed handshakes included.
@@ -54,18 +36,18 @@ func serverOptions(cfg Config, m *Metrics, log *slog.Logger) ([]grpc.ServerOptio
 	if cfg.Insecure {
 		return nil, nil
 	}
-	r, err := m.tlsReloader(cfg.TLS, log)
+	r, err := m.TLSReloader(cfg.TLS, log)
 	if err != nil {
 		return nil, fmt.Errorf("API server TLS: %w", err)
 	}
 	// RoleCoordinator: a standby forwards coordctl's calls to the leader
 	// with its own certificate (Server.SetForward). It grants nothing new:
 	// a coordinator certificate already commands every agent.
-	tc, err := pki.ReloadingServerConfig(r, m.apiTLSRejected, pki.RoleAdmin, pki.RoleCoordinator)
+	tc, err := pki.ReloadingServerConfig(r, m.APITLSRejected, pki.RoleAdmin, pki.RoleCoordinator)
 	if err != nil {
 		return nil, fmt.Errorf("API server TLS: %w", err)
 	}
-	return []grpc.ServerOption{grpc.Creds(pki.ServerCredentials(tc, m.apiTLSRejected))}, nil
+	return []grpc.ServerOption{grpc.Creds(pki.ServerCredentials(tc, m.APITLSRejected))}, nil
 }
 
 // metricsHandler serves /healthz (alive), /readyz (ready: the API serves
@@ -164,7 +146,7 @@ func Listen(cfg Config, m *Metrics, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	addrs, err := cfg.listenAddrs()
+	addrs, err := cfg.ListenAddrs()
 	if err != nil {
 		return nil, err
 	}
@@ -175,20 +157,20 @@ func Listen(cfg Config, m *Metrics, log *slog.Logger) (*Server, error) {
 		}
 	}
 	for _, a := range addrs {
-		if a.network == "unix" {
+		if a.Network == "unix" {
 			// A socket file left by a killed coordinator would make the
 			// listen fail; only a socket is removed, never another file.
-			if fi, err := os.Lstat(a.addr); err == nil && fi.Mode()&os.ModeSocket != 0 {
-				_ = os.Remove(a.addr)
+			if fi, err := os.Lstat(a.Addr); err == nil && fi.Mode()&os.ModeSocket != 0 {
+				_ = os.Remove(a.Addr)
 			}
 		}
-		l, err := net.Listen(a.network, a.addr)
+		l, err := net.Listen(a.Network, a.Addr)
 		if err != nil {
 			closeAll()
 			return nil, fmt.Errorf("--listen %s: %w", cfg.Listen, err)
 		}
-		if a.network == "unix" {
-			_ = os.Chmod(a.addr, 0o600) // coordctl runs as root next to it
+		if a.Network == "unix" {
+			_ = os.Chmod(a.Addr, 0o600) // coordctl runs as root next to it
 		}
 		s.listeners = append(s.listeners, l)
 	}
@@ -290,7 +272,7 @@ func (s *Server) Lead(ctx context.Context, c *Coordinator) {
 	s.mu.Lock()
 	s.c, s.resumed = c, false
 	s.mu.Unlock()
-	s.metrics.leader.Set(1)
+	s.metrics.Leader.Set(1)
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	resumed := make(chan struct{})
 	go func() {
@@ -308,7 +290,7 @@ func (s *Server) Lead(ctx context.Context, c *Coordinator) {
 	s.mu.Lock()
 	s.c, s.resumed = nil, false
 	s.mu.Unlock()
-	s.metrics.leader.Set(0)
+	s.metrics.Leader.Set(0)
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	c.cancel()
 	<-resumed

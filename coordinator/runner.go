@@ -8,18 +8,37 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
+	"github.com/cutover-dev/cutover/coordinator/internal/probes"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
+// launch records op and runs first (the core's first actions) in the
+// background. The caller holds the slot (c.current == op).
+func (c *Coordinator) launch(op *opstate.Op, first []barrier.Action) {
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.ops[op.Rec.ID] = op
+	c.lastID = op.Rec.ID
+	c.current = op
+	op.Mu.Lock()
+	op.Running = true
+	op.Done = done
+	op.Mu.Unlock()
+	c.mu.Unlock()
+	c.wg.Go(func() { c.drive(op, first, done) })
+}
+
 // drive runs the event loop of one operation run: it performs the core's
 // actions and feeds their results back as events. It decides nothing: what
 // happens next, and in which order, is the core's (internal/barrier and
-// its golden scenarios). Only drive touches op.core while op.running.
-func (c *Coordinator) drive(op *operation, acts []barrier.Action, done chan struct{}) {
+// its golden scenarios). Only drive touches op.Core while op.Running.
+func (c *Coordinator) drive(op *opstate.Op, acts []barrier.Action, done chan struct{}) {
 	defer close(done)
 	// Nor does a background encoding of the report (save).
-	defer op.encoders.Wait()
+	defer op.Encoders.Wait()
 	evCh := make(chan barrier.Event, 64)
 	stop := make(chan struct{})
 	// The run's calls end with it (they stop with c.ctx), so that none
@@ -35,7 +54,7 @@ func (c *Coordinator) drive(op *operation, acts []barrier.Action, done chan stru
 	}
 	for {
 		c.perform(op, acts, post, &calls)
-		if op.core.Outcome() != barrier.Pending {
+		if op.Core.Outcome() != barrier.Pending {
 			var more bool
 			if acts, more = c.endRun(op); !more {
 				return
@@ -52,10 +71,10 @@ func (c *Coordinator) drive(op *operation, acts []barrier.Action, done chan stru
 				c.stopRun(op)
 				return
 			}
-			acts = op.core.Step(ev)
-		case reason := <-op.rollback:
-			op.emit("rollback", "", "rollback requested: "+reason, false, nil)
-			acts = op.core.Step(barrier.RollbackRequested{Reason: reason})
+			acts = op.Core.Step(ev)
+		case reason := <-op.Rollback:
+			op.Emit("rollback", "", "rollback requested: "+reason, false, nil)
+			acts = op.Core.Step(barrier.RollbackRequested{Reason: reason})
 		case <-c.ctx.Done():
 			c.stopRun(op)
 			return
@@ -66,8 +85,8 @@ func (c *Coordinator) drive(op *operation, acts []barrier.Action, done chan stru
 // perform carries out actions in order. Those that wait on agents or
 // hooks run in the background (in calls) and post their event when done;
 // Journal and Declare are done before the next action.
-func (c *Coordinator) perform(op *operation, acts []barrier.Action, post func(barrier.Event), calls *sync.WaitGroup) {
-	rides := resetRides(acts)
+func (c *Coordinator) perform(op *opstate.Op, acts []barrier.Action, post func(barrier.Event), calls *sync.WaitGroup) {
+	rides := probes.ResetRides(acts)
 	carried := rides
 	for _, a := range acts {
 		switch a := a.(type) {
@@ -75,13 +94,13 @@ func (c *Coordinator) perform(op *operation, acts []barrier.Action, post func(ba
 			c.enterStep(op, a)
 		case barrier.Send:
 			c.announce(op, a)
-			var reset *prepReset
-			if carriesReset(a) {
+			var reset *probes.PrepReset
+			if probes.CarriesReset(a) {
 				reset, rides = rides, nil // one Send carries it, and closes it
 			}
 			calls.Go(func() {
 				if reset != nil {
-					defer close(reset.done)
+					defer close(reset.Done)
 				}
 				if a.After > 0 {
 					// A retry's back-off, asked by the core (it has no
@@ -97,9 +116,9 @@ func (c *Coordinator) perform(op *operation, acts []barrier.Action, post func(ba
 				c.dispatch(op, a, post, reset)
 			})
 		case barrier.ResetProbes:
-			calls.Go(func() { c.resetProbes(op, carried); post(barrier.ProbesReset{}) })
+			calls.Go(func() { c.mesh.Reset(op, carried); post(barrier.ProbesReset{}) })
 		case barrier.ReadProbes:
-			calls.Go(func() { c.probeStats(op, false); post(barrier.ProbesRead{}) })
+			calls.Go(func() { c.mesh.Stats(op, false); post(barrier.ProbesRead{}) })
 		case barrier.CallHook:
 			calls.Go(func() { post(c.callHook(op, a)) })
 		case barrier.RunVerifier:
@@ -112,24 +131,24 @@ func (c *Coordinator) perform(op *operation, acts []barrier.Action, post func(ba
 
 // runVerifier runs the built-in probe mesh verifier, then the
 // operation-wide one when given.
-func (c *Coordinator) runVerifier(op *operation, a barrier.RunVerifier) barrier.Event {
+func (c *Coordinator) runVerifier(op *opstate.Op, a barrier.RunVerifier) barrier.Event {
 	ctx, cancel := context.WithTimeout(c.ctx, a.Timeout)
 	defer cancel()
 	if !c.cfg.NoProbeVerify {
-		if err := c.meshVerify(ctx, op); err != nil {
-			op.emit("verify", "", "verification failed: "+err.Error(), true, nil)
+		if err := c.mesh.Verify(ctx, op); err != nil {
+			op.Emit("verify", "", "verification failed: "+err.Error(), true, nil)
 			return barrier.Verified{Err: err.Error()}
 		}
 	}
 	if c.verifier == nil {
-		op.batchDone(a.Batch, time.Now(), true)
+		op.BatchDone(a.Batch, time.Now(), true)
 		return barrier.Verified{}
 	}
-	if err := c.verifier.Verify(ctx, VerifyInput{OperationID: op.rec.ID, FromPort: op.from, ToPort: op.to, Nodes: a.Nodes}); err != nil {
-		op.emit("verify", "", "verification failed: "+err.Error(), true, nil)
+	if err := c.verifier.Verify(ctx, VerifyInput{OperationID: op.Rec.ID, FromPort: op.From, ToPort: op.To, Nodes: a.Nodes}); err != nil {
+		op.Emit("verify", "", "verification failed: "+err.Error(), true, nil)
 		return barrier.Verified{Err: err.Error()}
 	}
-	op.batchDone(a.Batch, time.Now(), true)
+	op.BatchDone(a.Batch, time.Now(), true)
 	return barrier.Verified{}
 }
 
@@ -137,13 +156,13 @@ func (c *Coordinator) runVerifier(op *operation, a barrier.RunVerifier) barrier.
 // operation stays where it is. The journal says where; the next start (or
 // leader) resumes or undoes it, and the agents' dead-man timers cover a
 // commit in between.
-func (c *Coordinator) stopRun(op *operation) {
+func (c *Coordinator) stopRun(op *opstate.Op) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	op.emit(string(op.core.Phase()), "", "coordinator stopping: the operation resumes at the next start", true, op.snapshot())
-	op.mu.Lock()
-	op.running = false
-	op.mu.Unlock()
+	op.Emit(string(op.Core.Phase()), "", "coordinator stopping: the operation resumes at the next start", true, op.Snapshot())
+	op.Mu.Lock()
+	op.Running = false
+	op.Mu.Unlock()
 	if c.current == op {
 		c.current = nil
 	}
@@ -152,30 +171,30 @@ func (c *Coordinator) stopRun(op *operation) {
 // enterStep closes the previous step's duration and journals the step
 // about to be sent: after a crash the record must never claim less than
 // what the agents may have seen (commit_sent in particular).
-func (c *Coordinator) enterStep(op *operation, j barrier.Journal) {
+func (c *Coordinator) enterStep(op *opstate.Op, j barrier.Journal) {
 	now := time.Now()
-	op.mu.Lock()
-	prev, started := op.curStep, op.stepStart
+	op.Mu.Lock()
+	prev, started := op.CurStep, op.StepStart
 	if prev != "" && prev != j.Step {
 		d := now.Sub(started)
 		if prev == barrier.Prepare {
-			op.prepDur = d
+			op.PrepDur = d
 		}
 		c.phaseDoneLocked(op, prev, d)
 	}
 	if prev != j.Step {
-		op.stepStart = now
+		op.StepStart = now
 	}
-	op.curStep = j.Step
-	op.rec.Step = string(j.Step)
-	op.rec.CommitSent = j.CommitSent
-	op.mu.Unlock()
-	c.metrics.setPhase(string(j.Step))
+	op.CurStep = j.Step
+	op.Rec.Step = string(j.Step)
+	op.Rec.CommitSent = j.CommitSent
+	op.Mu.Unlock()
+	c.metrics.SetPhase(string(j.Step))
 	_ = c.save(op)
 }
 
 // announce tells the operation's followers a step is being sent.
-func (c *Coordinator) announce(op *operation, s barrier.Send) {
+func (c *Coordinator) announce(op *opstate.Op, s barrier.Send) {
 	msg := fmt.Sprintf("%s: sending to %d agent(s)", s.Step, len(s.Nodes))
 	switch {
 	case s.Attempt > 1 && s.After > 0:
@@ -183,79 +202,79 @@ func (c *Coordinator) announce(op *operation, s barrier.Send) {
 	case s.Attempt > 1:
 		msg += fmt.Sprintf(" (attempt %d)", s.Attempt)
 	}
-	op.emitEvent(&coordinatorv1.OperationEvent{Phase: string(s.Step), Message: msg, StepNodes: s.Nodes})
+	op.EmitEvent(&coordinatorv1.OperationEvent{Phase: string(s.Step), Message: msg, StepNodes: s.Nodes})
 }
 
 // phaseDoneLocked records that step lasted d: in the report and the
-// phase duration histogram. op.mu is held.
-func (c *Coordinator) phaseDoneLocked(op *operation, step barrier.Step, d time.Duration) {
-	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: string(step), Nanos: d.Nanoseconds(), StartedUnixNano: time.Now().Add(-d).UnixNano()})
-	c.metrics.phaseDuration.WithLabelValues(string(step)).Observe(d.Seconds())
+// phase duration histogram. op.Mu is held.
+func (c *Coordinator) phaseDoneLocked(op *opstate.Op, step barrier.Step, d time.Duration) {
+	op.Report.Phases = append(op.Report.Phases, &coordinatorv1.PhaseDuration{Phase: string(step), Nanos: d.Nanoseconds(), StartedUnixNano: time.Now().Add(-d).UnixNano()})
+	c.metrics.PhaseDuration.WithLabelValues(string(step)).Observe(d.Seconds())
 }
 
 // declare records the outcome; endRun finishes the run.
-func (c *Coordinator) declare(op *operation, d barrier.Declare) {
+func (c *Coordinator) declare(op *opstate.Op, d barrier.Declare) {
 	var next []string
 	if d.Outcome == barrier.Succeeded {
-		next = c.nextSteps(op.info())
+		next = c.nextSteps(op.Info())
 	}
 	now := time.Now()
-	op.mu.Lock()
-	op.report.NextSteps = next
-	if op.curStep != "" {
-		c.phaseDoneLocked(op, op.curStep, now.Sub(op.stepStart))
-		op.curStep = ""
+	op.Mu.Lock()
+	op.Report.NextSteps = next
+	if op.CurStep != "" {
+		c.phaseDoneLocked(op, op.CurStep, now.Sub(op.StepStart))
+		op.CurStep = ""
 	}
-	op.report.State = outcomeState(d.Outcome)
-	op.report.EndedUnixNano = now.UnixNano()
-	op.report.Error = d.Reason
-	lateWarningsLocked(op, d.Outcome)
-	spreadWarningLocked(op, d.Outcome, c.cfg.SpreadTarget)
+	op.Report.State = opstate.OutcomeState(d.Outcome)
+	op.Report.EndedUnixNano = now.UnixNano()
+	op.Report.Error = d.Reason
+	opstate.LateWarningsLocked(op, d.Outcome)
+	opstate.SpreadWarningLocked(op, d.Outcome, c.cfg.SpreadTarget)
 	if d.Outcome == barrier.Failed {
-		op.report.Error = failedErrorLocked(op, d, now)
+		op.Report.Error = opstate.FailedErrorLocked(op, d, now)
 	}
 	if len(d.Notes) > 0 {
 		// Errors that did not change the outcome (hooks after the change
 		// was confirmed, a Restore that failed).
-		if op.report.Error != "" {
-			op.report.Error += "; "
+		if op.Report.Error != "" {
+			op.Report.Error += "; "
 		}
-		op.report.Error += strings.Join(d.Notes, "\n")
+		op.Report.Error += strings.Join(d.Notes, "\n")
 	}
-	op.rec.Step = string(barrier.Done)
-	op.rec.Outcome = d.Outcome.String()
-	noteStagedLocked(op, d.Outcome, op.core.Sending())
-	op.mu.Unlock()
-	c.metrics.operations.WithLabelValues(d.Outcome.String()).Inc()
-	c.metrics.setPhase("idle")
+	op.Rec.Step = string(barrier.Done)
+	op.Rec.Outcome = d.Outcome.String()
+	opstate.NoteStagedLocked(op, d.Outcome, op.Core.Sending())
+	op.Mu.Unlock()
+	c.metrics.Operations.WithLabelValues(d.Outcome.String()).Inc()
+	c.metrics.SetPhase("idle")
 }
 
 // endRun reads every node's final state into the report, journals it,
 // sends the last event and frees the slot. A rollback requested while the
 // run was ending is taken instead (more is true and acts are its actions).
-func (c *Coordinator) endRun(op *operation) (acts []barrier.Action, more bool) {
-	out := op.core.Outcome()
+func (c *Coordinator) endRun(op *opstate.Op) (acts []barrier.Action, more bool) {
+	out := op.Core.Outcome()
 	if out == barrier.Held {
-		c.parkProbes(op)
+		c.mesh.Park(op)
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, op.step)
-	fanOut(op.nodes, func(n string) {
-		info, err := c.agent(n).client.Info(ctx, &agentv1.InfoRequest{})
+	ctx, cancel := context.WithTimeout(c.ctx, op.Step)
+	fleet.FanOut(op.Nodes, func(n string) {
+		info, err := c.fleet.Agent(n).Client.Info(ctx, &agentv1.InfoRequest{})
 		if err != nil {
 			return
 		}
-		op.noteReadBack(n, info)
+		op.NoteReadBack(n, info)
 	})
 	cancel()
 	_ = c.saveFinal(op)
-	rep := op.snapshot()
+	rep := op.Snapshot()
 	c.mu.Lock()
 	select {
-	case reason := <-op.rollback:
-		if acts := op.core.Step(barrier.RollbackRequested{Reason: reason}); len(acts) > 0 {
+	case reason := <-op.Rollback:
+		if acts := op.Core.Step(barrier.RollbackRequested{Reason: reason}); len(acts) > 0 {
 			c.mu.Unlock()
-			op.reopen()
-			op.emit("rollback", "", "rollback requested: "+reason, false, nil)
+			op.Reopen()
+			op.Emit("rollback", "", "rollback requested: "+reason, false, nil)
 			return acts, true
 		}
 	default:
@@ -266,14 +285,14 @@ func (c *Coordinator) endRun(op *operation) (acts []barrier.Action, more bool) {
 	}
 	// The last event goes out before running turns false, so that a
 	// Rollback stream started after this never sees it as its own end.
-	op.emit("done", "", msg, out != barrier.Succeeded && out != barrier.Held, rep)
-	op.mu.Lock()
-	op.running = false
-	op.mu.Unlock()
+	op.Emit("done", "", msg, out != barrier.Succeeded && out != barrier.Held, rep)
+	op.Mu.Lock()
+	op.Running = false
+	op.Mu.Unlock()
 	if c.current == op {
 		c.current = nil
 	}
 	c.mu.Unlock()
-	c.log.Info("operation ended", "operation", op.rec.ID, "outcome", out.String(), "error", rep.Error)
+	c.log.Info("operation ended", "operation", op.Rec.ID, "outcome", out.String(), "error", rep.Error)
 	return nil, false
 }

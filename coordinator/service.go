@@ -9,6 +9,10 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
+	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
+	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
@@ -20,23 +24,23 @@ import (
 
 // ListAgents implements CoordinatorService: every agent, asked now.
 func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgentsRequest) (*coordinatorv1.ListAgentsResponse, error) {
-	if err := c.refreshInventory(ctx); err != nil {
+	if err := c.fleet.Refresh(ctx); err != nil {
 		return nil, inventoryUnread(err)
 	}
-	inv := c.inventory()
+	inv := c.fleet.Inventory()
 	out := make([]*coordinatorv1.Agent, len(inv.Agents))
 	ready := 0
 	idx := map[string]int{}
 	for i, s := range inv.Agents {
 		idx[s.Node] = i
 	}
-	fanOut(inv.nodeNames(), func(n string) {
-		ac := c.agent(n)
-		a := &coordinatorv1.Agent{Node: n, Address: ac.spec.Address, Labels: ac.spec.Labels}
+	fleet.FanOut(inv.NodeNames(), func(n string) {
+		ac := c.fleet.Agent(n)
+		a := &coordinatorv1.Agent{Node: n, Address: ac.Spec.Address, Labels: ac.Spec.Labels}
 		out[idx[n]] = a
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.StepTimeout)
 		defer cancel()
-		info, err := ac.client.Info(cctx, &agentv1.InfoRequest{})
+		info, err := ac.Client.Info(cctx, &agentv1.InfoRequest{})
 		if err != nil {
 			a.Error = status.Convert(err).Message()
 			return
@@ -45,8 +49,8 @@ func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgent
 		if len(a.Labels) == 0 {
 			a.Labels = info.Labels
 		}
-		if cs, err := c.measureClock(cctx, ac.client); err == nil {
-			a.ClockOffsetNanos, a.RttNanos = cs.offset.Nanoseconds(), cs.rtt.Nanoseconds()
+		if cs, err := c.fleet.MeasureClock(cctx, ac.Client); err == nil {
+			a.ClockOffsetNanos, a.RttNanos = cs.Offset.Nanoseconds(), cs.RTT.Nanoseconds()
 		}
 	})
 	for _, a := range out {
@@ -54,24 +58,24 @@ func (c *Coordinator) ListAgents(ctx context.Context, _ *coordinatorv1.ListAgent
 			ready++
 		}
 	}
-	c.metrics.agentsReady.Set(float64(ready))
+	c.metrics.AgentsReady.Set(float64(ready))
 	return &coordinatorv1.ListAgentsResponse{Agents: out}, nil
 }
 
 // Plan implements CoordinatorService: preflight only; changes nothing.
 func (c *Coordinator) Plan(ctx context.Context, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PlanResponse, error) {
-	if err := c.refreshInventory(ctx); err != nil {
+	if err := c.fleet.Refresh(ctx); err != nil {
 		return nil, inventoryUnread(err)
 	}
-	r, err := c.validateTarget(ctx, req)
+	r, err := c.check.ValidateTarget(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if r, err = c.resolveAuto(ctx, req, r); err != nil {
+	if r, err = c.check.ResolveAuto(ctx, req, r); err != nil {
 		return nil, err
 	}
-	resp := c.fullPreflight(ctx, r, "cutover").resp
-	resp.Strategy, resp.StrategyReason = r.strategy(), r.strategyReason
+	resp := c.check.Full(ctx, r, "cutover").Resp
+	resp.Strategy, resp.StrategyReason = r.Strategy(), r.StrategyReason
 	return resp, nil
 }
 
@@ -81,8 +85,8 @@ func inventoryUnread(err error) error {
 	return status.Errorf(codes.FailedPrecondition, "cannot read the inventory, nothing was changed: %v", err)
 }
 
-func refused(pf *preflight) error {
-	return status.Errorf(codes.FailedPrecondition, "preflight refused the cutover, nothing was changed:\n  %s", strings.Join(pf.problems, "\n  "))
+func refused(pf *preflight.Result) error {
+	return status.Errorf(codes.FailedPrecondition, "preflight refused the cutover, nothing was changed:\n  %s", strings.Join(pf.Problems, "\n  "))
 }
 
 // Cutover implements CoordinatorService.
@@ -94,10 +98,10 @@ func (c *Coordinator) Cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 // back when it is a reverse cutover.
 func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent], reverts string) error {
 	ctx := stream.Context()
-	if err := c.refreshInventory(ctx); err != nil {
+	if err := c.fleet.Refresh(ctx); err != nil {
 		return inventoryUnread(err)
 	}
-	r, err := c.validateTarget(ctx, req)
+	r, err := c.check.ValidateTarget(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -106,138 +110,113 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		kind = "rollback"
 	}
 	if held := c.heldOp(); held != nil {
-		if r.staged && !r.auto && r.to == held.to && reverts == "" {
+		if r.Staged && !r.Auto && r.To == held.To && reverts == "" {
 			return c.continueHeld(held, req, r, stream)
 		}
-		what := fmt.Sprintf("%s cutover to port %d", map[bool]string{false: "an atomic", true: "a staged"}[r.staged], r.to)
-		if r.auto {
-			what = fmt.Sprintf("a cutover to port %d with strategy %s", r.to, r.autoName())
+		what := fmt.Sprintf("%s cutover to port %d", map[bool]string{false: "an atomic", true: "a staged"}[r.Staged], r.To)
+		if r.Auto {
+			what = fmt.Sprintf("a cutover to port %d with strategy %s", r.To, r.AutoName())
 		}
 		if reverts != "" {
 			what = "the reverse cutover of " + reverts
 		}
-		return refuseBesideHeld(held, what)
+		return opstate.RefuseBesideHeld(held, what)
 	}
-	if r, err = c.resolveAuto(ctx, req, r); err != nil {
+	if r, err = c.check.ResolveAuto(ctx, req, r); err != nil {
 		return err
 	}
-	if r.auto {
-		_ = stream.Send(&coordinatorv1.OperationEvent{OperationId: r.id, Phase: "preflight", Message: r.strategyReason, UnixNano: time.Now().UnixNano()})
+	if r.Auto {
+		_ = stream.Send(&coordinatorv1.OperationEvent{OperationId: r.ID, Phase: "preflight", Message: r.StrategyReason, UnixNano: time.Now().UnixNano()})
 	}
 	// Preflight at hundreds of nodes takes a while: its progress goes out
 	// on the stream as it happens (a refusal then ends the stream).
 	var sendMu sync.Mutex
-	r.progress = func(ev *coordinatorv1.OperationEvent) {
+	r.Progress = func(ev *coordinatorv1.OperationEvent) {
 		sendMu.Lock()
 		defer sendMu.Unlock()
 		_ = stream.Send(ev) // a client gone is noticed when the run is followed
 	}
 	if req.DryRun {
-		pf := c.fullPreflight(ctx, r, kind)
-		if len(pf.problems) > 0 {
+		pf := c.check.Full(ctx, r, kind)
+		if len(pf.Problems) > 0 {
 			return refused(pf)
 		}
-		rep := &coordinatorv1.Report{OperationId: r.id, FromPort: pf.from, ToPort: r.to, Strategy: r.strategy(), StrategyReason: r.strategyReason}
-		for _, np := range pf.resp.Nodes {
+		rep := &coordinatorv1.Report{OperationId: r.ID, FromPort: pf.From, ToPort: r.To, Strategy: r.Strategy(), StrategyReason: r.StrategyReason}
+		for _, np := range pf.Resp.Nodes {
 			rep.Nodes = append(rep.Nodes, &coordinatorv1.NodeResult{Node: np.Node, Port: np.CurrentPort})
-			if err := stream.Send(&coordinatorv1.OperationEvent{OperationId: r.id, Phase: "preflight", Node: np.Node,
+			if err := stream.Send(&coordinatorv1.OperationEvent{OperationId: r.ID, Phase: "preflight", Node: np.Node,
 				Message: "would: " + strings.Join(np.Actions, "; "), UnixNano: time.Now().UnixNano()}); err != nil {
 				return err
 			}
 		}
-		return stream.Send(&coordinatorv1.OperationEvent{OperationId: r.id, Phase: "preflight", UnixNano: time.Now().UnixNano(),
-			Message: fmt.Sprintf("dry run: preflight passed; %d node(s) would move from %d to %d; nothing was changed", len(r.nodes), pf.from, r.to), Report: rep})
+		return stream.Send(&coordinatorv1.OperationEvent{OperationId: r.ID, Phase: "preflight", UnixNano: time.Now().UnixNano(),
+			Message: fmt.Sprintf("dry run: preflight passed; %d node(s) would move from %d to %d; nothing was changed", len(r.Nodes), pf.From, r.To), Report: rep})
 	}
 	c.mu.Lock()
 	c.seq++
 	seq := c.seq
 	c.mu.Unlock()
-	op := newOperation(r.id, kind, 0, r.to, r.nodes, r.step, c.deadmanFor(r.step), seq)
-	op.report.Kind, op.report.RevertsOperationId = kind, reverts
-	op.report.Strategy, op.report.StrategyReason = r.strategy(), r.strategyReason
-	if r.staged {
-		op.rec.Batches, op.rec.MaxParallel = r.batches, r.maxParallel
-		op.report.Batches = reportBatches(r.batches)
-		op.report.MaxParallel = uint32(r.maxParallel)
+	op := opstate.New(r.ID, kind, 0, r.To, r.Nodes, r.Step, c.deadmanFor(r.Step), seq)
+	op.Report.Kind, op.Report.RevertsOperationId = kind, reverts
+	op.Report.Strategy, op.Report.StrategyReason = r.Strategy(), r.StrategyReason
+	if r.Staged {
+		op.Rec.Batches, op.Rec.MaxParallel = r.Batches, r.MaxParallel
+		op.Report.Batches = staging.ReportBatches(r.Batches)
+		op.Report.MaxParallel = uint32(r.MaxParallel)
 	}
-	op.core = barrier.New(c.coreConfig(r.nodes, op.step, op.deadman, nil, r.batches))
+	op.Core = barrier.New(c.coreConfig(r.Nodes, op.Step, op.Deadman, nil, r.Batches))
 	if err := c.reserve(op); err != nil {
 		return err
 	}
 	started := time.Now()
-	c.metrics.setPhase("preflight")
-	pf := c.fullPreflight(ctx, r, kind)
-	if len(pf.problems) > 0 {
-		c.metrics.setPhase("idle")
+	c.metrics.SetPhase("preflight")
+	pf := c.check.Full(ctx, r, kind)
+	if len(pf.Problems) > 0 {
+		c.metrics.SetPhase("idle")
 		c.release(op)
 		return refused(pf)
 	}
-	op.from = pf.from
-	op.report.RequestedBy = requester(ctx)
-	op.report.Request = proto.Clone(req).(*coordinatorv1.CutoverRequest)
-	op.report.Plan = pf.resp
-	op.rec.FromPort, op.report.FromPort = pf.from, pf.from
-	op.report.Phases = append(op.report.Phases, &coordinatorv1.PhaseDuration{Phase: "preflight", Nanos: time.Since(started).Nanoseconds(), StartedUnixNano: started.UnixNano()})
-	if pp := pf.probes; pp != nil {
-		op.probePeers, op.probePairs, op.probePlanned = pp.peers, pp.pairs, true
-		op.report.Warnings = append(op.report.Warnings, pp.warnings...)
-		for _, w := range append(slices.Clone(pp.notes), pp.warnings...) {
-			op.emit("preflight", "", w, false, nil)
+	op.From = pf.From
+	op.Report.RequestedBy = requester(ctx)
+	op.Report.Request = proto.Clone(req).(*coordinatorv1.CutoverRequest)
+	op.Report.Plan = pf.Resp
+	op.Rec.FromPort, op.Report.FromPort = pf.From, pf.From
+	op.Report.Phases = append(op.Report.Phases, &coordinatorv1.PhaseDuration{Phase: "preflight", Nanos: time.Since(started).Nanoseconds(), StartedUnixNano: started.UnixNano()})
+	if pp := pf.Probes; pp != nil {
+		op.ProbePeers, op.ProbePairs, op.ProbePlanned = pp.Peers, pp.Pairs, true
+		op.Report.Warnings = append(op.Report.Warnings, pp.Warnings...)
+		for _, w := range append(slices.Clone(pp.Notes), pp.Warnings...) {
+			op.Emit("preflight", "", w, false, nil)
 		}
 	}
-	op.report.Warnings = append(op.report.Warnings, pf.pathWarnings...)
-	for _, w := range pf.pathWarnings {
-		op.emit("preflight", "", w, false, nil)
+	op.Report.Warnings = append(op.Report.Warnings, pf.PathWarnings...)
+	for _, w := range pf.PathWarnings {
+		op.Emit("preflight", "", w, false, nil)
 	}
-	for _, n := range pf.resp.GetPathCheck().GetNotes() { // what the path check saw that is no problem (a node's own firewall)
-		op.emit("preflight", "", "underlay path check: "+n, false, nil)
+	for _, n := range pf.Resp.GetPathCheck().GetNotes() { // what the path check saw that is no problem (a node's own firewall)
+		op.Emit("preflight", "", "underlay path check: "+n, false, nil)
 	}
-	for n, nc := range pf.checks {
-		op.offsets[n] = nc.clock
-		op.results[n].ClockOffsetNanos = nc.clock.offset.Nanoseconds()
+	for n, nc := range pf.Checks {
+		op.Offsets[n] = nc.Clock
+		op.Results[n].ClockOffsetNanos = nc.Clock.Offset.Nanoseconds()
 	}
 	// The record must exist on disk before any agent hears of the operation.
-	op.rec.Step = "preflight"
+	op.Rec.Step = "preflight"
 	if err := c.save(op); err != nil {
-		c.metrics.setPhase("idle")
+		c.metrics.SetPhase("idle")
 		c.release(op)
-		return status.Errorf(codes.Internal, "cannot journal operation %s (%s), nothing was changed: %v", r.id, describeJournal(c.journal, c.cfg), err)
+		return status.Errorf(codes.Internal, "cannot journal operation %s (%s), nothing was changed: %v", r.ID, describeJournal(c.journal, c.cfg), err)
 	}
-	op.emit("preflight", "", fmt.Sprintf("preflight passed: %d node(s) on port %d, target %d", len(r.nodes), pf.from, r.to), false, nil)
-	c.launch(op, op.core.Start())
-	return c.follow(stream, op, 0)
+	op.Emit("preflight", "", fmt.Sprintf("preflight passed: %d node(s) on port %d, target %d", len(r.Nodes), pf.From, r.To), false, nil)
+	c.launch(op, op.Core.Start())
+	return op.Follow(stream, 0)
 }
 
-// follow streams op's events from index from until the run's last event.
-// A client that goes away stops only its stream, never the operation.
-func (c *Coordinator) follow(stream grpc.ServerStreamingServer[coordinatorv1.OperationEvent], op *operation, from int) error {
-	for {
-		op.mu.Lock()
-		evs := op.events[from:]
-		ch := op.changed
-		op.mu.Unlock()
-		for _, ev := range evs {
-			if err := stream.Send(ev); err != nil {
-				return err
-			}
-			from++
-			if ev.Report != nil {
-				return nil
-			}
-		}
-		select {
-		case <-ch:
-		case <-stream.Context().Done():
-			return stream.Context().Err()
-		}
-	}
-}
-
-func (c *Coordinator) lookup(id string) (*operation, error) {
+func (c *Coordinator) lookup(id string) (*opstate.Op, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if id == "" {
-		if c.current != nil && c.ops[c.current.rec.ID] == c.current {
+		if c.current != nil && c.ops[c.current.Rec.ID] == c.current {
 			return c.current, nil
 		}
 		id = c.lastID
@@ -247,10 +226,10 @@ func (c *Coordinator) lookup(id string) (*operation, error) {
 	}
 	op, ok := c.ops[id]
 	if !ok && c.pruned[id] {
-		return nil, status.Errorf(codes.NotFound, "operation_id %q: pruned: it ended and the journal keeps only the last %d finished operations (--journal-keep)", id, c.cfg.journalKeep())
+		return nil, status.Errorf(codes.NotFound, "operation_id %q: pruned: it ended and the journal keeps only the last %d finished operations (--journal-keep)", id, c.cfg.KeptOperations())
 	}
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "operation_id %q: no such operation in the journal: it keeps the last %d finished operations (--journal-keep), so one older than those was pruned", id, c.cfg.journalKeep())
+		return nil, status.Errorf(codes.NotFound, "operation_id %q: no such operation in the journal: it keeps the last %d finished operations (--journal-keep), so one older than those was pruned", id, c.cfg.KeptOperations())
 	}
 	return op, nil
 }
@@ -261,7 +240,7 @@ func (c *Coordinator) Status(_ context.Context, req *coordinatorv1.StatusRequest
 	if err != nil {
 		return nil, err
 	}
-	return op.snapshot(), nil
+	return op.Snapshot(), nil
 }
 
 // Rollback implements CoordinatorService. A running operation is rolled
@@ -272,35 +251,35 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 		return err
 	}
 	c.mu.Lock()
-	op.mu.Lock()
-	from, running := len(op.events), op.running
-	op.mu.Unlock()
+	op.Mu.Lock()
+	from, running := len(op.Events), op.Running
+	op.Mu.Unlock()
 	if running {
 		// The run in flight takes it at its next barrier, or as it ends.
 		select {
-		case op.rollback <- "operator requested rollback":
+		case op.Rollback <- "operator requested rollback":
 		default:
 		}
 		c.mu.Unlock()
-		return c.follow(stream, op, from)
+		return op.Follow(stream, from)
 	}
-	if op.rec.Kind == "rollback" && op.rec.Outcome == "succeeded" {
+	if op.Rec.Kind == "rollback" && op.Rec.Outcome == "succeeded" {
 		c.mu.Unlock()
-		return status.Errorf(codes.FailedPrecondition, "operation %s is the rollback of %s and it succeeded: there is nothing to roll back; to move the port again, run a cutover", op.rec.ID, op.report.RevertsOperationId)
+		return status.Errorf(codes.FailedPrecondition, "operation %s is the rollback of %s and it succeeded: there is nothing to roll back; to move the port again, run a cutover", op.Rec.ID, op.Report.RevertsOperationId)
 	}
-	if op.rec.Outcome == "succeeded" {
+	if op.Rec.Outcome == "succeeded" {
 		// Every node is finalized on the new port and the old port's
 		// firewall rules are gone: putting it back node by node would flip
 		// nodes apart and before the old port is open again (I2). Rolling
 		// back a finished change is a cutover in reverse, with its own
 		// preflight, barrier and verification.
 		c.mu.Unlock()
-		nodes := op.nodes
-		if op.report.GetStrategy() == StrategyStaged {
+		nodes := op.Nodes
+		if op.Report.GetStrategy() == StrategyStaged {
 			nodes = nil // staged covers every node of the inventory
 		}
 		return c.cutover(&coordinatorv1.CutoverRequest{
-			Port: op.from, Nodes: nodes, TimeoutMillis: op.step.Milliseconds(),
+			Port: op.From, Nodes: nodes, TimeoutMillis: op.Step.Milliseconds(),
 			// The prior port is known good for this overlay even when it
 			// is a tunnel port (4789) or in the NodePort range.
 			AllowTunnelPort: true, AllowNodeportRange: true,
@@ -309,44 +288,29 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 			AllowUnprobed: true,
 			// A staged change goes back staged (a canary, then the
 			// rest): as lossless back as it was forward.
-			Strategy: op.report.GetStrategy(),
-		}, stream, op.rec.ID)
+			Strategy: op.Report.GetStrategy(),
+		}, stream, op.Rec.ID)
 	}
 	err = c.claimLocked(op)
 	c.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	acts := op.core.Step(barrier.RollbackRequested{Reason: "operator requested rollback"})
+	acts := op.Core.Step(barrier.RollbackRequested{Reason: "operator requested rollback"})
 	if len(acts) == 0 {
 		c.mu.Lock()
-		op.mu.Lock()
-		op.running = false
-		op.mu.Unlock()
+		op.Mu.Lock()
+		op.Running = false
+		op.Mu.Unlock()
 		c.current = nil
 		c.mu.Unlock()
-		rep := op.snapshot()
-		return stream.Send(&coordinatorv1.OperationEvent{OperationId: op.rec.ID, Phase: "rollback", UnixNano: time.Now().UnixNano(),
+		rep := op.Snapshot()
+		return stream.Send(&coordinatorv1.OperationEvent{OperationId: op.Rec.ID, Phase: "rollback", UnixNano: time.Now().UnixNano(),
 			Message: fmt.Sprintf("nothing to roll back: operation is %s", rep.State), Report: rep})
 	}
-	op.reopen()
+	op.Reopen()
 	c.launch(op, acts)
-	return c.follow(stream, op, from)
-}
-
-// claimLocked claims the slot and the core for another run of an operation
-// that is not running (a rollback, a held operation's continuation), and
-// marks the run started: a rollback asked from then on goes to that run,
-// never to a second one. c.mu is held.
-func (c *Coordinator) claimLocked(op *operation) error {
-	if c.current != nil && c.current != op {
-		return status.Errorf(codes.FailedPrecondition, "operation %s is running: wait for it or roll it back first", c.current.rec.ID)
-	}
-	c.current = op
-	op.mu.Lock()
-	op.running = true
-	op.mu.Unlock()
-	return nil
+	return op.Follow(stream, from)
 }
 
 // Resume loads the journal and, for every operation that did not end,
@@ -364,26 +328,26 @@ func (c *Coordinator) claimLocked(op *operation) error {
 func (c *Coordinator) Resume(ctx context.Context) error {
 	recs, err := c.journal.Load()
 	for _, rec := range recs {
-		step := rec.stepTimeout()
-		op := newOperation(rec.ID, rec.Kind, rec.FromPort, rec.ToPort, rec.Nodes, step, c.deadmanFor(step), rec.Seq)
-		op.rec = rec
+		step := rec.StepTimeout()
+		op := opstate.New(rec.ID, rec.Kind, rec.FromPort, rec.ToPort, rec.Nodes, step, c.deadmanFor(step), rec.Seq)
+		op.Rec = rec
 		if len(rec.Report) > 0 {
-			_ = protojson.Unmarshal(rec.Report, op.report)
-			for _, nr := range op.report.Nodes {
-				op.results[nr.Node] = nr
+			_ = protojson.Unmarshal(rec.Report, op.Report)
+			for _, nr := range op.Report.Nodes {
+				op.Results[nr.Node] = nr
 			}
-			op.priorEvents, op.report.Events = op.report.Events, nil
+			op.PriorEvents, op.Report.Events = op.Report.Events, nil
 		}
-		if op.step <= 0 {
-			op.step = c.cfg.StepTimeout
+		if op.Step <= 0 {
+			op.Step = c.cfg.StepTimeout
 		}
-		op.core = barrier.New(c.coreConfig(rec.Nodes, op.step, op.deadman, rec.Hooks, rec.Batches))
+		op.Core = barrier.New(c.coreConfig(rec.Nodes, op.Step, op.Deadman, rec.Hooks, rec.Batches))
 		for _, n := range rec.Nodes {
 			// Only an operation this start must finish or undo needs
 			// every node: a finished (or held) one naming a node that
 			// left the cluster must not keep the coordinator from
 			// starting; a rollback of it counts that node unreached.
-			if !rec.Terminal() && c.known(n) == nil {
+			if !rec.Terminal() && c.fleet.Known(n) == nil {
 				return fmt.Errorf("journal: operation %s names node %s, which is not in the inventory: add it back so the operation can be finished or undone", rec.ID, n)
 			}
 		}
@@ -394,7 +358,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 		c.mu.Unlock()
 		if rec.Terminal() {
 			// Rollback of a finished operation starts from this core.
-			op.core = c.doneCore(rec)
+			op.Core = c.doneCore(rec)
 			continue
 		}
 		if c.ctx.Err() != nil {
@@ -412,10 +376,10 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 			point = barrier.ChooseResume(rec.CommitSent, last, allCommitted)
 		}
 		c.log.Warn("resuming interrupted operation", "operation", rec.ID, "step", rec.Step, "commit_sent", rec.CommitSent, "resume", point)
-		op.emit("resume", "", fmt.Sprintf("coordinator restarted during %s: %s", rec.Step, map[barrier.Resume]string{
+		op.Emit("resume", "", fmt.Sprintf("coordinator restarted during %s: %s", rec.Step, map[barrier.Resume]string{
 			barrier.ResumeAbort: "aborting", barrier.ResumeVerify: "every agent is committed: verifying", barrier.ResumeRollback: "rolling back",
 			barrier.ResumeFinalize: "every batch was confirmed: finishing the old port's retirement"}[point]), false, nil)
-		c.launch(op, op.core.ResumeAt(point))
+		c.launch(op, op.Core.ResumeAt(point))
 		// Only one operation can have been running; any other non-terminal
 		// record is older and was superseded, but handle it the same way
 		// after this one.
@@ -433,7 +397,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 // every node too: the journal does not keep the unreached list
 // separately); any other has nothing left to undo.
 func (c *Coordinator) doneCore(rec Record) *barrier.Op {
-	step := rec.stepTimeout()
+	step := rec.StepTimeout()
 	op := barrier.New(c.coreConfig(rec.Nodes, step, c.deadmanFor(step), rec.Hooks, rec.Batches))
 	switch rec.Outcome {
 	case "succeeded", "failed":
@@ -448,15 +412,15 @@ func (c *Coordinator) doneCore(rec Record) *barrier.Op {
 
 // allCommitted asks every target whether it is committed on the target
 // port; an agent that does not answer counts as not committed.
-func (c *Coordinator) allCommitted(ctx context.Context, op *operation) bool {
-	cctx, cancel := context.WithTimeout(ctx, op.step)
+func (c *Coordinator) allCommitted(ctx context.Context, op *opstate.Op) bool {
+	cctx, cancel := context.WithTimeout(ctx, op.Step)
 	defer cancel()
 	allCommitted := true
 	var mu sync.Mutex
-	fanOut(op.nodes, func(n string) {
-		st, err := c.agent(n).client.Status(cctx, &agentv1.StatusRequest{OperationId: op.rec.ID})
-		good := err == nil && st.CurrentPort == op.to &&
-			phaseIn(st.Phase, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
+	fleet.FanOut(op.Nodes, func(n string) {
+		st, err := c.fleet.Agent(n).Client.Status(cctx, &agentv1.StatusRequest{OperationId: op.Rec.ID})
+		good := err == nil && st.CurrentPort == op.To &&
+			opstate.PhaseIn(st.Phase, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
 		if !good {
 			mu.Lock()
 			allCommitted = false
@@ -464,4 +428,13 @@ func (c *Coordinator) allCommitted(ctx context.Context, op *operation) bool {
 		}
 	})
 	return allCommitted
+}
+
+// PathCheck implements CoordinatorService: the path check alone, on the
+// request's port and nodes. Changes nothing.
+func (c *Coordinator) PathCheck(ctx context.Context, req *coordinatorv1.CutoverRequest) (*coordinatorv1.PathCheckResult, error) {
+	if err := c.fleet.Refresh(ctx); err != nil {
+		return nil, inventoryUnread(err)
+	}
+	return c.check.PathCheck(ctx, req)
 }

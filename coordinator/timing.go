@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 )
 
 // coreConfig is the barrier core's configuration of an operation over
@@ -18,7 +19,7 @@ import (
 func (c *Coordinator) coreConfig(nodes []string, step, deadman time.Duration, marks []HookMark, batches [][]string) barrier.Config {
 	cfg := barrier.Config{Nodes: nodes, Batches: batches, StepTimeout: step, RollbackAttempts: c.cfg.RollbackAttempts,
 		RetryBackoff: c.cfg.RollbackBackoff, RetryBackoffMax: 8 * c.cfg.RollbackBackoff, RetryFor: deadman + time.Second,
-		// The built-in probe mesh verifier (probeverify.go), and the
+		// The built-in probe mesh verifier (internal/probes), and the
 		// operation-wide one when given.
 		Verifier: c.verifier != nil || !c.cfg.NoProbeVerify,
 		// Agents without peers report no counters: harmless.
@@ -68,19 +69,19 @@ func (c *Coordinator) deadmanFor(step time.Duration) time.Duration {
 // Prepare) that made it longer; without it, the Commit calls arrived
 // 43-70 ms before the instant at 1,000 simulated agents and 92-189 ms at
 // 10,000 (make bench-coordinator-ab), too close for a machine's noise.
-func (c *Coordinator) commitLead(op *operation) time.Duration {
+func (c *Coordinator) commitLead(op *opstate.Op) time.Duration {
 	var maxRTT time.Duration
-	for _, s := range op.offsets {
-		maxRTT = max(maxRTT, s.rtt)
+	for _, s := range op.Offsets {
+		maxRTT = max(maxRTT, s.RTT)
 	}
-	op.mu.Lock()
-	prep := op.prepDur
-	if n := len(op.prepAnswers); n > 0 {
-		a := slices.Clone(op.prepAnswers)
+	op.Mu.Lock()
+	prep := op.PrepDur
+	if n := len(op.PrepAnswers); n > 0 {
+		a := slices.Clone(op.PrepAnswers)
 		slices.Sort(a)
 		prep = min(prep, 2*a[n/2])
 	}
-	op.mu.Unlock()
+	op.Mu.Unlock()
 	prep += prep / 4
-	return c.cfg.CommitLeadMin + max(time.Duration(c.cfg.CommitLeadRTTx)*maxRTT, prep) + time.Duration(len(op.nodes))*c.cfg.CommitLeadPerAgt
+	return c.cfg.CommitLeadMin + max(time.Duration(c.cfg.CommitLeadRTTx)*maxRTT, prep) + time.Duration(len(op.Nodes))*c.cfg.CommitLeadPerAgt
 }

@@ -419,7 +419,7 @@ func TestArgsMatchBinaryFlags(t *testing.T) {
 func metricNames(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
-	for _, f := range []string{"../agent/metrics.go", "../coordinator/metrics.go", "../agent/probe/metrics.go"} {
+	for _, f := range []string{"../agent/metrics.go", "../coordinator/internal/metrics/metrics.go", "../agent/probe/metrics.go"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
