@@ -131,6 +131,9 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 				appliedAt = opstate.CoordClock(r.AppliedUnixNano, off)
 			}
 			late.answer(n, appliedAt, r)
+			if d, ok := agentv1.LatenessOf(err); ok {
+				late.refused(n, d)
+			}
 			if err == nil {
 				applied := r.AppliedUnixNano - off
 				written, effective := opstate.CoordClock(r.WrittenUnixNano, off), opstate.CoordClock(r.EffectiveUnixNano, off)

@@ -126,6 +126,26 @@ func (w *lateWatch) answer(n string, applied int64, r *agentv1.CommitResponse) {
 	}
 }
 
+// refused records node n's refusal to commit for lateness: it reached the
+// instant d after it (its own clock's measure) and applied nothing. It is a
+// late node whether or not its answer beat the answer deadline: the report
+// names it so, not only as a failed call.
+func (w *lateWatch) refused(n string, d time.Duration) {
+	if w == nil || w.c.cfg.LateBudget <= 0 {
+		return
+	}
+	w.mu.Lock()
+	counted := w.late[n]
+	w.late[n] = true
+	w.mu.Unlock()
+	w.op.NoteLate(n, d.Nanoseconds(), false)
+	if !counted {
+		w.c.metrics.LateCommits.Inc()
+	}
+	w.op.Emit(string(barrier.Commit), n, fmt.Sprintf("late: reached the commit instant %s after it and applied nothing (budget %s)",
+		d.Round(time.Millisecond), w.c.cfg.LateBudget), true, nil)
+}
+
 func (w *lateWatch) stop() {
 	close(w.done)
 	w.wg.Wait()

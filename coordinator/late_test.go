@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
@@ -148,5 +149,32 @@ func TestSpreadWarning(t *testing.T) {
 				t.Fatalf("warnings %q, want %d naming the target", rep.Warnings, want)
 			}
 		})
+	}
+}
+
+// n2 reached the instant past the budget and applied nothing: its agent
+// answers ABORTED with its lateness (agentv1.LateStatus), promptly, before
+// the answer deadline. It is a late node, named in the report with how late
+// it was and counted, not only a failed call; everyone is rolled back.
+func TestLateRefusalNamesTheNode(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.crash()
+	l.start()
+	l.fakes["n2"].SetFault("Commit", fakeagent.Fault{Err: agentv1.LateStatus("operation op1: commit late by 912ms (lateness budget 200ms): not applied (still on port 4789)", 912*time.Millisecond)})
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.State != rolledBack {
+		t.Fatalf("state %s (%s), want rolled back\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	if len(rep.LateNodes) != 1 || rep.LateNodes[0].Node != "n2" || rep.LateNodes[0].Applied || rep.LateNodes[0].LatenessNanos != int64(912*time.Millisecond) {
+		t.Fatalf("late nodes %v, want n2 late by 912ms, not applied", rep.LateNodes)
+	}
+	if got := testutil.ToFloat64(l.c.metrics.LateCommits); got != 1 {
+		t.Errorf("late commits metric %v, want 1", got)
+	}
+	if all := strings.Join(msgs, "\n"); !strings.Contains(all, "commit n2: late: reached the commit instant 912ms after it and applied nothing") {
+		t.Errorf("no live event naming n2 late:\n%s", all)
 	}
 }

@@ -39,6 +39,9 @@ func (a *agent) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoRespon
 }
 
 func (a *agent) Prepare(ctx context.Context, r *agentv1.PrepareRequest) (*agentv1.PrepareResponse, error) {
+	if r.OperationId == "late" {
+		return nil, agentv1.LateStatus("operation late: commit late by 912ms: not applied", 912*time.Millisecond)
+	}
 	if code, ok := strings.CutPrefix(r.OperationId, "fail-"); ok {
 		var c codes.Code
 		if err := c.UnmarshalJSON([]byte(`"` + code + `"`)); err != nil {
@@ -195,6 +198,11 @@ func TestStatusAsUnary(t *testing.T) {
 		_, err := cl.Prepare(ctxFor(t, 10*time.Second), &agentv1.PrepareRequest{OperationId: "fail-FAILED_PRECONDITION"})
 		if st := status.Convert(err); st.Code() != codes.FailedPrecondition || st.Message() != "operation fail-FAILED_PRECONDITION refused" {
 			t.Fatalf("streams %t: err = %v; want FAILED_PRECONDITION with the handler's message", streams, err)
+		}
+		// Its details too: an agent's late refusal says how late in one.
+		_, err = cl.Prepare(ctxFor(t, 10*time.Second), &agentv1.PrepareRequest{OperationId: "late"})
+		if d, ok := agentv1.LatenessOf(err); !ok || d != 912*time.Millisecond {
+			t.Fatalf("streams %t: err = %v: lateness %s %t, want the status's details (912ms) through the call", streams, err, d, ok)
 		}
 	}
 }

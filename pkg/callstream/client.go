@@ -8,6 +8,7 @@ import (
 	"time"
 
 	callstreamv1 "github.com/cutover-dev/cutover/proto/callstream/v1"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -401,6 +402,12 @@ func (s *stream) call(ctx context.Context, method string, req, resp proto.Messag
 			return s.brokenErr()
 		}
 		if f.Code != 0 {
+			if len(f.StatusDetails) > 0 {
+				var sp spb.Status
+				if err := proto.Unmarshal(f.StatusDetails, &sp); err == nil && sp.GetCode() == f.Code {
+					return status.ErrorProto(&sp)
+				}
+			}
 			return status.Error(codes.Code(f.Code), f.Message)
 		}
 		if err := proto.Unmarshal(f.Payload, resp); err != nil {

@@ -192,6 +192,11 @@ func (s *Server) call(ctx context.Context, md grpc.MethodDesc, f *callstreamv1.F
 			st = status.FromContextError(err)
 		}
 		out.Payload, out.Code, out.Message = nil, int32(st.Code()), st.Message()
+		if len(st.Details()) > 0 {
+			// Marshalling a status proto cannot fail short of a bug; the
+			// code and message still travel without its details.
+			out.StatusDetails, _ = proto.Marshal(st.Proto())
+		}
 	}
 	return out
 }

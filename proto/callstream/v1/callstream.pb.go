@@ -44,9 +44,13 @@ type Frame struct {
 	// From the client: the caller of call id gave up; its handler's context
 	// is cancelled.
 	Cancel bool `protobuf:"varint,5,opt,name=cancel,proto3" json:"cancel,omitempty"`
-	// An answer: its gRPC status code (0: OK) and message.
+	// An answer: its gRPC status code (0: OK) and message, and the whole
+	// status serialized (google.rpc.Status) when it has details, as a unary
+	// call's grpc-status-details-bin carries them: an agent's late refusal
+	// says how late in one.
 	Code          int32  `protobuf:"varint,6,opt,name=code,proto3" json:"code,omitempty"`
 	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	StatusDetails []byte `protobuf:"bytes,8,opt,name=status_details,json=statusDetails,proto3" json:"status_details,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -130,11 +134,18 @@ func (x *Frame) GetMessage() string {
 	return ""
 }
 
+func (x *Frame) GetStatusDetails() []byte {
+	if x != nil {
+		return x.StatusDetails
+	}
+	return nil
+}
+
 var File_callstream_v1_callstream_proto protoreflect.FileDescriptor
 
 const file_callstream_v1_callstream_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecallstream/v1/callstream.proto\x12\x15cutover.callstream.v1\"\xb4\x01\n" +
+	"\x1ecallstream/v1/callstream.proto\x12\x15cutover.callstream.v1\"\xdb\x01\n" +
 	"\x05Frame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
@@ -142,7 +153,8 @@ const file_callstream_v1_callstream_proto_rawDesc = "" +
 	"\rtimeout_nanos\x18\x04 \x01(\x03R\ftimeoutNanos\x12\x16\n" +
 	"\x06cancel\x18\x05 \x01(\bR\x06cancel\x12\x12\n" +
 	"\x04code\x18\x06 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\a \x01(\tR\amessageBAZ?github.com/cutover-dev/cutover/proto/callstream/v1;callstreamv1b\x06proto3"
+	"\amessage\x18\a \x01(\tR\amessage\x12%\n" +
+	"\x0estatus_details\x18\b \x01(\fR\rstatusDetailsBAZ?github.com/cutover-dev/cutover/proto/callstream/v1;callstreamv1b\x06proto3"
 
 var (
 	file_callstream_v1_callstream_proto_rawDescOnce sync.Once
