@@ -294,7 +294,11 @@ func (s *Service) Commit(ctx context.Context, req *agentv1.CommitRequest) (*agen
 	if err != nil {
 		return nil, err
 	}
-	rec, err := m.CommitWithin(ctx, req.GetOperationId(), at, deadman, budget)
+	var abandon time.Time
+	if n := req.GetAbandonUnixNano(); n > 0 {
+		abandon = time.Unix(0, n)
+	}
+	rec, err := m.CommitWithin(ctx, req.GetOperationId(), at, deadman, budget, abandon)
 	if err != nil {
 		return nil, grpcErr(err)
 	}

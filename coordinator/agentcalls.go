@@ -119,6 +119,13 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 				// receiving on both ports, so each switches when asked.
 				req.AtUnixNano = commitAt.Add(op.Offsets[n].Offset).UnixNano()
 				req.LateBudgetMillis = c.lateBudgetMillis()
+				if dl, ok := ctx.Deadline(); ok {
+					// The agent refuses a commit it reaches after this
+					// call was given up (it was frozen): this node is
+					// counted away from then on, and the others may be
+					// moved back.
+					req.AbandonUnixNano = dl.Add(op.Offsets[n].Offset).UnixNano()
+				}
 			}
 			r, err := cl.Commit(ctx, req)
 			got := time.Now()

@@ -301,7 +301,7 @@ func (m *Machine) PrepareStrategy(ctx context.Context, id string, from, to uint1
 // accepted, the commit runs to the end even if the caller goes away: every
 // node must flip at the same instant.
 func (m *Machine) Commit(ctx context.Context, id string, at time.Time, deadman time.Duration) (Record, error) {
-	return m.CommitWithin(ctx, id, at, deadman, 0)
+	return m.CommitWithin(ctx, id, at, deadman, 0, time.Time{})
 }
 
 // CommitWithin is Commit with a lateness budget: an agent that reaches the
@@ -310,9 +310,10 @@ func (m *Machine) Commit(ctx context.Context, id string, at time.Time, deadman t
 // answers CodeAborted. The coordinator has rolled the others back by then
 // (docs/faults.md, "Late commits"): applying now would split the overlay
 // again. Zero budget: apply however late, as long as the caller still
-// waits for the answer (a call its caller abandoned is refused the same
-// way).
-func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, deadman, budget time.Duration) (Record, error) {
+// waits for the answer: a call reached after abandon (the caller's own
+// deadline, in this agent's clock; zero: none) or whose ctx is already
+// done is refused the same way.
+func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, deadman, budget time.Duration, abandon time.Time) (Record, error) {
 	if deadman <= 0 {
 		return Record{}, errf(CodeInvalidArgument, nil, "deadman %s: must be positive", deadman)
 	}
@@ -334,13 +335,24 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 	default:
 		return cur, m.endedErr(cur, "commit")
 	}
-	if err := ctx.Err(); err != nil {
+	var gone error
+	if !cur.Staged() {
+		// A staged switch is never refused so: peers may already send the
+		// new port, and aborting would stop this node listening on it.
+		gone = ctx.Err()
+		if gone == nil && !abandon.IsZero() && m.clock.Now().After(abandon) {
+			gone = fmt.Errorf("its deadline passed %s ago", m.clock.Now().Sub(abandon).Round(time.Millisecond))
+		}
+	}
+	if gone != nil {
 		// The caller gave up before the agent took the call (it was
 		// frozen, or the call waited behind another): the coordinator
 		// counts this node unreachable and may have moved every other
 		// node back already. Whatever the lateness budget, applying now
-		// would flip this node alone, and nobody would confirm it.
-		why := fmt.Sprintf("commit reached the agent after its caller gave up (%v): not applied", err)
+		// would flip this node alone, and nobody would confirm it. The
+		// call's context alone cannot tell: a call read late gets a
+		// deadline counted from its reading.
+		why := fmt.Sprintf("commit reached the agent after its caller gave up (%v): not applied", gone)
 		m.log.Warn("commit call already abandoned by its caller: aborting, nothing applied", "operation", id)
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.callTimeout)
 		defer cancel()

@@ -699,7 +699,7 @@ func TestCommitLateBudget(t *testing.T) {
 			}
 			e.clock.Advance(tc.arrive)
 			at := t0.Add(time.Second)
-			r, err := m.CommitWithin(ctx, opA, at, deadman, tc.budget)
+			r, err := m.CommitWithin(ctx, opA, at, deadman, tc.budget, time.Time{})
 			if tc.wantApplied {
 				wantCode(t, err, 0)
 				if r.Phase != PhaseCommitted || r.Lateness != tc.wantLatenessD {
@@ -737,12 +737,45 @@ func TestCommitAbandonedByItsCallerIsNotApplied(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r, err := e.m.CommitWithin(ctx, opA, t0.Add(time.Second), deadman, 0)
+	r, err := e.m.CommitWithin(ctx, opA, t0.Add(time.Second), deadman, 0, time.Time{})
 	wantCode(t, err, CodeAborted, "caller gave up", "not applied", "still on port 4789")
 	if r.Phase != PhaseAborted {
 		t.Fatalf("abandoned commit: %+v, want ABORTED", r)
 	}
 	if got, want := e.be.Calls(), []string{"Prepare 4789->4889", "Abort 4789->4889"}; !slices.Equal(got, want) {
 		t.Fatalf("calls = %q, want %q: nothing applied", got, want)
+	}
+}
+
+// The same when the call is read after the caller's own deadline (abandon,
+// in the agent's clock) although its context is live: a call read late
+// gets a context deadline counted from its reading, so only the caller's
+// instant tells. Before that instant, however late for the commit instant,
+// the wait policy's commit applies.
+func TestCommitPastItsCallersDeadlineIsNotApplied(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		abandon time.Duration // after t0; the call is read at t0+40s
+		applied bool
+	}{{"read after the caller gave up", 30 * time.Second, false}, {"read while the caller waits", 60 * time.Second, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			if _, err := e.m.Prepare(context.Background(), opA, from, to); err != nil {
+				t.Fatal(err)
+			}
+			e.clock.Advance(40 * time.Second)
+			r, err := e.m.CommitWithin(context.Background(), opA, t0.Add(time.Second), deadman, 0, t0.Add(tc.abandon))
+			if tc.applied {
+				wantCode(t, err, 0)
+				if r.Phase != PhaseCommitted {
+					t.Fatalf("commit within the caller's deadline: %+v, want COMMITTED", r)
+				}
+				return
+			}
+			wantCode(t, err, CodeAborted, "caller gave up", "deadline passed 10s ago", "not applied")
+			if got, want := e.be.Calls(), []string{"Prepare 4789->4889", "Abort 4789->4889"}; !slices.Equal(got, want) {
+				t.Fatalf("calls = %q, want %q: nothing applied", got, want)
+			}
+		})
 	}
 }

@@ -798,8 +798,15 @@ type CommitRequest struct {
 	// others back rather than leave the overlay split for as long as the
 	// agent was away. Zero: apply however late.
 	LateBudgetMillis int64 `protobuf:"varint,4,opt,name=late_budget_millis,json=lateBudgetMillis,proto3" json:"late_budget_millis,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The instant, in the agent's clock, after which the coordinator no
+	// longer waits for this call's answer (its step deadline): an agent that
+	// reaches the call later (it was frozen, the call queued behind others)
+	// applies nothing and aborts, whatever late_budget_millis says, since the
+	// coordinator has counted the node away and may have moved every other
+	// node back. 0: no such bound.
+	AbandonUnixNano int64 `protobuf:"varint,5,opt,name=abandon_unix_nano,json=abandonUnixNano,proto3" json:"abandon_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CommitRequest) Reset() {
@@ -856,6 +863,13 @@ func (x *CommitRequest) GetDeadmanMillis() int64 {
 func (x *CommitRequest) GetLateBudgetMillis() int64 {
 	if x != nil {
 		return x.LateBudgetMillis
+	}
+	return 0
+}
+
+func (x *CommitRequest) GetAbandonUnixNano() int64 {
+	if x != nil {
+		return x.AbandonUnixNano
 	}
 	return 0
 }
@@ -2012,13 +2026,14 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"x\n" +
 	"\x0fPrepareResponse\x129\n" +
 	"\x06status\x18\x01 \x01(\v2!.cutover.agent.v1.OperationStatusR\x06status\x12*\n" +
-	"\x11probe_stats_reset\x18\x02 \x01(\bR\x0fprobeStatsReset\"\xa9\x01\n" +
+	"\x11probe_stats_reset\x18\x02 \x01(\bR\x0fprobeStatsReset\"\xd5\x01\n" +
 	"\rCommitRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
 	"atUnixNano\x12%\n" +
 	"\x0edeadman_millis\x18\x03 \x01(\x03R\rdeadmanMillis\x12,\n" +
-	"\x12late_budget_millis\x18\x04 \x01(\x03R\x10lateBudgetMillis\"\xf5\x02\n" +
+	"\x12late_budget_millis\x18\x04 \x01(\x03R\x10lateBudgetMillis\x12*\n" +
+	"\x11abandon_unix_nano\x18\x05 \x01(\x03R\x0fabandonUnixNano\"\xf5\x02\n" +
 	"\x0eCommitResponse\x129\n" +
 	"\x06status\x18\x01 \x01(\v2!.cutover.agent.v1.OperationStatusR\x06status\x12*\n" +
 	"\x11applied_unix_nano\x18\x02 \x01(\x03R\x0fappliedUnixNano\x12\x1f\n" +
