@@ -335,16 +335,7 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 	default:
 		return cur, m.endedErr(cur, "commit")
 	}
-	var gone error
-	if !cur.Staged() {
-		// A staged switch is never refused so: peers may already send the
-		// new port, and aborting would stop this node listening on it.
-		gone = ctx.Err()
-		if gone == nil && !abandon.IsZero() && m.clock.Now().After(abandon) {
-			gone = fmt.Errorf("its deadline passed %s ago", m.clock.Now().Sub(abandon).Round(time.Millisecond))
-		}
-	}
-	if gone != nil {
+	if gone := m.abandoned(ctx, cur, abandon); gone != nil {
 		// The caller gave up before the agent took the call (it was
 		// frozen, or the call waited behind another): the coordinator
 		// counts this node unreachable and may have moved every other
@@ -384,6 +375,19 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 		late = m.clock.SleepUntil(at)
 	} else if !at.IsZero() {
 		late = now.Sub(at)
+	}
+	if gone := m.abandoned(ctx, rec, abandon); gone != nil {
+		// Stopped while it waited for the instant (frozen past the
+		// caller's deadline): the same refusal, before anything is applied.
+		why := fmt.Sprintf("commit reached its instant after its caller gave up (%v): not applied", gone)
+		m.log.Warn("commit call abandoned while waiting for its instant: aborting, nothing applied", "operation", id, "late", late)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.callTimeout)
+		defer cancel()
+		out := m.abortLocked(actx, rec, ByLate, why)
+		if out.Phase == PhaseFailed {
+			return out, errf(CodeInternal, nil, "operation %s: %s", id, out.Error)
+		}
+		return out, errf(CodeAborted, nil, "operation %s: %s (still on port %d)", id, why, rec.FromPort)
 	}
 	if budget > 0 && late > budget {
 		why := fmt.Sprintf("commit late by %s (lateness budget %s): not applied", late.Round(time.Millisecond), budget)
@@ -439,6 +443,24 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 	m.afterWG.Add(1)
 	go m.afterCommit(rec, st, late, dur)
 	return rec, nil
+}
+
+// abandoned says why the caller of a commit no longer waits for it (nil:
+// it does): its context ended, or abandon (the caller's deadline, this
+// agent's clock; zero: none) has passed. Never for a staged switch: peers
+// may already send the new port, and refusing would abort this node's
+// listening on it.
+func (m *Machine) abandoned(ctx context.Context, rec Record, abandon time.Time) error {
+	if rec.Staged() {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if now := m.clock.Now(); !abandon.IsZero() && now.After(abandon) {
+		return fmt.Errorf("its deadline passed %s ago", now.Sub(abandon).Round(time.Millisecond))
+	}
+	return nil
 }
 
 // afterCommit is what an applied commit needs that its answer need not

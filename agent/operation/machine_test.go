@@ -779,3 +779,28 @@ func TestCommitPastItsCallersDeadlineIsNotApplied(t *testing.T) {
 		})
 	}
 }
+
+// The agent took the call in time and was stopped while it waited for the
+// instant, past its caller's deadline (the wait policy: no lateness
+// budget): it applies nothing when it wakes.
+func TestCommitFrozenPastItsCallersDeadlineIsNotApplied(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.m.Close()
+	m, err := New(ctx, Options{Backend: e.be, Store: e.store, Clock: frozenClock{FakeClock: e.clock, freeze: 30 * time.Second}, PrepareTimeout: 5 * time.Minute, Observer: e.obs, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	if _, err := m.Prepare(ctx, opA, from, to); err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.CommitWithin(ctx, opA, t0.Add(time.Second), deadman, 0, t0.Add(6*time.Second))
+	wantCode(t, err, CodeAborted, "after its caller gave up", "not applied", "still on port 4789")
+	if r.Phase != PhaseAborted {
+		t.Fatalf("commit woken past its caller's deadline: %+v, want ABORTED", r)
+	}
+	if got, want := e.be.Calls(), []string{"Prepare 4789->4889", "Abort 4789->4889"}; !slices.Equal(got, want) {
+		t.Fatalf("calls = %q, want %q: nothing applied", got, want)
+	}
+}
