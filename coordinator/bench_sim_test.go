@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	"github.com/cutover-dev/cutover/harness/fakeagent"
 	"github.com/cutover-dev/cutover/harness/benchresult"
 	"github.com/cutover-dev/cutover/pkg/callstream"
 	"github.com/cutover-dev/cutover/pkg/pki"
@@ -97,7 +97,7 @@ func TestMain(m *testing.M) {
 }
 
 // BenchmarkCoordinatorScaleSim runs one cutover with the real coordinator
-// over N cheap simulated agents (coordinator/internal/fakeagent: every
+// over N cheap simulated agents (harness/fakeagent: every
 // RPC answered from memory, the probe mesh simulated), each its own gRPC
 // server, so that what is measured is the coordinator: its fan-outs, clock
 // sampling, journal writes and the barrier core (the scale targets: preflight +

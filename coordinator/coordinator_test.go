@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	"github.com/cutover-dev/cutover/harness/fakeagent"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"github.com/prometheus/client_golang/prometheus/testutil"

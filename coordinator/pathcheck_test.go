@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	"github.com/cutover-dev/cutover/harness/fakeagent"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	"github.com/cutover-dev/cutover/harness/fakeagent"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cutover-dev/cutover/coordinator"
-	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	"github.com/cutover-dev/cutover/harness/fakeagent"
 	"github.com/cutover-dev/cutover/pkg/pki"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator"
-	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	"github.com/cutover-dev/cutover/harness/fakeagent"
 	"github.com/cutover-dev/cutover/pkg/pki"
 )
 

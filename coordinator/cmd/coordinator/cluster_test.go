@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator"
-	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	"github.com/cutover-dev/cutover/harness/fakeagent"
 	"github.com/cutover-dev/cutover/coordinator/kube"
 	"github.com/cutover-dev/cutover/harness/kubetest"
 	"github.com/cutover-dev/cutover/pkg/tunnelport"

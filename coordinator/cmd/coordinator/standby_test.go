@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/cutover-dev/cutover/coordinator/internal/fakeagent"
+	"github.com/cutover-dev/cutover/harness/fakeagent"
 	"github.com/cutover-dev/cutover/coordinator/kube"
 	"github.com/cutover-dev/cutover/harness/kubetest"
 )
