@@ -22,8 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cutover-dev/cutover/harness/fakeagent"
 	"github.com/cutover-dev/cutover/harness/benchresult"
+	"github.com/cutover-dev/cutover/harness/fakeagent"
 	"github.com/cutover-dev/cutover/pkg/callstream"
 	"github.com/cutover-dev/cutover/pkg/pki"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"

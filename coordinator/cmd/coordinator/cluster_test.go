@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator"
-	"github.com/cutover-dev/cutover/harness/fakeagent"
 	"github.com/cutover-dev/cutover/coordinator/kube"
+	"github.com/cutover-dev/cutover/harness/fakeagent"
 	"github.com/cutover-dev/cutover/harness/kubetest"
 	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
