@@ -394,23 +394,25 @@ func (f *fl) restartFlanneld(n *cluster.Node) {
 }
 
 // nextStepCommands finds, in kubectl cutover's output, the report's next
-// step that restarts flanneld for port and returns its commands (after
-// the step's last ": ", joined by " && "), each a kubectl command line.
+// step that restarts flanneld for port and returns its commands (the
+// step's command line, split at " && "), each a kubectl command line.
 func nextStepCommands(t *testing.T, out string, port int) []string {
 	t.Helper()
-	_, steps, ok := strings.Cut(out, "\nnext steps")
-	if !ok {
+	steps := printedNextSteps(out)
+	if len(steps) == 0 {
 		t.Fatalf("kubectl cutover printed no next steps: a running flanneld keeps the old port in memory, the admin must be told to restart it\n%s", out)
 	}
-	for _, l := range strings.Split(steps, "\n") {
-		if !strings.Contains(l, "restart flanneld") {
+	for _, st := range steps {
+		if !strings.Contains(st.text, "restart flanneld") {
 			continue
 		}
-		if !strings.Contains(l, fmt.Sprintf("Backend.Port %d", port)) {
-			t.Errorf("the flanneld step does not name port %d: %s", port, l)
+		if !strings.Contains(st.text, fmt.Sprintf("Backend.Port %d", port)) {
+			t.Errorf("the flanneld step does not name port %d: %s", port, st.text)
 		}
-		i := strings.LastIndex(l, ": ")
-		cmds := strings.Split(l[i+2:], " && ")
+		if len(st.cmds) != 1 {
+			t.Fatalf("the flanneld step prints %d command lines, want one: %+v", len(st.cmds), st)
+		}
+		cmds := strings.Split(st.cmds[0], " && ")
 		for _, c := range cmds {
 			if !strings.HasPrefix(c, "kubectl ") {
 				t.Fatalf("next step command %q is not a kubectl command line", c)
@@ -418,7 +420,7 @@ func nextStepCommands(t *testing.T, out string, port int) []string {
 		}
 		return cmds
 	}
-	t.Fatalf("the next steps name no flanneld restart:%s", steps)
+	t.Fatalf("the next steps name no flanneld restart: %+v", steps)
 	return nil
 }
 

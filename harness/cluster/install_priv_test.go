@@ -402,6 +402,38 @@ func (e *e2e) waitLeader(t *testing.T, not string) string {
 	}
 }
 
+// printedStep is one of the report's next steps as kubectl cutover prints
+// it: its text (wrapped lines joined, whitespace normalised) and its
+// command lines (each on a line of its own, indented deeper, unbroken).
+type printedStep struct {
+	text string
+	cmds []string
+}
+
+// printedNextSteps reads the "next steps" list at the end of kubectl
+// cutover's output: "  - " starts a step, a line indented by four
+// continues its text, one indented by six is a command.
+func printedNextSteps(out string) []printedStep {
+	_, rest, ok := strings.Cut(out, "\nnext steps")
+	if !ok {
+		return nil
+	}
+	var steps []printedStep
+	for _, l := range strings.Split(rest, "\n")[1:] {
+		switch {
+		case strings.HasPrefix(l, "  - "):
+			steps = append(steps, printedStep{text: strings.TrimPrefix(l, "  - ")})
+		case len(steps) > 0 && strings.HasPrefix(l, "      "):
+			steps[len(steps)-1].cmds = append(steps[len(steps)-1].cmds, strings.TrimSpace(l))
+		case len(steps) > 0 && strings.HasPrefix(l, "    "):
+			steps[len(steps)-1].text += " " + strings.TrimSpace(l)
+		default:
+			return steps
+		}
+	}
+	return steps
+}
+
 func benchMs(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 type ringRow struct {
