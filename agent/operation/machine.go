@@ -343,15 +343,8 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 		// would flip this node alone, and nobody would confirm it. The
 		// call's context alone cannot tell: a call read late gets a
 		// deadline counted from its reading.
-		why := fmt.Sprintf("commit reached the agent after its caller gave up (%v): not applied", gone)
 		m.log.Warn("commit call already abandoned by its caller: aborting, nothing applied", "operation", id)
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.callTimeout)
-		defer cancel()
-		out := m.abortLocked(actx, cur, ByLate, why)
-		if out.Phase == PhaseFailed {
-			return out, errf(CodeInternal, nil, "operation %s: %s", id, out.Error)
-		}
-		return out, errf(CodeAborted, nil, "operation %s: %s (still on port %d)", id, why, cur.FromPort)
+		return m.refuseLocked(ctx, cur, fmt.Sprintf("commit reached the agent after its caller gave up (%v): not applied", gone), 0)
 	}
 	now := m.clock.Now()
 	start := now
@@ -379,24 +372,12 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 	if gone := m.abandoned(ctx, rec, abandon); gone != nil {
 		// Stopped while it waited for the instant (frozen past the
 		// caller's deadline): the same refusal, before anything is applied.
-		why := fmt.Sprintf("commit reached its instant after its caller gave up (%v): not applied", gone)
 		m.log.Warn("commit call abandoned while waiting for its instant: aborting, nothing applied", "operation", id, "late", late)
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.callTimeout)
-		defer cancel()
-		out := m.abortLocked(actx, rec, ByLate, why)
-		if out.Phase == PhaseFailed {
-			return out, errf(CodeInternal, nil, "operation %s: %s", id, out.Error)
-		}
-		return out, errf(CodeAborted, nil, "operation %s: %s (still on port %d)", id, why, rec.FromPort)
+		return m.refuseLocked(ctx, rec, fmt.Sprintf("commit reached its instant after its caller gave up (%v): not applied", gone), 0)
 	}
 	if budget > 0 && late > budget {
-		why := fmt.Sprintf("commit late by %s (lateness budget %s): not applied", late.Round(time.Millisecond), budget)
 		m.log.Warn("late for the commit instant: aborting, nothing applied", "operation", id, "late", late, "budget", budget)
-		out := m.abortLocked(ctx, rec, ByLate, why)
-		if out.Phase == PhaseFailed {
-			return out, errf(CodeInternal, nil, "operation %s: %s", id, out.Error)
-		}
-		return out, &Error{Code: CodeAborted, Msg: fmt.Sprintf("operation %s: %s (still on port %d)", id, why, rec.FromPort), Late: late}
+		return m.refuseLocked(ctx, rec, fmt.Sprintf("commit late by %s (lateness budget %s): not applied", late.Round(time.Millisecond), budget), late)
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.callTimeout)
 	defer cancel()
@@ -443,6 +424,21 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 	m.afterWG.Add(1)
 	go m.afterCommit(rec, st, late, dur)
 	return rec, nil
+}
+
+// refuseLocked aborts the prepared (or just recorded) change of a commit
+// that must not apply, nothing applied, and answers ABORTED with why; late,
+// when the refusal is for lateness, travels in the error (LateOf). The
+// abort runs even if the caller's context already ended: what Prepare
+// opened must be closed either way.
+func (m *Machine) refuseLocked(ctx context.Context, rec Record, why string, late time.Duration) (Record, error) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.callTimeout)
+	defer cancel()
+	out := m.abortLocked(actx, rec, ByLate, why)
+	if out.Phase == PhaseFailed {
+		return out, errf(CodeInternal, nil, "operation %s: %s", rec.ID, out.Error)
+	}
+	return out, &Error{Code: CodeAborted, Msg: fmt.Sprintf("operation %s: %s (still on port %d)", rec.ID, why, rec.FromPort), Late: late}
 }
 
 // abandoned says why the caller of a commit no longer waits for it (nil:
