@@ -61,11 +61,7 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 	deadman := op.Deadman
 	if staged && op.Rec.MaxParallel > 0 && slices.Contains([]barrier.Step{barrier.Prepare, barrier.Commit, barrier.Finalize}, s.Step) {
 		wave = make(chan struct{}, op.Rec.MaxParallel)
-		w := time.Duration(staging.Waves(len(s.Nodes), op.Rec.MaxParallel))
-		timeout *= w
-		// A node of the first wave waits for the others before the
-		// batch is verified and confirmed: its dead-man waits as long.
-		deadman += (w - 1) * s.Timeout
+		timeout, deadman = staging.Bounds(len(s.Nodes), op.Rec.MaxParallel, s.Timeout, deadman)
 	}
 	backstop := time.AfterFunc(timeout+time.Second, func() { post(barrier.Deadline{Step: s.Step, Attempt: s.Attempt}) })
 	defer backstop.Stop()

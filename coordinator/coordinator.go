@@ -18,8 +18,8 @@
 // bookkeeping. Below it, each in a package of its own (internal/...):
 // preflight judges a request before anything changes; probes calls the
 // agents about the probe mesh; opstate is one operation's bookkeeping;
-// fleet is the agents' clients and clocks; pathjudge, probemesh and
-// staging are pure judgements; config, metrics, statedir and model (the
+// fleet is the agents' clients and clocks; pathjudge, probemesh,
+// staging and timing are pure judgements; config, metrics, statedir and model (the
 // vocabulary, which this package re-exports) are at the bottom with
 // barrier. docs/architecture.md draws the layers.
 //
@@ -30,7 +30,9 @@
 //	journal.go     writing an operation's record to the journal
 //	runner.go      launch and the event loop: core actions → calls → core events
 //	agentcalls.go  one step as parallel agent RPCs
-//	timing.go      step, dead-man and commit-lead durations; the core's Config
+//	timing.go      the core's Config; the figures timing.CommitLead decides from
+//	faultinject.go, faultinject_off.go
+//	               the bite tests' switch (tag cutover_faultinject)
 //	late.go        late commits: the answers' watch
 //	requester.go   who asked for an operation
 //	reporttext.go  what the report tells the operator about nodes

@@ -54,39 +54,11 @@ func (c *Coordinator) continueHeld(op *opstate.Op, req *coordinatorv1.CutoverReq
 	id, from, to, nodes := op.Rec.ID, op.From, op.To, op.Nodes
 	switched := slices.Clone(op.Rec.Switched)
 	waveReq := op.Rec.MaxParallel
-	listening := opstate.ListeningLocked(op)
 	op.Mu.Unlock()
-	if joined, left := inventoryDrift(c.fleet.Inventory().NodeNames(), nodes); len(joined)+len(left) > 0 {
-		// A node that joined never listened on the new port: switching
-		// more senders would cut it off. One that left cannot be switched.
-		return status.Errorf(codes.FailedPrecondition,
-			"operation %s is held over %d nodes but the inventory changed since (joined: %s; left: %s): a node that joined does not listen on %d; roll the held operation back (coordctl rollback %s) and run the change again over the nodes of today",
-			id, len(nodes), listOrNone(joined), listOrNone(left), to, id)
-	}
-	if req.OperationId != "" && req.OperationId != id {
-		return model.Invalid("operation_id", fmt.Sprintf("%q", req.OperationId), fmt.Sprintf("operation %s is held and this request continues it: drop operation_id or give %s", id, id))
-	}
-	targets := listening
-	if r.Subset {
-		var foreign, already []string
-		targets = nil
-		of, sw := model.SetOf(nodes), model.SetOf(switched)
-		for _, n := range r.Targets {
-			switch {
-			case !of[n]:
-				foreign = append(foreign, n)
-			case sw[n]:
-				already = append(already, n)
-			default:
-				targets = append(targets, n)
-			}
-		}
-		if len(foreign) > 0 {
-			return model.Invalid("nodes", strings.Join(foreign, ","), fmt.Sprintf("not nodes of held operation %s (%d nodes: %s): it can only switch its own", id, len(nodes), model.Abbreviate(nodes, 10)))
-		}
-		if len(targets) == 0 {
-			return model.Invalid("nodes", strings.Join(already, ","), fmt.Sprintf("already send port %d in held operation %s: nothing to switch; still on port %d: %s", to, id, from, model.Abbreviate(listening, 10)))
-		}
+	targets, err := staging.Continue(staging.Held{ID: id, From: from, To: to, Nodes: nodes, Switched: switched},
+		staging.Ask{OperationID: req.OperationId, Subset: r.Subset, Targets: r.Targets, Inventory: c.fleet.Inventory().NodeNames()})
+	if err != nil {
+		return err
 	}
 	batches, err := staging.PlanBatches(req.Batches, targets)
 	if err != nil {
@@ -144,30 +116,4 @@ func retireNote(all bool, from uint32) string {
 		return ", then retire port " + strconv.FormatUint(uint64(from), 10) + " on every node"
 	}
 	return ", and stay held"
-}
-
-// inventoryDrift is which of inv are not in opNodes (joined) and which of
-// opNodes are not in inv (left), each sorted.
-func inventoryDrift(inv, opNodes []string) (joined, left []string) {
-	in, of := model.SetOf(inv), model.SetOf(opNodes)
-	for _, n := range opNodes {
-		if !in[n] {
-			left = append(left, n)
-		}
-	}
-	for _, n := range inv {
-		if !of[n] {
-			joined = append(joined, n)
-		}
-	}
-	slices.Sort(joined)
-	slices.Sort(left)
-	return joined, left
-}
-
-func listOrNone(ns []string) string {
-	if len(ns) == 0 {
-		return "none"
-	}
-	return model.Abbreviate(ns, 10)
 }

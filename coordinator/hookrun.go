@@ -59,6 +59,9 @@ func (c *Coordinator) callHook(op *opstate.Op, a barrier.CallHook) barrier.Event
 		op.Emit(point, "", fmt.Sprintf("hook %s %s: ok", name, point), false, nil)
 	}
 	op.SetHookMark(m)
+	// A done or failed mark the journal cannot take leaves "started"
+	// there: a later run then restores the hook, the safe direction.
+	// writeRecord tells the followers.
 	_ = c.save(op)
 	return done
 }

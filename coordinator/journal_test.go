@@ -2,11 +2,14 @@ package coordinator
 
 import (
 	"bytes"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
+	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
 // recordingJournal keeps every record written.
@@ -70,5 +73,51 @@ func TestSaveWritesStepBeforeReport(t *testing.T) {
 	r := j.last()
 	if r.Step != "done" || !bytes.Contains(r.Report, []byte("final marker")) {
 		t.Fatalf("final record: step %q, report %s; want done and the newest report", r.Step, r.Report)
+	}
+}
+
+// refusingJournal keeps records in memory and refuses the writes refuse
+// picks, as a full or read-only disk would.
+type refusingJournal struct {
+	recordingJournal
+	refuse func(Record) bool
+}
+
+func (j *refusingJournal) Save(r Record) error {
+	if j.refuse(r) {
+		return errors.New("write op1.json: no space left on device")
+	}
+	return j.recordingJournal.Save(r)
+}
+
+// TestCommitNotSentUnjournaled: a Commit the journal cannot record as sent
+// is not sent. After a crash the record would claim nobody flipped while
+// agents had; instead nothing flips, the operation aborts, and the report
+// says why. The Abort's own journal write is refused too: an undo never
+// waits on the disk.
+func TestCommitNotSentUnjournaled(t *testing.T) {
+	l := newLab(t, 3, nil)
+	l.c.Close()
+	j := &refusingJournal{refuse: func(r Record) bool { return r.CommitSent || r.Step == "abort" }}
+	l.extra = []Option{WithJournal(j)}
+	l.start()
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.nobodyGot("Commit")
+	if rep.State != aborted || !strings.Contains(rep.Error, "the journal could not record commit#1: write op1.json: no space left on device; the commit was not sent") ||
+		!strings.Contains(rep.Error, "the journal could not record abort#1") {
+		t.Fatalf("state %s, error %q\n%s", rep.State, rep.Error, strings.Join(msgs, "\n"))
+	}
+	l.everyoneGot("Rollback")
+	wantDump(t, l.dump(), `
+		n1 port=4789 op=op1 phase=ABORTED
+		n2 port=4789 op=op1 phase=ABORTED
+		n3 port=4789 op=op1 phase=ABORTED`)
+	for _, r := range j.saves {
+		if r.CommitSent {
+			t.Errorf("a record claims the commit was sent: %+v", r)
+		}
 	}
 }

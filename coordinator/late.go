@@ -21,9 +21,9 @@ func (c *Coordinator) lateBudgetMillis() int64 {
 
 // lateWatch watches one Commit send for nodes that do not answer by the
 // instant plus the answer deadline, and reports nodes that applied past
-// the budget. It decides nothing: under the rollback policy the core
-// judges the applied lateness (barrier.Config.LateBudget, Reply.Lateness)
-// and is fed a Late event for a node without an answer; under both it
+// the budget. It decides nothing: the core judges the applied lateness
+// (barrier.Config.LateBudget, Reply.Lateness) and a Late event for a node
+// without an answer, by the policy (barrier.Config.LateWait); the watch
 // tells the operation's followers and the report.
 type lateWatch struct {
 	c        *Coordinator
@@ -74,9 +74,7 @@ func (c *Coordinator) watchLate(op *opstate.Op, s barrier.Send, at time.Time, po
 				since.Round(time.Millisecond), c.cfg.AnswerDeadline, then), true, nil)
 			op.NoteLate(n, since.Nanoseconds(), false)
 			c.metrics.LateCommits.Inc()
-			if c.cfg.LatePolicy == LateRollback {
-				post(barrier.Late{Node: n, Attempt: s.Attempt})
-			}
+			post(barrier.Late{Node: n, Attempt: s.Attempt}) // the core judges it by the policy
 		}
 	})
 	return w

@@ -7,10 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
-	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	"github.com/cutover-dev/cutover/harness/fakeagent"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -252,33 +249,6 @@ func TestPathCheckSecondRound(t *testing.T) {
 	p, err = l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889})
 	if err != nil || !slices.ContainsFunc(p.Problems, func(s string) bool { return strings.Contains(s, "n2→n3") }) {
 		t.Fatalf("plan with n2→n3 blocked in both rounds: %v %q", err, p.GetProblems())
-	}
-}
-
-// TestCommitLead: the commit lead covers the prepare round's fan-out
-// (twice its median answer, at most the round), not the slowest agent's
-// own Prepare: one node frozen through it must not push the instant out
-// by as long.
-func TestCommitLead(t *testing.T) {
-	c := &Coordinator{cfg: Default()}
-	ms := time.Millisecond
-	for _, tc := range []struct {
-		name    string
-		round   time.Duration
-		answers []time.Duration
-		want    time.Duration
-	}{
-		// The fan-out's estimate, and a quarter more.
-		{"one node frozen through prepare", 10700 * ms, []time.Duration{5 * ms, 6 * ms, 10700 * ms}, 30*ms + 15*ms},
-		{"answers bunched late", 2300 * ms, []time.Duration{1500 * ms, 1800 * ms, 1900 * ms, 2300 * ms}, 30*ms + 2875*ms},
-		{"resumed past prepare: no answers", 800 * ms, nil, 30*ms + 1000*ms},
-		{"round trips longer than the round", 2 * ms, []time.Duration{ms, 2 * ms}, 30*ms + 4*2*ms},
-	} {
-		op := &opstate.Op{PrepDur: tc.round, PrepAnswers: tc.answers,
-			Offsets: map[string]fleet.ClockSample{"n1": {RTT: ms}, "n2": {RTT: 2 * ms}}, Nodes: []string{"n1", "n2"}}
-		if got := c.commitLead(op); got != tc.want {
-			t.Errorf("%s: lead %s, want %s", tc.name, got, tc.want)
-		}
 	}
 }
 

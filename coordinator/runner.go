@@ -86,17 +86,32 @@ func (c *Coordinator) drive(op *opstate.Op, acts []barrier.Action, done chan str
 // hooks run in the background (in calls) and post their event when done;
 // Journal and Declare are done before the next action.
 func (c *Coordinator) perform(op *opstate.Op, acts []barrier.Action, post func(barrier.Event), calls *sync.WaitGroup) {
-	rides := probes.ResetRides(acts)
-	carried := rides
+	// The probe reset the core put in a Send: the ResetProbes beside it
+	// waits for that Send's calls and resets only the agents they did not.
+	var rides *probes.PrepReset
+	for _, a := range acts {
+		if s, ok := a.(barrier.Send); ok && s.ResetProbes {
+			rides = probes.NewPrepReset()
+		}
+	}
 	for _, a := range acts {
 		switch a := a.(type) {
 		case barrier.Journal:
-			c.enterStep(op, a)
+			if err := c.enterStep(op, a); err != nil && !ignoreJournalErrors() {
+				// Fed back at once, before the actions it heads: the
+				// core decides what follows (a Commit the journal cannot
+				// record is not sent).
+				next := op.Core.Step(barrier.JournalFailed{Step: a.Step, Attempt: a.Attempt, Err: err.Error()})
+				c.perform(op, next, post, calls)
+				if a.Required {
+					return
+				}
+			}
 		case barrier.Send:
 			c.announce(op, a)
 			var reset *probes.PrepReset
-			if probes.CarriesReset(a) {
-				reset, rides = rides, nil // one Send carries it, and closes it
+			if a.ResetProbes {
+				reset = rides
 			}
 			calls.Go(func() {
 				if reset != nil {
@@ -116,6 +131,10 @@ func (c *Coordinator) perform(op *opstate.Op, acts []barrier.Action, post func(b
 				c.dispatch(op, a, post, reset)
 			})
 		case barrier.ResetProbes:
+			carried := rides
+			if !a.Rode {
+				carried = nil
+			}
 			calls.Go(func() { c.mesh.Reset(op, carried); post(barrier.ProbesReset{}) })
 		case barrier.ReadProbes:
 			calls.Go(func() { c.mesh.Stats(op, false); post(barrier.ProbesRead{}) })
@@ -170,8 +189,9 @@ func (c *Coordinator) stopRun(op *opstate.Op) {
 
 // enterStep closes the previous step's duration and journals the step
 // about to be sent: after a crash the record must never claim less than
-// what the agents may have seen (commit_sent in particular).
-func (c *Coordinator) enterStep(op *opstate.Op, j barrier.Journal) {
+// what the agents may have seen (commit_sent in particular). It returns
+// the journal's error, for the core.
+func (c *Coordinator) enterStep(op *opstate.Op, j barrier.Journal) error {
 	now := time.Now()
 	op.Mu.Lock()
 	prev, started := op.CurStep, op.StepStart
@@ -190,7 +210,7 @@ func (c *Coordinator) enterStep(op *opstate.Op, j barrier.Journal) {
 	op.Rec.CommitSent = j.CommitSent
 	op.Mu.Unlock()
 	c.metrics.SetPhase(string(j.Step))
-	_ = c.save(op)
+	return c.save(op)
 }
 
 // announce tells the operation's followers a step is being sent.
@@ -266,6 +286,9 @@ func (c *Coordinator) endRun(op *opstate.Op) (acts []barrier.Action, more bool) 
 		op.NoteReadBack(n, info)
 	})
 	cancel()
+	// The outcome is declared: a final record the journal cannot take
+	// leaves the last step's, which a later run resumes from (an ended
+	// operation's steps replay safely). writeRecord tells the followers.
 	_ = c.saveFinal(op)
 	rep := op.Snapshot()
 	c.mu.Lock()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
+	"github.com/cutover-dev/cutover/coordinator/internal/timing"
 )
 
 // coreConfig is the barrier core's configuration of an operation over
@@ -24,9 +25,10 @@ func (c *Coordinator) coreConfig(nodes []string, step, deadman time.Duration, ma
 		Verifier: c.verifier != nil || !c.cfg.NoProbeVerify,
 		// Agents without peers report no counters: harmless.
 		Probes: true}
-	if c.cfg.LatePolicy == LateRollback && len(batches) == 0 {
-		// Under the wait policy late nodes are reported, not judged.
-		cfg.LateBudget = c.cfg.LateBudget
+	if len(batches) == 0 {
+		// The core judges late nodes by the policy: under wait they are
+		// reported, never undone for.
+		cfg.LateBudget, cfg.LateWait = c.cfg.LateBudget, c.cfg.LatePolicy != LateRollback
 	}
 	for _, h := range c.hooks {
 		cfg.Hooks = append(cfg.Hooks, h.Name())
@@ -38,50 +40,20 @@ func (c *Coordinator) coreConfig(nodes []string, step, deadman time.Duration, ma
 }
 
 // deadmanFor is the dead-man duration sent with the commit of an operation
-// whose steps last step: never shorter than three steps, so that verify
-// and confirm fit before the agents revert by themselves.
+// whose steps last step (timing.Deadman).
 func (c *Coordinator) deadmanFor(step time.Duration) time.Duration {
-	return max(c.cfg.Deadman, 3*step)
+	return timing.Deadman(c.cfg.Deadman, step)
 }
 
-// commitLead is how far ahead the commit instant is set: enough for every
-// Commit call to arrive before it. The worst single round trip is not
-// enough with many agents: sending N calls costs time of its own (CPU,
-// connection writes). The prepare round just before is the best measure
-// of that cost (the same agents, the same fan-out of one call each), plus
-// a configurable per-agent allowance (0 by default). The report's commit
-// margin (commit_margin_nanos: the instant minus the last Commit's
-// arrival) shows what the lead left (docs/benchmarks.md).
-//
-// The round's fan-out is at most twice its median answer: the calls go out
-// one after another, so the answers spread over the time the fan-out took
-// and half of them are in by half of it, while the last answer also waits
-// for the slowest agent's own work. A node frozen through its Prepare made
-// the whole round, and so the lead, 10.7 s in a CI run
-// (TestSecondOperationRefused), where the median answer came in
-// milliseconds. Where the answers bunch up late instead (10,000 simulated
-// agents: twice the median was 1.6× the round) the round stands. Without
-// answers (a coordinator resumed past prepare) the round stands too.
-//
-// A quarter more on top: the commit fan-out is as long as the prepare
-// fan-out give or take the noise. The prepare round used to carry a
-// second fan-out beside it (the probe counters' reset, now riding in
-// Prepare) that made it longer; without it, the Commit calls arrived
-// 43-70 ms before the instant at 1,000 simulated agents and 92-189 ms at
-// 10,000 (make bench-coordinator-ab), too close for a machine's noise.
+// commitLead is how far ahead op's commit instant is set, from the prepare
+// round just measured (timing.CommitLead).
 func (c *Coordinator) commitLead(op *opstate.Op) time.Duration {
-	var maxRTT time.Duration
+	r := timing.Round{Nodes: len(op.Nodes)}
 	for _, s := range op.Offsets {
-		maxRTT = max(maxRTT, s.RTT)
+		r.MaxRTT = max(r.MaxRTT, s.RTT)
 	}
 	op.Mu.Lock()
-	prep := op.PrepDur
-	if n := len(op.PrepAnswers); n > 0 {
-		a := slices.Clone(op.PrepAnswers)
-		slices.Sort(a)
-		prep = min(prep, 2*a[n/2])
-	}
+	r.Prepare, r.Answers = op.PrepDur, slices.Clone(op.PrepAnswers)
 	op.Mu.Unlock()
-	prep += prep / 4
-	return c.cfg.CommitLeadMin + max(time.Duration(c.cfg.CommitLeadRTTx)*maxRTT, prep) + time.Duration(len(op.Nodes))*c.cfg.CommitLeadPerAgt
+	return timing.CommitLead(timing.Lead{Min: c.cfg.CommitLeadMin, RTTx: c.cfg.CommitLeadRTTx, PerAgent: c.cfg.CommitLeadPerAgt}, r)
 }

@@ -22,6 +22,11 @@ type Send struct {
 	// Batch is the staged batch (1-based) a Commit, Verify or Confirm is
 	// for; 0 otherwise.
 	Batch int
+	// ResetProbes: the calls carry the probe counters' reset (the first
+	// Prepare: at 10,000 agents a separate reset was 10,000 calls more
+	// inside the prepare round). The ResetProbes action beside it then
+	// resets only the agents that did not take it.
+	ResetProbes bool
 }
 
 // Declare announces the final outcome. Unreached is set when Outcome is
@@ -36,12 +41,18 @@ type Declare struct {
 
 // Journal asks the caller to persist the operation durably (the step
 // about to be sent, and whether Commit went out) before it performs the
-// actions that follow.
+// actions that follow. A write that fails is fed back as JournalFailed,
+// at once, before anything else. Required: the actions after it in the
+// same list must not be performed unless it was written; the caller
+// performs what Step(JournalFailed) returns instead. A Commit is required
+// to be journaled: after a crash the record must never claim less than
+// what the agents may have seen.
 type Journal struct {
 	Step       Step
 	Attempt    int
 	CommitSent bool
 	Batch      int // as Send.Batch
+	Required   bool
 }
 
 // CallHook asks the caller to call one hook at one point, within Timeout,
@@ -65,8 +76,10 @@ type RunVerifier struct {
 }
 
 // ResetProbes asks the caller to zero every agent's probe counters and
-// feed back ProbesReset.
-type ResetProbes struct{}
+// feed back ProbesReset. Rode: the Send in the same list carried the
+// reset; once its calls ended, zero those of the agents that did not say
+// theirs were (agents older than the field).
+type ResetProbes struct{ Rode bool }
 
 // ReadProbes asks the caller to read every agent's probe counters into the
 // report and feed back ProbesRead.
@@ -81,10 +94,14 @@ func (ResetProbes) isAction() {}
 func (ReadProbes) isAction()  {}
 
 func (j Journal) String() string {
+	s := fmt.Sprintf("journal %s#%d commit-sent=%t", j.Step, j.Attempt, j.CommitSent)
 	if j.Batch > 0 {
-		return fmt.Sprintf("journal %s#%d batch=%d commit-sent=%t", j.Step, j.Attempt, j.Batch, j.CommitSent)
+		s = fmt.Sprintf("journal %s#%d batch=%d commit-sent=%t", j.Step, j.Attempt, j.Batch, j.CommitSent)
 	}
-	return fmt.Sprintf("journal %s#%d commit-sent=%t", j.Step, j.Attempt, j.CommitSent)
+	if j.Required {
+		s += " (required before the send)"
+	}
+	return s
 }
 
 func (h CallHook) String() string {
@@ -99,8 +116,13 @@ func (v RunVerifier) String() string {
 	return fmt.Sprintf("run-verifier on %s within %s", strings.Join(v.Nodes, ","), v.Timeout)
 }
 
-func (ResetProbes) String() string { return "reset-probes" }
-func (ReadProbes) String() string  { return "read-probes" }
+func (r ResetProbes) String() string {
+	if r.Rode {
+		return "reset-probes of the agents the prepare did not reset"
+	}
+	return "reset-probes"
+}
+func (ReadProbes) String() string { return "read-probes" }
 
 func (s Send) String() string {
 	str := fmt.Sprintf("send %s#%d to %s within %s", s.Step, s.Attempt, strings.Join(s.Nodes, ","), s.Timeout)
@@ -109,6 +131,9 @@ func (s Send) String() string {
 	}
 	if s.After > 0 {
 		str += " after " + s.After.String()
+	}
+	if s.ResetProbes {
+		str += " carrying the probe reset"
 	}
 	return str
 }

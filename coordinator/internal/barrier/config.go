@@ -34,8 +34,13 @@ type Config struct {
 	// Prepare and read when an operation that sent Commit ends.
 	Probes bool
 	// LateBudget: a Commit answer whose Lateness exceeds it is late (the
-	// operation rolls back). 0: lateness is not judged here.
+	// operation rolls back), and so is a node fed as Late. 0: lateness is
+	// not judged here.
 	LateBudget time.Duration
+	// LateWait is the wait policy: a late node is the report's, never a
+	// reason to undo; the Commit step waits for its answer (or its
+	// timeout) like any other.
+	LateWait bool
 	// Batches, when set, make the operation staged (make-before-break):
 	// Prepare (listen on both ports) goes to every node, then Commit
 	// (switch sending), Verify and Confirm go batch by batch, in order,

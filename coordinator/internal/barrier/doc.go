@@ -41,8 +41,10 @@
 //     budget applies nothing (and one that did apply is reverted by the
 //     rollback). This bounds the split to about the answer deadline
 //     instead of however long the node was away (docs/faults.md, "Late
-//     commits"). The runner sets LateBudget and feeds Late only under the
-//     rollback policy; under the wait policy it only reports the node.
+//     commits"). Under the wait policy (Config.LateWait) a late node is
+//     the report's: a Late changes nothing, and the Commit step waits for
+//     the node's answer or timeout. The runner feeds Late under both
+//     policies; the policy is decided here.
 //   - Finalize failures do not change the outcome (the change is confirmed
 //     everywhere; only the old port's firewall rules remain) but are
 //     recorded per node.
@@ -72,11 +74,18 @@
 //
 //   - Journal comes before every Send: after a crash the record never
 //     claims less than what the agents may have seen (commit-sent above
-//     all).
-//   - ResetProbes goes out alongside the first Prepare (not before it: a
-//     frozen agent must not hold up everyone's Prepare), and the prepare
-//     barrier completes only once ProbesReset came back, so Commit never
-//     overtakes a reset.
+//     all). The write's failure is an event (JournalFailed), fed back at
+//     once. A Commit's Journal is Required: the Commit is not sent, and
+//     the operation is undone as if the commit had failed everywhere,
+//     commit-sent as it was before (an atomic operation aborts; a staged
+//     one past its first batch unswitches). Before any other step the
+//     send goes on (an undo never waits on the disk; the other steps
+//     replay safely) and Declare.Notes says what the journal missed.
+//   - The probe counters' reset rides in the first Prepare
+//     (Send.ResetProbes; not before it: a frozen agent must not hold up
+//     everyone's Prepare), ResetProbes{Rode} resets the agents that did
+//     not take it, and the prepare barrier completes only once
+//     ProbesReset came back, so Commit never overtakes a reset.
 //   - Once every agent is prepared, the hooks' BeforeCommit calls are made
 //     one at a time, in order, each only once journaled as started; the
 //     first failure stops the others and aborts (nothing has flipped).
@@ -115,7 +124,7 @@
 //   - config.go: Config, what one operation is asked to do.
 //   - events.go: Event and what the caller feeds back (Reply, Timeout,
 //     Deadline, Late, StepFailed, RollbackRequested, HookDone, Verified,
-//     ProbesReset, ProbesRead).
+//     ProbesReset, ProbesRead, JournalFailed).
 //   - actions.go: Action and what the caller is asked to do (Send,
 //     Journal, CallHook, RunVerifier, ResetProbes, ReadProbes, Declare),
 //     each with the canonical text the golden scenarios compare.

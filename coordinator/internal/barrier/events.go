@@ -69,6 +69,14 @@ type ProbesReset struct{}
 // ProbesRead is the end of ReadProbes.
 type ProbesRead struct{}
 
+// JournalFailed is a Journal action's write that failed (Err): fed back
+// at once, before the actions after it.
+type JournalFailed struct {
+	Step    Step
+	Attempt int
+	Err     string
+}
+
 func (Reply) isEvent()             {}
 func (Timeout) isEvent()           {}
 func (Late) isEvent()              {}
@@ -79,3 +87,4 @@ func (HookDone) isEvent()          {}
 func (Verified) isEvent()          {}
 func (ProbesReset) isEvent()       {}
 func (ProbesRead) isEvent()        {}
+func (JournalFailed) isEvent()     {}

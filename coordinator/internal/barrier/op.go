@@ -31,11 +31,16 @@ type Op struct {
 
 	sentPrepare bool // Prepare went out: Rollback targets everyone
 	sentCommit  bool // Commit went out: some agent may have flipped
-	rollbackReq string
-	tries       int           // attempts of the current abort/rollback so far
-	spent       time.Duration // pauses and timed-out attempts of it, a lower bound of the time spent
-	failed      bool          // some agent failed (not just finalize)
-	unreached   []string
+	// guard is set while a required Journal (a Commit's) has been asked
+	// for and its Send may not have gone out: a JournalFailed then
+	// cancels the send. commitBefore is sentCommit before that send.
+	guard        bool
+	commitBefore bool
+	rollbackReq  string
+	tries        int           // attempts of the current abort/rollback so far
+	spent        time.Duration // pauses and timed-out attempts of it, a lower bound of the time spent
+	failed       bool          // some agent failed (not just finalize)
+	unreached    []string
 
 	stage     stage
 	waitReset bool      // ResetProbes went out, ProbesReset not back yet
@@ -79,8 +84,13 @@ func (o *Op) Start() []Action {
 	}
 	acts := o.send(Prepare, o.cfg.Nodes)
 	if o.cfg.Probes {
+		// The reset rides in the Prepare: a fan-out less in the round
+		// whose length sets the commit lead.
 		o.waitReset = true
-		acts = append(acts, ResetProbes{})
+		s := acts[len(acts)-1].(Send)
+		s.ResetProbes = true
+		acts[len(acts)-1] = s
+		acts = append(acts, ResetProbes{Rode: true})
 	}
 	return acts
 }
@@ -93,7 +103,7 @@ func (o *Op) Step(ev Event) []Action {
 		switch {
 		case !e.OK:
 			st = StatusFailed
-		case e.Step == Commit && !o.staged() && o.cfg.LateBudget > 0 && e.Lateness > o.cfg.LateBudget:
+		case e.Step == Commit && o.judgesLate() && e.Lateness > o.cfg.LateBudget:
 			st = StatusLate
 			msg = fmt.Sprintf("applied %s after the commit instant, past the lateness budget %s", e.Lateness, o.cfg.LateBudget)
 		}
@@ -101,6 +111,9 @@ func (o *Op) Step(ev Event) []Action {
 	case Timeout:
 		return o.resolve(e.Node, e.Step, e.Attempt, StatusTimeout, "no answer within the step deadline")
 	case Late:
+		if !o.judgesLate() {
+			return nil // the step waits for its answer
+		}
 		return o.resolve(e.Node, Commit, e.Attempt, StatusLate, "no answer by the commit instant plus the answer deadline")
 	case Deadline:
 		if e.Step != o.step || e.Attempt != o.attempt {
@@ -148,8 +161,45 @@ func (o *Op) Step(ev Event) []Action {
 		}
 		o.stage = stageBarrier
 		return o.declare(o.ending)
+	case JournalFailed:
+		return o.journalFailed(e)
 	}
 	return nil
+}
+
+// journalFailed handles a journal write that failed. Before a Commit the
+// send did not go out (the Journal was required): nothing flipped, and the
+// operation is undone as if the commit had failed on every node, with
+// commit_sent as it was. Before any other step the actions went out
+// anyway (an undo must never wait on the disk; a Prepare, Verify, Confirm
+// or Finalize replays safely after a crash) and the report says what the
+// journal missed.
+func (o *Op) journalFailed(e JournalFailed) []Action {
+	msg := fmt.Sprintf("the journal could not record %s#%d: %s", e.Step, e.Attempt, e.Err)
+	if !o.guard || e.Step != o.step || e.Attempt != o.attempt || o.outcome != Pending {
+		o.notes = append(o.notes, msg)
+		return nil
+	}
+	o.guard = false
+	o.sentCommit = o.commitBefore
+	for _, n := range o.pendingNodes() {
+		// Never sent: the node's history does not show the step.
+		h := o.history[n]
+		o.history[n] = h[:len(h)-1]
+	}
+	o.pending, o.npending = map[string]Status{}, 0
+	o.failed = true
+	if o.reason == "" {
+		o.reason = msg + "; the commit was not sent"
+	}
+	return o.proceed()
+}
+
+// judgesLate: lateness decides here (an atomic operation under the
+// rollback policy with a budget). A staged switch has no instant to be
+// late for.
+func (o *Op) judgesLate() bool {
+	return !o.staged() && o.cfg.LateBudget > 0 && !o.cfg.LateWait
 }
 
 func (o *Op) requestRollback(reason string) []Action {
@@ -206,6 +256,7 @@ func (o *Op) resolve(node string, step Step, attempt int, st Status, msg string)
 	if step != o.step || attempt != o.attempt {
 		return nil // late: an earlier step or attempt
 	}
+	o.guard = false // an answer: the send went out
 	cur, ok := o.pending[node]
 	if !ok || cur != StatusPending {
 		return nil // not a target of this step, or a duplicate
@@ -382,10 +433,12 @@ func (o *Op) declare(out Outcome) []Action {
 func (o *Op) send(step Step, nodes []string) []Action {
 	o.attempts[step]++
 	o.step, o.attempt, o.stage = step, o.attempts[step], stageBarrier
+	o.guard = false
 	switch step {
 	case Prepare:
 		o.sentPrepare = true
 	case Commit:
+		o.guard, o.commitBefore = true, o.sentCommit
 		o.sentCommit = true
 	}
 	o.pending = make(map[string]Status, len(nodes))
@@ -397,7 +450,7 @@ func (o *Op) send(step Step, nodes []string) []Action {
 	}
 	b := o.batchNumber(step)
 	return []Action{
-		Journal{Step: step, Attempt: o.attempt, CommitSent: o.sentCommit, Batch: b},
+		Journal{Step: step, Attempt: o.attempt, CommitSent: o.sentCommit, Batch: b, Required: step == Commit},
 		Send{Step: step, Attempt: o.attempt, Nodes: slices.Clone(nodes), Timeout: o.cfg.StepTimeout, Batch: b},
 	}
 }

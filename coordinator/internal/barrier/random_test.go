@@ -99,7 +99,8 @@ func runRandom(t *testing.T, seed uint64, violated func(string)) Outcome {
 		t.Fatalf("seed %d: "+msg+"\nlog:\n%s\nstate:\n%s", append([]any{seed}, append(args, fmt.Sprint(log), op.String())...)...)
 	}
 	var declared []Declare
-	handle := func(acts []Action) {
+	var handle func(acts []Action)
+	handle = func(acts []Action) {
 		for _, a := range acts {
 			log = append(log, fmt.Sprint(a))
 			prevJournal := journaled
@@ -112,6 +113,14 @@ func runRandom(t *testing.T, seed uint64, violated func(string)) Outcome {
 			switch a := a.(type) {
 			case Journal:
 				journaled = &a
+				if a.Required && r.IntN(10) == 0 {
+					// The write fails: as the runner does, feed it back
+					// at once and perform what the core answers instead
+					// of the rest (the Send it guards).
+					log = append(log, "journal write failed")
+					handle(op.Step(JournalFailed{Step: a.Step, Attempt: a.Attempt, Err: "injected"}))
+					return
+				}
 			case ResetProbes:
 				resetPending = true
 				queue = append(queue, ProbesReset{})

@@ -21,6 +21,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actua
 //	    [hooks=h1,h2] [marks=h1/before-commit/started,...] [verifier] [probes]
 //	    [batches=n1/n2,n3]       staged: batch 1 is n1, batch 2 is n2 and n3
 //	    [budget=D]               the lateness budget (Config.LateBudget)
+//	    [wait]                   the wait policy (Config.LateWait)
 //	                             a new operation (timeout 10s)
 //	start                        Start
 //	resume abort|verify|rollback|finalize ResumeAt
@@ -34,6 +35,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actua
 //	late NODE [#A]               Late: no Commit answer by the answer
 //	                             deadline (commit attempt A, default 1)
 //	stepfail STEP REASON         StepFailed
+//	journal-failed STEP[#A] ERROR
+//	                             JournalFailed: the Journal of STEP#A was
+//	                             not written
 //	rollback [REASON]            RollbackRequested
 //	hook NAME POINT [ERROR]      HookDone (ok without ERROR)
 //	verified [ERROR]             Verified (passed without ERROR)
@@ -151,6 +155,8 @@ func runScenario(t *testing.T, path string) {
 					}
 				case "verifier":
 					cfg.Verifier = true
+				case "wait":
+					cfg.LateWait = true
 				case "probes":
 					cfg.Probes = true
 				case "batches": // n1/n2,n3: batch 1 is n1, batch 2 n2 and n3
@@ -193,6 +199,9 @@ func runScenario(t *testing.T, path string) {
 		case "deadline":
 			s, a := parseStep(t, f[1])
 			emit(op.Step(Deadline{Step: s, Attempt: a}))
+		case "journal-failed":
+			s, a := parseStep(t, f[1])
+			emit(op.Step(JournalFailed{Step: s, Attempt: a, Err: strings.Join(f[2:], " ")}))
 		case "stepfail":
 			emit(op.Step(StepFailed{Step: Step(f[1]), Reason: strings.Join(f[2:], " ")}))
 		case "rollback":

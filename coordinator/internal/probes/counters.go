@@ -1,7 +1,6 @@
 package probes
 
 import (
-	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
@@ -60,28 +59,9 @@ func (r *PrepReset) Answered(node string, resp *agentv1.PrepareResponse, err err
 	r.mu.Unlock()
 }
 
-// ResetRides is the reset riding in acts' Prepare, when acts hold both a
-// first Prepare and ResetProbes (barrier: "ResetProbes goes out alongside
-// the first Prepare"); else nil.
-func ResetRides(acts []barrier.Action) *PrepReset {
-	var prep, reset bool
-	for _, a := range acts {
-		switch a := a.(type) {
-		case barrier.Send:
-			prep = prep || CarriesReset(a)
-		case barrier.ResetProbes:
-			reset = true
-		}
-	}
-	if !prep || !reset {
-		return nil
-	}
-	return &PrepReset{Done: make(chan struct{})}
-}
-
-// CarriesReset reports whether s is the Prepare a reset rides in: the
-// first one, sent at once (a retry's back-off would hold the reset).
-func CarriesReset(s barrier.Send) bool { return s.Step == barrier.Prepare && s.After == 0 }
+// NewPrepReset is a reset riding in a Prepare's calls
+// (barrier.Send.ResetProbes).
+func NewPrepReset() *PrepReset { return &PrepReset{Done: make(chan struct{})} }
 
 // Reset zeroes the agents' probe counters: once the Prepare that
 // carried the reset is answered, those of the agents that did not do it

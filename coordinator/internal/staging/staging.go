@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
@@ -100,6 +101,16 @@ func Waves(n, k int) int {
 		return 1
 	}
 	return (n + k - 1) / k
+}
+
+// Bounds is a staged step that changes nodes' datapaths (Prepare, Commit,
+// Finalize) going out to n nodes at most k at a time: its bound covers
+// every wave, and the dead-man a Commit carries grows as long, since a
+// node of the first wave waits for the others before the batch is
+// verified and confirmed.
+func Bounds(n, k int, step, deadman time.Duration) (bound, commitDeadman time.Duration) {
+	w := time.Duration(Waves(n, k))
+	return step * w, deadman + (w-1)*step
 }
 
 // ReportBatches is the report's view of the batches.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPlanBatches(t *testing.T) {
@@ -49,6 +50,25 @@ func TestWaveSize(t *testing.T) {
 		k := WaveSize(tc.req, tc.n)
 		if k != tc.want || Waves(tc.n, k) != tc.waves {
 			t.Errorf("WaveSize(%d, %d) = %d (%d waves), want %d (%d waves)", tc.req, tc.n, k, Waves(tc.n, k), tc.want, tc.waves)
+		}
+	}
+}
+
+// TestBounds: a staged step in waves lasts as long as its waves, and a
+// first-wave node's dead-man waits for the others.
+func TestBounds(t *testing.T) {
+	s := time.Second
+	for _, tc := range []struct {
+		n, k                  int
+		wantBound, wantDeadms time.Duration
+	}{
+		{10, 0, 2 * s, 30 * s},  // no wave limit
+		{10, 10, 2 * s, 30 * s}, // one wave
+		{10, 3, 8 * s, 36 * s},  // four waves
+	} {
+		b, d := Bounds(tc.n, tc.k, 2*s, 30*s)
+		if b != tc.wantBound || d != tc.wantDeadms {
+			t.Errorf("n=%d k=%d: bound %s deadman %s, want %s %s", tc.n, tc.k, b, d, tc.wantBound, tc.wantDeadms)
 		}
 	}
 }
