@@ -14,7 +14,6 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/probes"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
-	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -68,6 +67,7 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
 	sent := time.Now()
+	strategy := op.Strategy()
 	var mesh bool
 	switch s.Step {
 	case barrier.Prepare:
@@ -90,7 +90,7 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 		var ev barrier.Event
 		switch s.Step {
 		case barrier.Prepare:
-			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.From, ToPort: op.To, ProbePeers: op.ProbePeers[n], Strategy: op.Report.GetStrategy(),
+			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.From, ToPort: op.To, ProbePeers: op.ProbePeers[n], Strategy: strategy,
 				ResetProbeStats: reset != nil})
 			if reset != nil {
 				reset.Answered(n, r, err)
@@ -138,30 +138,14 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 				late.refused(n, d)
 			}
 			if err == nil {
-				applied := r.AppliedUnixNano - off
-				written, effective := opstate.CoordClock(r.WrittenUnixNano, off), opstate.CoordClock(r.EffectiveUnixNano, off)
-				received := opstate.CoordClock(r.ReceivedUnixNano, off)
-				op.SetResult(n, func(nr *coordinatorv1.NodeResult) {
-					nr.AppliedUnixNano, nr.ApplyNanos = applied, r.ApplyNanos
-					nr.WrittenUnixNano, nr.EffectiveUnixNano = written, effective
-					nr.CommitReceivedUnixNano = received
-					nr.AnswerSentUnixNano, nr.AnswerReceivedUnixNano = opstate.CoordClock(r.AnsweredUnixNano, off), got.UnixNano()
-					if r.AnsweredUnixNano != 0 && r.AppliedUnixNano != 0 {
-						nr.ApplyToAnswerNanos = r.AnsweredUnixNano - r.AppliedUnixNano
-					}
-				})
-				op.Mu.Lock()
-				op.Applied[n] = applied
-				if received != 0 {
-					op.LastArrival = max(op.LastArrival, received)
+				a := opstate.CommitAnswer{Applied: r.AppliedUnixNano - off, ApplyNanos: r.ApplyNanos,
+					Written: opstate.CoordClock(r.WrittenUnixNano, off), Effective: opstate.CoordClock(r.EffectiveUnixNano, off),
+					Received:   opstate.CoordClock(r.ReceivedUnixNano, off),
+					AnswerSent: opstate.CoordClock(r.AnsweredUnixNano, off), AnswerReceived: got.UnixNano()}
+				if r.AnsweredUnixNano != 0 && r.AppliedUnixNano != 0 {
+					a.ApplyToAnswer = r.AnsweredUnixNano - r.AppliedUnixNano
 				}
-				if written != 0 {
-					op.Written[n] = written
-				}
-				if effective != 0 {
-					op.Effective[n] = effective
-				}
-				op.Mu.Unlock()
+				op.NoteCommit(n, a)
 			}
 			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s, read back port %d (want %d): %s", ph, r.GetReadbackPort(), op.To, r.GetStatus().GetError()))
 			if rep, isReply := ev.(barrier.Reply); isReply && rep.OK {
@@ -248,38 +232,17 @@ func undone(st *agentv1.OperationStatus) bool {
 		agentv1.Phase_PHASE_FINALIZED, agentv1.Phase_PHASE_FAILED)
 }
 
-// commitSpread sets the report's spreads: of the wake-ups (commit spread),
-// of the writes leaving for the dataplanes, and of their effects. The last
-// is what the overlay saw; the wake-up spread alone hid the time a busy
-// ovsdb-server or kernel took after it. It also sets the commit margin:
-// the instant minus the last Commit's arrival.
+// commitSpread sets the report's spreads (opstate.EndCommit) and their
+// gauges.
 func (c *Coordinator) commitSpread(op *opstate.Op) {
-	op.Mu.Lock()
-	defer op.Mu.Unlock()
-	spread := func(m map[string]int64) (int64, bool) {
-		if len(m) == 0 {
-			return 0, false
-		}
-		lo, hi := int64(1<<63-1), int64(-1<<63)
-		for _, t := range m {
-			lo, hi = min(lo, t), max(hi, t)
-		}
-		return hi - lo, true
+	s := op.EndCommit()
+	if s.HasCommit {
+		c.metrics.CommitSpread.Set(s.Commit.Seconds())
 	}
-	if s, ok := spread(op.Applied); ok {
-		op.Report.CommitSpreadNanos = s
-		c.metrics.CommitSpread.Set(time.Duration(s).Seconds())
+	if s.HasEffect {
+		c.metrics.EffectSpread.Set(s.Effect.Seconds())
 	}
-	if s, ok := spread(op.Written); ok {
-		op.Report.WriteSpreadNanos = s
-	}
-	if s, ok := spread(op.Effective); ok {
-		op.Report.EffectSpreadNanos = s
-		c.metrics.EffectSpread.Set(time.Duration(s).Seconds())
-	}
-	if op.LastArrival != 0 && !op.CommitAt.IsZero() {
-		m := op.CommitAt.UnixNano() - op.LastArrival
-		op.Report.CommitMarginNanos = m
-		c.metrics.CommitMargin.Set(time.Duration(m).Seconds())
+	if s.HasMar {
+		c.metrics.CommitMargin.Set(s.Margin.Seconds())
 	}
 }

@@ -91,12 +91,10 @@ func (c *Coordinator) continueHeld(op *opstate.Op, req *coordinatorv1.CutoverReq
 		return err
 	}
 	summary := opstate.HeldSummary(op)
+	op.ContinueBatches(batches, wave)
 	op.Mu.Lock()
-	op.BatchBase = len(op.Report.Batches)
 	op.Rec.Batches, op.Rec.MaxParallel = batches, wave
 	op.ProbePeers, op.ProbePairs, op.ProbePlanned = pp.Peers, pp.Pairs, true
-	op.Report.Batches = append(op.Report.Batches, staging.ReportBatches(batches)...)
-	op.Report.MaxParallel = uint32(wave)
 	op.Mu.Unlock()
 	cfg := c.coreConfig(nodes, op.Step, op.Deadman, op.Rec.Hooks, batches)
 	cfg.Switched = switched

@@ -44,9 +44,9 @@ func TestSaveWritesStepBeforeReport(t *testing.T) {
 	defer c.Close()
 	op := opstate.New("op-1", "cutover", 4789, 4889, []string{"n1"}, time.Second, time.Second, 1)
 	op.EncodeMu.Lock() // an encoding in progress
+	op.AddWarning("marker")
 	op.Mu.Lock()
 	op.Rec.Step, op.Rec.CommitSent = "commit", true
-	op.Report.Error = "marker"
 	op.Mu.Unlock()
 	done := make(chan error, 1)
 	go func() { done <- c.save(op) }()
@@ -63,9 +63,9 @@ func TestSaveWritesStepBeforeReport(t *testing.T) {
 		t.Fatalf("written at save: step %q commit_sent %v, want commit, true", r.Step, r.CommitSent)
 	}
 	op.EncodeMu.Unlock()
+	op.AddWarning("final marker")
 	op.Mu.Lock()
 	op.Rec.Step, op.Rec.Outcome = "done", "succeeded"
-	op.Report.Error = "final marker"
 	op.Mu.Unlock()
 	if err := c.saveFinal(op); err != nil {
 		t.Fatal(err)

@@ -41,9 +41,7 @@ type lateWatch struct {
 // every Commit call returned.
 func (c *Coordinator) watchLate(op *opstate.Op, s barrier.Send, at time.Time, post func(barrier.Event)) *lateWatch {
 	w := &lateWatch{c: c, op: op, s: s, at: at, answered: map[string]bool{}, late: map[string]bool{}, done: make(chan struct{})}
-	op.Mu.Lock()
-	op.Report.LateBudgetNanos, op.Report.LatePolicy = c.cfg.LateBudget.Nanoseconds(), c.cfg.LatePolicy
-	op.Mu.Unlock()
+	op.NoteLatePolicy(c.cfg.LateBudget, c.cfg.LatePolicy)
 	if c.cfg.LateBudget <= 0 {
 		return w
 	}

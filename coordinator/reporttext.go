@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
@@ -19,11 +18,7 @@ func (c *Coordinator) noteNode(op *opstate.Op, node string, ev barrier.Event) {
 			if (e.Step == barrier.Abort || e.Step == barrier.Rollback) && e.Attempt > 1 {
 				// Reached by a retry: say so next to the failed attempts.
 				msg = fmt.Sprintf("%s: reached at attempt %d", e.Step, e.Attempt)
-				op.SetResult(node, func(r *coordinatorv1.NodeResult) {
-					if r.Error != "" {
-						r.Error += "; " + msg
-					}
-				})
+				op.NoteNodeError(node, msg, true)
 			}
 			// Every answer is an event (node_done): clients count the
 			// step's progress and name its slowest node.
@@ -36,16 +31,6 @@ func (c *Coordinator) noteNode(op *opstate.Op, node string, ev barrier.Event) {
 	default:
 		return
 	}
-	op.SetResult(node, func(r *coordinatorv1.NodeResult) {
-		switch {
-		case r.Error == "":
-			r.Error = msg
-		case strings.HasSuffix(r.Error, msg) || strings.HasSuffix(r.Error, msg+" (again)"):
-			// A retry failing the same way: the report says it once.
-			r.Error = strings.TrimSuffix(r.Error, " (again)") + " (again)"
-		default:
-			r.Error += "; " + msg
-		}
-	})
+	op.NoteNodeError(node, msg, false)
 	op.EmitEvent(&coordinatorv1.OperationEvent{Phase: op.CurPhase(), Node: node, Message: msg, Failed: true, NodeDone: true})
 }

@@ -200,7 +200,8 @@ func (c *Coordinator) enterStep(op *opstate.Op, j barrier.Journal) error {
 		if prev == barrier.Prepare {
 			op.PrepDur = d
 		}
-		c.phaseDoneLocked(op, prev, d)
+		op.EndPhaseLocked(prev, d, now)
+		c.metrics.PhaseDuration.WithLabelValues(string(prev)).Observe(d.Seconds())
 	}
 	if prev != j.Step {
 		op.StepStart = now
@@ -225,46 +226,16 @@ func (c *Coordinator) announce(op *opstate.Op, s barrier.Send) {
 	op.EmitEvent(&coordinatorv1.OperationEvent{Phase: string(s.Step), Message: msg, StepNodes: s.Nodes})
 }
 
-// phaseDoneLocked records that step lasted d: in the report and the
-// phase duration histogram. op.Mu is held.
-func (c *Coordinator) phaseDoneLocked(op *opstate.Op, step barrier.Step, d time.Duration) {
-	op.Report.Phases = append(op.Report.Phases, &coordinatorv1.PhaseDuration{Phase: string(step), Nanos: d.Nanoseconds(), StartedUnixNano: time.Now().Add(-d).UnixNano()})
-	c.metrics.PhaseDuration.WithLabelValues(string(step)).Observe(d.Seconds())
-}
-
 // declare records the outcome; endRun finishes the run.
 func (c *Coordinator) declare(op *opstate.Op, d barrier.Declare) {
 	var next []string
 	if d.Outcome == barrier.Succeeded {
 		next = c.nextSteps(op.Info())
 	}
-	now := time.Now()
-	op.Mu.Lock()
-	op.Report.NextSteps = next
-	if op.CurStep != "" {
-		c.phaseDoneLocked(op, op.CurStep, now.Sub(op.StepStart))
-		op.CurStep = ""
+	if phase, took, ok := op.Declared(opstate.Declaration{Declare: d, NextSteps: next, SpreadTarget: c.cfg.SpreadTarget,
+		Sending: op.Core.Sending(), Now: time.Now()}); ok {
+		c.metrics.PhaseDuration.WithLabelValues(string(phase)).Observe(took.Seconds())
 	}
-	op.Report.State = opstate.OutcomeState(d.Outcome)
-	op.Report.EndedUnixNano = now.UnixNano()
-	op.Report.Error = d.Reason
-	opstate.LateWarningsLocked(op, d.Outcome)
-	opstate.SpreadWarningLocked(op, d.Outcome, c.cfg.SpreadTarget)
-	if d.Outcome == barrier.Failed {
-		op.Report.Error = opstate.FailedErrorLocked(op, d, now)
-	}
-	if len(d.Notes) > 0 {
-		// Errors that did not change the outcome (hooks after the change
-		// was confirmed, a Restore that failed).
-		if op.Report.Error != "" {
-			op.Report.Error += "; "
-		}
-		op.Report.Error += strings.Join(d.Notes, "\n")
-	}
-	op.Rec.Step = string(barrier.Done)
-	op.Rec.Outcome = d.Outcome.String()
-	opstate.NoteStagedLocked(op, d.Outcome, op.Core.Sending())
-	op.Mu.Unlock()
 	c.metrics.Operations.WithLabelValues(d.Outcome.String()).Inc()
 	c.metrics.SetPhase("idle")
 }

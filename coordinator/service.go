@@ -12,14 +12,11 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
-	"github.com/cutover-dev/cutover/coordinator/internal/staging"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 )
 
 // ListAgents implements CoordinatorService: every agent, asked now.
@@ -157,13 +154,12 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	seq := c.seq
 	c.mu.Unlock()
 	op := opstate.New(r.ID, kind, 0, r.To, r.Nodes, r.Step, c.deadmanFor(r.Step), seq)
-	op.Report.Kind, op.Report.RevertsOperationId = kind, reverts
-	op.Report.Strategy, op.Report.StrategyReason = r.Strategy(), r.StrategyReason
+	b := opstate.Beginning{Kind: kind, Reverts: reverts, Strategy: r.Strategy(), StrategyReason: r.StrategyReason}
 	if r.Staged {
 		op.Rec.Batches, op.Rec.MaxParallel = r.Batches, r.MaxParallel
-		op.Report.Batches = staging.ReportBatches(r.Batches)
-		op.Report.MaxParallel = uint32(r.MaxParallel)
+		b.Batches, b.MaxParallel = r.Batches, r.MaxParallel
 	}
+	op.Begin(b)
 	op.Core = barrier.New(c.coreConfig(r.Nodes, op.Step, op.Deadman, nil, r.Batches))
 	if err := c.reserve(op); err != nil {
 		return err
@@ -176,29 +172,25 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		c.release(op)
 		return refused(pf)
 	}
-	op.From = pf.From
-	op.Report.RequestedBy = requester(ctx)
-	op.Report.Request = proto.Clone(req).(*coordinatorv1.CutoverRequest)
-	op.Report.Plan = pf.Resp
-	op.Rec.FromPort, op.Report.FromPort = pf.From, pf.From
-	op.Report.Phases = append(op.Report.Phases, &coordinatorv1.PhaseDuration{Phase: "preflight", Nanos: time.Since(started).Nanoseconds(), StartedUnixNano: started.UnixNano()})
+	p := opstate.Preflight{From: pf.From, RequestedBy: requester(ctx), Request: req, Plan: pf.Resp, Started: started, Took: time.Since(started),
+		Clocks: map[string]fleet.ClockSample{}}
+	for n, nc := range pf.Checks {
+		p.Clocks[n] = nc.Clock
+	}
 	if pp := pf.Probes; pp != nil {
 		op.ProbePeers, op.ProbePairs, op.ProbePlanned = pp.Peers, pp.Pairs, true
-		op.Report.Warnings = append(op.Report.Warnings, pp.Warnings...)
+		p.Warnings = append(p.Warnings, pp.Warnings...)
 		for _, w := range append(slices.Clone(pp.Notes), pp.Warnings...) {
 			op.Emit("preflight", "", w, false, nil)
 		}
 	}
-	op.Report.Warnings = append(op.Report.Warnings, pf.PathWarnings...)
+	p.Warnings = append(p.Warnings, pf.PathWarnings...)
+	op.Preflighted(p)
 	for _, w := range pf.PathWarnings {
 		op.Emit("preflight", "", w, false, nil)
 	}
 	for _, n := range pf.Resp.GetPathCheck().GetNotes() { // what the path check saw that is no problem (a node's own firewall)
 		op.Emit("preflight", "", "underlay path check: "+n, false, nil)
-	}
-	for n, nc := range pf.Checks {
-		op.Offsets[n] = nc.Clock
-		op.Results[n].ClockOffsetNanos = nc.Clock.Offset.Nanoseconds()
 	}
 	// The record must exist on disk before any agent hears of the operation.
 	op.Rec.Step = "preflight"
@@ -265,7 +257,7 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 	}
 	if op.Rec.Kind == "rollback" && op.Rec.Outcome == "succeeded" {
 		c.mu.Unlock()
-		return status.Errorf(codes.FailedPrecondition, "operation %s is the rollback of %s and it succeeded: there is nothing to roll back; to move the port again, run a cutover", op.Rec.ID, op.Report.RevertsOperationId)
+		return status.Errorf(codes.FailedPrecondition, "operation %s is the rollback of %s and it succeeded: there is nothing to roll back; to move the port again, run a cutover", op.Rec.ID, op.Reverts())
 	}
 	if op.Rec.Outcome == "succeeded" {
 		// Every node is finalized on the new port and the old port's
@@ -275,7 +267,7 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 		// preflight, barrier and verification.
 		c.mu.Unlock()
 		nodes := op.Nodes
-		if op.Report.GetStrategy() == StrategyStaged {
+		if op.Strategy() == StrategyStaged {
 			nodes = nil // staged covers every node of the inventory
 		}
 		return c.cutover(&coordinatorv1.CutoverRequest{
@@ -288,7 +280,7 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 			AllowUnprobed: true,
 			// A staged change goes back staged (a canary, then the
 			// rest): as lossless back as it was forward.
-			Strategy: op.Report.GetStrategy(),
+			Strategy: op.Strategy(),
 		}, stream, op.Rec.ID)
 	}
 	err = c.claimLocked(op)
@@ -331,13 +323,9 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 		step := rec.StepTimeout()
 		op := opstate.New(rec.ID, rec.Kind, rec.FromPort, rec.ToPort, rec.Nodes, step, c.deadmanFor(step), rec.Seq)
 		op.Rec = rec
-		if len(rec.Report) > 0 {
-			_ = protojson.Unmarshal(rec.Report, op.Report)
-			for _, nr := range op.Report.Nodes {
-				op.Results[nr.Node] = nr
-			}
-			op.PriorEvents, op.Report.Events = op.Report.Events, nil
-		}
+		// A report the journal kept that no longer decodes leaves the
+		// record: the operation resumes from it, with an empty report.
+		_ = op.Restore(rec.Report)
 		if op.Step <= 0 {
 			op.Step = c.cfg.StepTimeout
 		}

@@ -8,9 +8,12 @@
 // It calls no agent and writes no journal: the coordinator's runner does,
 // and feeds what it learns in here.
 //
-//	op.go        Op: record, report, events, results; the journaled report
-//	timeline.go  each node's instants, read back after the run
-//	late.go      late commits and the spread of the instants
-//	held.go      staged batches and the held operation's nodes
-//	report.go    what the report says of a failed operation's nodes
+//	op.go        Op: the record, events and their followers, the journaled
+//	             report
+//	report.go    the report and the node results: their one writer (what
+//	             happened, told through its methods) and their copies;
+//	             TestReportHasOneWriter holds every other file to it
+//	timeline.go  the report's event log, clocks
+//	held.go      the held operation's nodes, for messages and refusals
+//	failed.go    what the report says of a failed operation's nodes
 package opstate

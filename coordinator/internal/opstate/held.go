@@ -2,9 +2,7 @@ package opstate
 
 import (
 	"fmt"
-	"time"
 
-	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -50,49 +48,4 @@ func RefuseBesideHeld(op *Op, what string) error {
 	return status.Errorf(codes.FailedPrecondition,
 		"operation %s is held (staged, part of the nodes switched: %s): %s would change nodes in the middle of it; continue it with coordctl cutover --port %d --strategy staged [--nodes ...|--selector ...], or undo it with coordctl rollback %s",
 		id, HeldSummary(op), what, op.To, id)
-}
-
-// NoteStagedLocked records, as a staged run ends, where each node is:
-// Switched for a held operation (the journal keeps it for the next run),
-// NodeResult.staged for the report. op.Mu is held.
-func NoteStagedLocked(op *Op, out barrier.Outcome, sending []string) {
-	if len(op.Rec.Batches) == 0 {
-		return
-	}
-	switch out {
-	case barrier.Held:
-		op.Rec.Switched = sending
-	default:
-		op.Rec.Switched = nil
-	}
-	sends := model.SetOf(sending)
-	for _, n := range op.Nodes {
-		nr := op.Results[n]
-		switch {
-		case out == barrier.Held && sends[n]:
-			nr.Staged = stagedSwitched
-		case out == barrier.Held:
-			nr.Staged = stagedListening
-		case out == barrier.Succeeded:
-			nr.Staged = stagedRetired
-		default:
-			nr.Staged = ""
-		}
-	}
-}
-
-// BatchDone stamps batch b (1-based) of the report: switched (every node
-// answered the switch) or verified (the mesh passed after it).
-func (op *Op) BatchDone(b int, at time.Time, verified bool) {
-	op.Mu.Lock()
-	defer op.Mu.Unlock()
-	b += op.BatchBase // a continued held operation's batches follow the earlier runs'
-	if b < 1 || b > len(op.Report.Batches) {
-		return
-	}
-	if verified {
-		op.Report.Batches[b-1].VerifiedUnixNano = at.UnixNano()
-	} else {
-		op.Report.Batches[b-1].SwitchedUnixNano = at.UnixNano()
-	}
 }

@@ -43,8 +43,8 @@ type Op struct {
 
 	Mu      sync.Mutex
 	Rec     model.Record
-	Report  *coordinatorv1.Report
-	Results map[string]*coordinatorv1.NodeResult
+	report  *coordinatorv1.Report                // report.go is its one writer
+	results map[string]*coordinatorv1.NodeResult // and of these
 	Events  []*coordinatorv1.OperationEvent
 	// PriorEvents are the events journaled by runs before a coordinator
 	// restart: the report's log keeps them; followers are not replayed them.
@@ -81,13 +81,9 @@ type Op struct {
 func New(id, kind string, from, to uint32, nodes []string, step, deadman time.Duration, seq int64) *Op {
 	op := &Op{From: from, To: to, Nodes: nodes, Step: step, Deadman: deadman, Offsets: map[string]fleet.ClockSample{},
 		Changed: make(chan struct{}), Done: make(chan struct{}), Rollback: make(chan string, 1),
-		Results: map[string]*coordinatorv1.NodeResult{}, Applied: map[string]int64{}, Written: map[string]int64{}, Effective: map[string]int64{}, selfUndo: map[string]time.Time{}, selfKind: map[string]agentv1.Phase{}}
+		Applied: map[string]int64{}, Written: map[string]int64{}, Effective: map[string]int64{}, selfUndo: map[string]time.Time{}, selfKind: map[string]agentv1.Phase{}}
 	op.Rec = model.Record{ID: id, Kind: kind, FromPort: from, ToPort: to, Nodes: nodes, StepMillis: step.Milliseconds(), Outcome: "pending", Seq: seq}
-	op.Report = &coordinatorv1.Report{OperationId: id, State: coordinatorv1.OperationState_OPERATION_STATE_RUNNING,
-		FromPort: from, ToPort: to, StartedUnixNano: time.Now().UnixNano()}
-	for _, n := range nodes {
-		op.Results[n] = &coordinatorv1.NodeResult{Node: n}
-	}
+	op.startReport(id, from, to, nodes)
 	return op
 }
 
@@ -113,34 +109,6 @@ func (op *Op) EmitEvent(ev *coordinatorv1.OperationEvent) {
 	op.Changed = make(chan struct{})
 }
 
-// Snapshot returns a copy of the report with the node results, in node order.
-func (op *Op) Snapshot() *coordinatorv1.Report {
-	op.Mu.Lock()
-	defer op.Mu.Unlock()
-	return op.SnapshotLocked()
-}
-
-func (op *Op) SnapshotLocked() *coordinatorv1.Report {
-	r := proto.Clone(op.Report).(*coordinatorv1.Report)
-	r.Events = op.eventsLocked()
-	if !op.CommitAt.IsZero() {
-		r.CommitUnixNano = op.CommitAt.UnixNano()
-	}
-	r.Nodes = nil
-	for _, n := range op.Nodes {
-		r.Nodes = append(r.Nodes, proto.Clone(op.Results[n]).(*coordinatorv1.NodeResult))
-	}
-	return r
-}
-
-func (op *Op) SetResult(node string, f func(*coordinatorv1.NodeResult)) {
-	op.Mu.Lock()
-	defer op.Mu.Unlock()
-	if r, ok := op.Results[node]; ok {
-		f(r)
-	}
-}
-
 func (op *Op) CurPhase() string {
 	op.Mu.Lock()
 	defer op.Mu.Unlock()
@@ -148,16 +116,6 @@ func (op *Op) CurPhase() string {
 		return "preflight"
 	}
 	return string(op.CurStep)
-}
-
-// Reopen marks a finished operation as running again (a rollback).
-func (op *Op) Reopen() {
-	op.Mu.Lock()
-	defer op.Mu.Unlock()
-	op.Rec.Outcome = "pending"
-	op.Report.State = coordinatorv1.OperationState_OPERATION_STATE_RUNNING
-	op.Report.Error = ""
-	op.Report.EndedUnixNano = 0
 }
 
 // NoteSelfUndo keeps the instant node said it undoes the operation by
@@ -213,15 +171,6 @@ func JournaledReport(rep *coordinatorv1.Report) ([]byte, error) {
 		n.Actions = nil
 	}
 	return protojson.Marshal(slim)
-}
-
-// AddWarning flags the operation's result (Report.warnings), once.
-func (op *Op) AddWarning(w string) {
-	op.Mu.Lock()
-	defer op.Mu.Unlock()
-	if !slices.Contains(op.Report.Warnings, w) {
-		op.Report.Warnings = append(op.Report.Warnings, w)
-	}
 }
 
 func (op *Op) SetHookMark(m model.HookMark) {

@@ -138,52 +138,5 @@ func (c *Mesh) statsOf(op *opstate.Op, nodes []string, reset, settleThenAgain bo
 		}
 		return strings.Compare(a.To, b.To)
 	})
-	op.Mu.Lock()
-	defer op.Mu.Unlock()
-	for n, st := range stalls {
-		if r := op.Results[n]; r != nil {
-			r.ProbeStallMicros = st
-		}
-	}
-	op.Report.Disruption = pairs
-	op.Report.ProbesSent, op.Report.ProbesLost, op.Report.LongestGapMicros = 0, 0, 0
-	for _, p := range pairs {
-		if p.LongestGapMicros > 0 {
-			p.LongestGapPhase = phaseAt(op.Report.Phases, p.LongestGapFromUnixNano, string(op.CurStep))
-		}
-		op.Report.ProbesSent += p.Sent
-		op.Report.ProbesLost += p.Lost
-		op.Report.LongestGapMicros = max(op.Report.LongestGapMicros, p.LongestGapMicros)
-	}
-}
-
-// phaseAt names the phase running at t (the coordinator's clock): the
-// recorded phase whose span holds t, the next one when t falls between two,
-// and the one still running (running) when t is past them all. "" when t
-// is 0 (not measured) or before the first phase.
-func phaseAt(phases []*coordinatorv1.PhaseDuration, t int64, running string) string {
-	if t == 0 {
-		return ""
-	}
-	seen := false
-	for _, p := range phases {
-		start := p.GetStartedUnixNano()
-		if start == 0 {
-			continue // a report written before phases had a start
-		}
-		if t < start {
-			if !seen {
-				return ""
-			}
-			return p.GetPhase()
-		}
-		seen = true
-		if t < start+p.GetNanos() {
-			return p.GetPhase()
-		}
-	}
-	if !seen {
-		return ""
-	}
-	return running
+	op.NoteDisruption(pairs, stalls)
 }

@@ -34,13 +34,8 @@ func (c *Mesh) Verify(ctx context.Context, op *opstate.Op) error {
 	op.Mu.Lock()
 	pairs := slices.Clone(op.ProbePairs)
 	flips := map[string]probemesh.Flip{}
-	for n, r := range op.Results {
-		flips[n] = probemesh.Flip{Offset: time.Duration(r.ClockOffsetNanos)}
-		if r.AppliedUnixNano != 0 {
-			f := flips[n]
-			f.Flipped = r.AppliedUnixNano + r.ApplyNanos
-			flips[n] = f
-		}
+	for n, f := range op.FlipsLocked() {
+		flips[n] = probemesh.Flip{Flipped: f[0], Offset: time.Duration(f[1])}
 	}
 	for n, s := range op.Offsets {
 		f := flips[n]

@@ -1,4 +1,4 @@
-package probes
+package opstate
 
 import (
 	"testing"
