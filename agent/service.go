@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -184,7 +185,11 @@ func (s *Service) Preflight(ctx context.Context, req *agentv1.PreflightRequest) 
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "preflight of %s %s on %s: %v", be.Name(), be.Device(), s.cfg.NodeName, err)
 	}
+	// Asked for staged, the answer carries the atomic judgement too:
+	// strategy auto then needs one call per node for either pick.
+	var atomic *agentv1.AtomicCheck
 	if staged {
+		atomic = &agentv1.AtomicCheck{Problems: slices.Clone(c.Problems), Actions: slices.Clone(c.Actions)}
 		stagedCheck(ctx, be, &c, to)
 	}
 	resp := &agentv1.PreflightResponse{
@@ -194,16 +199,23 @@ func (s *Service) Preflight(ctx context.Context, req *agentv1.PreflightRequest) 
 		Problems:       c.Problems,
 		Actions:        c.Actions,
 		Info:           info,
+		Atomic:         atomic,
 	}
 	if a, ok := be.(dataplane.StagedAdvisor); ok {
 		resp.StagedLosesLess, resp.StrategyNote = a.StagedLosesLess()
 	} else {
 		resp.StrategyNote = fmt.Sprintf("backend %s: no measure of the staged strategy against the atomic one", be.Name())
 	}
+	// What stops either strategy.
+	var both []string
 	if rec, _ := m.Status(""); rec.Phase.InFlight() && rec.ID != req.GetOperationId() {
-		resp.Problems = append(resp.Problems, fmt.Sprintf("operation %s in flight (%s, port %d -> %d): wait for it to end, or roll it back", rec.ID, rec.Phase, rec.FromPort, rec.ToPort))
+		both = append(both, fmt.Sprintf("operation %s in flight (%s, port %d -> %d): wait for it to end, or roll it back", rec.ID, rec.Phase, rec.FromPort, rec.ToPort))
 	}
-	resp.Problems = append(resp.Problems, m.NotReady()...)
+	both = append(both, m.NotReady()...)
+	resp.Problems = append(resp.Problems, both...)
+	if atomic != nil {
+		atomic.Problems = append(atomic.Problems, both...)
+	}
 	return resp, nil
 }
 

@@ -519,3 +519,36 @@ func TestServiceStagedPreflight(t *testing.T) {
 		t.Fatalf("preflight acted: %q", fake.Calls())
 	}
 }
+
+// TestServiceStagedPreflightCarriesAtomic: a staged preflight also says
+// what the atomic one would answer (PreflightResponse.atomic): its
+// problems, those staged shares and none that only staged has, those
+// found after the backend's check included, and the flip's actions.
+// Strategy auto judges either strategy from it, one call per node.
+func TestServiceStagedPreflightCarriesAtomic(t *testing.T) {
+	ctx := context.Background()
+	fake := newFake()
+	a := startAgent(t, testConfig(t), fake)
+	if _, err := a.client.Prepare(ctx, &agentv1.PrepareRequest{OperationId: "op-held", FromPort: 4789, ToPort: 4989}); err != nil {
+		t.Fatal(err)
+	}
+	fake.SetHolder(4889, "dnsmasq")
+	fake.SetStagedRefusal("openshift-sdn: refused for the test")
+	staged, err := a.client.Preflight(ctx, &agentv1.PreflightRequest{OperationId: "op-2", TargetPort: 4889, Strategy: "staged"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	atomic, err := a.client.Preflight(ctx, &agentv1.PreflightRequest{OperationId: "op-2", TargetPort: 4889})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(atomic.Problems) != 2 || !slices.Contains(staged.Problems, "openshift-sdn: refused for the test") || len(staged.Problems) != 3 {
+		t.Fatalf("want the port's holder and op-held in flight in both, the refusal in staged's alone: atomic %q, staged %q", atomic.Problems, staged.Problems)
+	}
+	if got := staged.GetAtomic(); got == nil || !slices.Equal(got.Problems, atomic.Problems) || !slices.Equal(got.Actions, atomic.Actions) || slices.Equal(staged.Actions, atomic.Actions) {
+		t.Fatalf("staged preflight's atomic judgement %v, want the atomic preflight's problems %q and actions %q (staged's actions %q differ)", got, atomic.Problems, atomic.Actions, staged.Actions)
+	}
+	if atomic.Atomic != nil {
+		t.Fatalf("atomic preflight carries an atomic judgement: %v", atomic.Atomic)
+	}
+}

@@ -68,9 +68,7 @@ func (c *Coordinator) Plan(ctx context.Context, req *coordinatorv1.CutoverReques
 	if err != nil {
 		return nil, err
 	}
-	if r, err = c.check.ResolveAuto(ctx, req, r); err != nil {
-		return nil, err
-	}
+	r = c.check.ResolveAuto(ctx, r)
 	resp := c.check.Full(ctx, r, "cutover").Resp
 	resp.Strategy, resp.StrategyReason = r.Strategy(), r.StrategyReason
 	return resp, nil
@@ -119,9 +117,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		}
 		return opstate.RefuseBesideHeld(held, what)
 	}
-	if r, err = c.check.ResolveAuto(ctx, req, r); err != nil {
-		return err
-	}
+	r = c.check.ResolveAuto(ctx, r)
 	if r.Auto {
 		_ = stream.Send(&coordinatorv1.OperationEvent{OperationId: r.ID, Phase: "preflight", Message: r.StrategyReason, UnixNano: time.Now().UnixNano()})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -732,7 +733,8 @@ func TestDefaultStrategy(t *testing.T) {
 // agent that does not answer auto's staged preflight is counted
 // unreachable by the atomic preflight that follows without being asked
 // again: a black-holed node costs the refusal one step's wait, not two.
-// An agent that answered is asked again (its atomic preflight).
+// An agent that answered is not asked again either: its answer carries
+// the atomic judgement.
 func TestDefaultStrategyUnreachableAskedOnce(t *testing.T) {
 	l := newLab(t, 3, nil)
 	l.fakes["n2"].SetFault("Preflight", fakeagent.Fault{Err: unavailable})
@@ -744,9 +746,89 @@ func TestDefaultStrategyUnreachableAskedOnce(t *testing.T) {
 		t.Errorf("n2 was asked Preflight %d times, want once (auto's staged preflight)", got)
 	}
 	for _, n := range []string{"n1", "n3"} {
-		if got := l.fakes[n].ReadCalls("Preflight"); got != 2 {
-			t.Errorf("%s was asked Preflight %d times, want twice (auto's staged preflight, then the atomic one)", n, got)
+		if got := l.fakes[n].ReadCalls("Preflight"); got != 1 {
+			t.Errorf("%s was asked Preflight %d times, want once (auto's staged preflight, with the atomic judgement in it)", n, got)
 		}
 	}
 	l.nobodyGot("Prepare")
+}
+
+// TestStrategyAutoOnePreflightPerNode: strategy auto asks each agent
+// Preflight once, whichever strategy it picks: the plan, the dry run and
+// the cutover judge from auto's one round of staged preflights. Picking
+// atomic, a node's staged-only problem no longer stops the change and its
+// actions are the flip's; an agent older than the atomic judgement
+// (PreflightResponse.atomic) is asked again, alone.
+func TestStrategyAutoOnePreflightPerNode(t *testing.T) {
+	const n = 4
+	l := newLab(t, n, nil)
+	nodes := slices.Sorted(maps.Keys(l.fakes))
+	for _, f := range l.fakes {
+		f.SetStagedAdvice(true, "lab: staged lost nothing")
+	}
+	calls := map[string]int{}
+	// once checks that every node was asked Preflight once since the
+	// last check, and again those in twice.
+	once := func(what string, twice ...string) {
+		t.Helper()
+		for _, node := range nodes {
+			want := 1
+			if slices.Contains(twice, node) {
+				want = 2
+			}
+			got := l.fakes[node].ReadCalls("Preflight") - calls[node]
+			if got != want {
+				t.Errorf("%s: %s was asked Preflight %d times, want %d", what, node, got, want)
+			}
+			calls[node] += got
+		}
+	}
+	plan := func(strategy string) *coordinatorv1.PlanResponse {
+		t.Helper()
+		p, err := l.client.Plan(context.Background(), &coordinatorv1.CutoverRequest{Port: 4889, Strategy: StrategyAuto})
+		if err != nil || p.Strategy != strategy || len(p.Problems) > 0 {
+			t.Fatalf("plan: %v, strategy %q (%q), problems %q: want %s and no problem", err, p.GetStrategy(), p.GetStrategyReason(), p.GetProblems(), strategy)
+		}
+		return p
+	}
+	dryRun := func(strategy string) {
+		t.Helper()
+		_, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, Strategy: StrategyAuto, DryRun: true})
+		if err != nil || !slices.ContainsFunc(msgs, func(m string) bool { return strings.Contains(m, "auto: "+strategy) }) {
+			t.Fatalf("dry run: %v, want auto picking %s\n%s", err, strategy, strings.Join(msgs, "\n"))
+		}
+	}
+
+	p := plan(StrategyStaged)
+	once("plan, auto picking staged")
+	if a := p.Nodes[0].Actions; len(a) == 0 || !strings.Contains(a[0], "beside") {
+		t.Errorf("plan, auto picking staged: actions %q, want staged's", a)
+	}
+	dryRun(StrategyStaged)
+	once("dry run, auto picking staged")
+
+	l.fakes["n2"].SetStagedRefusal("rp_filter is 1")
+	p = plan(StrategyAtomic)
+	once("plan, auto picking atomic")
+	if !strings.Contains(p.StrategyReason, "rp_filter is 1 (n2)") {
+		t.Errorf("plan: reason %q, want n2's refusal of staged", p.StrategyReason)
+	}
+	for _, np := range p.Nodes {
+		if len(np.Actions) == 0 || !strings.Contains(np.Actions[len(np.Actions)-1], "dst_port") {
+			t.Errorf("plan, auto picking atomic: %s's actions %q, want the flip's", np.Node, np.Actions)
+		}
+	}
+	dryRun(StrategyAtomic)
+	once("dry run, auto picking atomic")
+
+	l.fakes["n4"].SetOldPreflight(true)
+	plan(StrategyAtomic)
+	once("plan, auto picking atomic, n4 older than the atomic judgement", "n4")
+
+	l.fakes["n4"].SetOldPreflight(false)
+	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "auto-once", Strategy: StrategyAuto})
+	if err != nil || rep.State != succeeded || rep.Strategy != StrategyAtomic {
+		t.Fatalf("cutover: %v %v %q\n%s", err, rep.GetState(), rep.GetStrategy(), strings.Join(msgs, "\n"))
+	}
+	once("cutover, auto picking atomic")
 }

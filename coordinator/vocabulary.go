@@ -89,8 +89,9 @@ func IsStateDirLocked(err error) bool { return statedir.IsStateDirLocked(err) }
 const (
 	StrategyAtomic = model.StrategyAtomic
 	StrategyStaged = model.StrategyStaged
-	// StrategyAuto is resolved before preflight: the report and the
-	// journal name the strategy that ran.
+	// StrategyAuto is resolved from the preflight's Preflight answers
+	// before the operation starts: the report and the journal name the
+	// strategy that ran.
 	StrategyAuto = model.StrategyAuto
 )
 

@@ -78,6 +78,12 @@ type Agent struct {
 	underlay   *Underlay // the path check's (pathcheck.go)
 	pathTimed  bool      // PathCheck waits out its window (SetPathTiming)
 	unary      bool      // no call stream: an agent older than it (SetUnaryOnly)
+	// Strategy auto's inputs (SetStagedAdvice, SetStagedRefusal,
+	// SetOldPreflight).
+	stagedLoses  bool
+	stagedNote   string
+	stagedRefuse string
+	oldPreflight bool
 }
 
 // New returns a ready agent for node on port.
@@ -278,6 +284,28 @@ func (a *Agent) Info(ctx context.Context, req *agentv1.InfoRequest) (*agentv1.In
 // than that field does.
 func (a *Agent) SetOldPrepare(on bool) { a.mu.Lock(); a.oldPrep = on; a.mu.Unlock() }
 
+// SetStagedAdvice sets what Preflight says of the staged strategy against
+// the atomic one (staged_loses_less, strategy_note), as a real agent's
+// backend does for its configuration.
+func (a *Agent) SetStagedAdvice(loses bool, note string) {
+	a.mu.Lock()
+	a.stagedLoses, a.stagedNote = loses, note
+	a.mu.Unlock()
+}
+
+// SetStagedRefusal makes a staged Preflight report problem (a problem of
+// the staged strategy alone; empty: none).
+func (a *Agent) SetStagedRefusal(problem string) {
+	a.mu.Lock()
+	a.stagedRefuse = problem
+	a.mu.Unlock()
+}
+
+// SetOldPreflight makes a staged Preflight answer without the atomic
+// judgement (PreflightResponse.atomic), as an agent older than that field
+// does.
+func (a *Agent) SetOldPreflight(on bool) { a.mu.Lock(); a.oldPreflight = on; a.mu.Unlock() }
+
 // SetOldInfo makes Info ignore probe_stats, as an agent older than that
 // field does.
 func (a *Agent) SetOldInfo(on bool) { a.mu.Lock(); a.oldInfo = on; a.mu.Unlock() }
@@ -320,9 +348,22 @@ func (a *Agent) Preflight(ctx context.Context, r *agentv1.PreflightRequest) (*ag
 	defer a.mu.Unlock()
 	holder, busy := a.busyPorts[r.TargetPort]
 	resp := &agentv1.PreflightResponse{Info: info, CurrentPort: a.port, TargetPortFree: !busy, TargetPortUser: holder,
-		Actions: []string{fmt.Sprintf("open udp/%d", r.TargetPort), fmt.Sprintf("set vxlan0 dst_port %d→%d", a.port, r.TargetPort)}}
+		Actions:         []string{fmt.Sprintf("open udp/%d", r.TargetPort), fmt.Sprintf("set vxlan0 dst_port %d→%d", a.port, r.TargetPort)},
+		StagedLosesLess: a.stagedLoses, StrategyNote: a.stagedNote}
 	if busy {
 		resp.Problems = append(resp.Problems, fmt.Sprintf("udp/%d is held by %s", r.TargetPort, holder))
+	}
+	if r.Strategy != "staged" {
+		return resp, nil
+	}
+	// As the real agent: staged's problems and actions, the atomic
+	// ones beside them.
+	if !a.oldPreflight {
+		resp.Atomic = &agentv1.AtomicCheck{Problems: slices.Clone(resp.Problems), Actions: resp.Actions}
+	}
+	resp.Actions = []string{fmt.Sprintf("receive udp/%d beside %d", r.TargetPort, a.port), fmt.Sprintf("send udp/%d", r.TargetPort), fmt.Sprintf("retire udp/%d", a.port)}
+	if a.stagedRefuse != "" {
+		resp.Problems = append(resp.Problems, a.stagedRefuse)
 	}
 	return resp, nil
 }

@@ -1,11 +1,12 @@
 // Package preflight judges a request before anything changes (I3): it
 // validates a CutoverRequest against the inventory (Validate: every error
 // InvalidArgument, naming the field, the value and why), settles strategy
-// "auto" (ResolveAuto), and asks every targeted agent and every hook
-// whether the change may go (Full): the agents' own checks and clock
-// offsets, the overlays a subset would split, the underlay path check
-// (PathCheck; the verdicts are internal/pathjudge's) and the probe mesh
-// the operation will verify with (PlanProbes).
+// "auto" (ResolveAuto: the agents' one round of Preflight calls, which
+// Full then reads instead of asking again), and asks every targeted
+// agent and every hook whether the change may go (Full): the agents' own
+// checks and clock offsets, the overlays a subset would split, the
+// underlay path check (PathCheck; the verdicts are internal/pathjudge's)
+// and the probe mesh the operation will verify with (PlanProbes).
 //
 // A Checker calls agents and hooks but changes nothing and keeps no
 // operation: the coordinator runs the operation from the Request and the

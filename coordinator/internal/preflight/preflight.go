@@ -40,17 +40,18 @@ type Request struct {
 	// AllowPathProblems turns the path check's problems into warnings.
 	AllowPathProblems bool
 	// Auto: the request's strategy was "Auto", named or by default
-	// (resolveAuto settles staged or atomic; strategyReason says why).
+	// (ResolveAuto settles staged or atomic; StrategyReason says why).
 	Auto           bool
 	StrategyReason string
 	// ByDefault: the request named no strategy and the coordinator's
 	// --default-strategy auto made it auto.
 	ByDefault bool
-	// Unreached (auto settled atomic) are the nodes whose agent did not
-	// answer auto's staged preflight at all (unavailable, or its deadline
-	// passed): the atomic preflight counts them unreachable without a
-	// second wait of up to a step each.
-	Unreached map[string]error
+	// Answers (auto settled) are the answers of auto's round of Preflight
+	// calls, as the chosen strategy's preflight gives them: the preflight
+	// asks Preflight of the nodes missing here alone. An error is an agent
+	// that did not answer at all, counted unreachable without a second
+	// wait of up to a step.
+	Answers map[string]Answer
 	// Staged is the Staged strategy; batches its batches (nil: atomic).
 	Staged      bool
 	Batches     [][]string
@@ -71,6 +72,16 @@ func (r Request) Strategy() string {
 		return model.StrategyStaged
 	}
 	return model.StrategyAtomic
+}
+
+// asAtomic is r, validated with strategy staged as auto's requests are,
+// as Validate makes it with strategy atomic: no batches, no waves, every
+// node at one instant. Auto refuses what staged alone takes (batches,
+// max_parallel, a subset), so nothing else differs and there is nothing
+// to validate again.
+func (r Request) asAtomic() Request {
+	r.Staged, r.Batches, r.MaxParallel, r.Targets, r.Subset = false, nil, 0, nil, false
+	return r
 }
 
 // maxStepMillis bounds a request's per-step deadline (timeout_millis).
@@ -294,17 +305,18 @@ func (c *Checker) runPreflight(ctx context.Context, r Request) *Result {
 		nc := &NodeCheck{}
 		cctx, cancel := context.WithTimeout(ctx, r.Step)
 		defer cancel()
-		// Info rides in the preflight's answer: one call per node, not
-		// two. An agent older than that field is asked Info.
-		if err, ok := r.Unreached[n]; ok {
-			nc.Err = err
-		} else {
-			nc.Preflight, nc.Err = ac.Client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.ID, TargetPort: r.To, Strategy: r.Strategy()})
-			if nc.Info = nc.Preflight.GetInfo(); nc.Err == nil && nc.Info == nil {
-				nc.Info, nc.Err = ac.Client.Info(cctx, &agentv1.InfoRequest{})
-			}
+		// Strategy auto asked already (r.Answers): one Preflight call per
+		// node. Info rides in the preflight's answer: one call per node,
+		// not two. An agent older than that field is asked Info.
+		a, asked := r.Answers[n]
+		if !asked {
+			a.Preflight, a.Err = ac.Client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.ID, TargetPort: r.To, Strategy: r.Strategy()})
 		}
-		took := time.Since(start)
+		nc.Preflight, nc.Err = a.Preflight, a.Err
+		if nc.Info = nc.Preflight.GetInfo(); nc.Err == nil && nc.Info == nil {
+			nc.Info, nc.Err = ac.Client.Info(cctx, &agentv1.InfoRequest{})
+		}
+		took := max(a.Took, time.Since(start)) // an answer of auto's round took a.Took in it
 		mu.Lock()
 		p.Round = max(p.Round, took)
 		mu.Unlock()

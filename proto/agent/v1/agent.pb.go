@@ -405,8 +405,9 @@ type PreflightRequest struct {
 	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
 	TargetPort  uint32                 `protobuf:"varint,2,opt,name=target_port,json=targetPort,proto3" json:"target_port,omitempty"`
 	// "staged": check the staged strategy (listen on both, switch senders,
-	// retire): its problems and actions replace the atomic ones'. Empty or
-	// "atomic": the one-instant flip.
+	// retire): its problems and actions replace the atomic ones' (which
+	// PreflightResponse.atomic keeps). Empty or "atomic": the one-instant
+	// flip.
 	Strategy      string `protobuf:"bytes,100,opt,name=strategy,proto3" json:"strategy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -481,8 +482,15 @@ type PreflightResponse struct {
 	// older than the field: atomic.
 	StagedLosesLess bool   `protobuf:"varint,7,opt,name=staged_loses_less,json=stagedLosesLess,proto3" json:"staged_loses_less,omitempty"`
 	StrategyNote    string `protobuf:"bytes,8,opt,name=strategy_note,json=strategyNote,proto3" json:"strategy_note,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Asked for "staged": what the atomic strategy's preflight would answer
+	// here where it differs from staged's, so that strategy "auto" judges
+	// either strategy from one call per node. problems and actions above
+	// stay staged's (a coordinator older than this field refuses staged on
+	// them). Unset when asked for atomic, and from an agent older than the
+	// field: a coordinator that picks atomic then asks that agent again.
+	Atomic        *AtomicCheck `protobuf:"bytes,9,opt,name=atomic,proto3" json:"atomic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PreflightResponse) Reset() {
@@ -571,6 +579,67 @@ func (x *PreflightResponse) GetStrategyNote() string {
 	return ""
 }
 
+func (x *PreflightResponse) GetAtomic() *AtomicCheck {
+	if x != nil {
+		return x.Atomic
+	}
+	return nil
+}
+
+// The atomic strategy's problems (staged's less those only staged has)
+// and actions (the one-instant flip's).
+type AtomicCheck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Problems      []string               `protobuf:"bytes,1,rep,name=problems,proto3" json:"problems,omitempty"`
+	Actions       []string               `protobuf:"bytes,2,rep,name=actions,proto3" json:"actions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AtomicCheck) Reset() {
+	*x = AtomicCheck{}
+	mi := &file_agent_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AtomicCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AtomicCheck) ProtoMessage() {}
+
+func (x *AtomicCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AtomicCheck.ProtoReflect.Descriptor instead.
+func (*AtomicCheck) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AtomicCheck) GetProblems() []string {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+func (x *AtomicCheck) GetActions() []string {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
 type PrepareRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
@@ -607,7 +676,7 @@ type PrepareRequest struct {
 
 func (x *PrepareRequest) Reset() {
 	*x = PrepareRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +688,7 @@ func (x *PrepareRequest) String() string {
 func (*PrepareRequest) ProtoMessage() {}
 
 func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +701,7 @@ func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareRequest.ProtoReflect.Descriptor instead.
 func (*PrepareRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PrepareRequest) GetOperationId() string {
@@ -687,7 +756,7 @@ type ProbePeer struct {
 
 func (x *ProbePeer) Reset() {
 	*x = ProbePeer{}
-	mi := &file_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +768,7 @@ func (x *ProbePeer) String() string {
 func (*ProbePeer) ProtoMessage() {}
 
 func (x *ProbePeer) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +781,7 @@ func (x *ProbePeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbePeer.ProtoReflect.Descriptor instead.
 func (*ProbePeer) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ProbePeer) GetName() string {
@@ -740,7 +809,7 @@ type PrepareResponse struct {
 
 func (x *PrepareResponse) Reset() {
 	*x = PrepareResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +821,7 @@ func (x *PrepareResponse) String() string {
 func (*PrepareResponse) ProtoMessage() {}
 
 func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +834,7 @@ func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareResponse.ProtoReflect.Descriptor instead.
 func (*PrepareResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PrepareResponse) GetStatus() *OperationStatus {
@@ -811,7 +880,7 @@ type CommitRequest struct {
 
 func (x *CommitRequest) Reset() {
 	*x = CommitRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +892,7 @@ func (x *CommitRequest) String() string {
 func (*CommitRequest) ProtoMessage() {}
 
 func (x *CommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +905,7 @@ func (x *CommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
 func (*CommitRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CommitRequest) GetOperationId() string {
@@ -899,7 +968,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +980,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +993,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CommitResponse) GetStatus() *OperationStatus {
@@ -992,7 +1061,7 @@ type ConfirmRequest struct {
 
 func (x *ConfirmRequest) Reset() {
 	*x = ConfirmRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1073,7 @@ func (x *ConfirmRequest) String() string {
 func (*ConfirmRequest) ProtoMessage() {}
 
 func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1086,7 @@ func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ConfirmRequest) GetOperationId() string {
@@ -1042,7 +1111,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1123,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1136,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RollbackRequest) GetOperationId() string {
@@ -1100,7 +1169,7 @@ type FinalizeRequest struct {
 
 func (x *FinalizeRequest) Reset() {
 	*x = FinalizeRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1181,7 @@ func (x *FinalizeRequest) String() string {
 func (*FinalizeRequest) ProtoMessage() {}
 
 func (x *FinalizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1194,7 @@ func (x *FinalizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FinalizeRequest) GetOperationId() string {
@@ -1144,7 +1213,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1225,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1238,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StatusRequest) GetOperationId() string {
@@ -1198,7 +1267,7 @@ type OperationStatus struct {
 
 func (x *OperationStatus) Reset() {
 	*x = OperationStatus{}
-	mi := &file_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1279,7 @@ func (x *OperationStatus) String() string {
 func (*OperationStatus) ProtoMessage() {}
 
 func (x *OperationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1292,7 @@ func (x *OperationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationStatus.ProtoReflect.Descriptor instead.
 func (*OperationStatus) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OperationStatus) GetOperationId() string {
@@ -1317,7 +1386,7 @@ type ProbeStatsRequest struct {
 
 func (x *ProbeStatsRequest) Reset() {
 	*x = ProbeStatsRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1398,7 @@ func (x *ProbeStatsRequest) String() string {
 func (*ProbeStatsRequest) ProtoMessage() {}
 
 func (x *ProbeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1411,7 @@ func (x *ProbeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeStatsRequest.ProtoReflect.Descriptor instead.
 func (*ProbeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ProbeStatsRequest) GetReset_() bool {
@@ -1380,7 +1449,7 @@ type ProbeStatsResponse struct {
 
 func (x *ProbeStatsResponse) Reset() {
 	*x = ProbeStatsResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1461,7 @@ func (x *ProbeStatsResponse) String() string {
 func (*ProbeStatsResponse) ProtoMessage() {}
 
 func (x *ProbeStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1474,7 @@ func (x *ProbeStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeStatsResponse.ProtoReflect.Descriptor instead.
 func (*ProbeStatsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ProbeStatsResponse) GetNode() string {
@@ -1489,7 +1558,7 @@ type PeerProbeStats struct {
 
 func (x *PeerProbeStats) Reset() {
 	*x = PeerProbeStats{}
-	mi := &file_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1570,7 @@ func (x *PeerProbeStats) String() string {
 func (*PeerProbeStats) ProtoMessage() {}
 
 func (x *PeerProbeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1583,7 @@ func (x *PeerProbeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerProbeStats.ProtoReflect.Descriptor instead.
 func (*PeerProbeStats) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PeerProbeStats) GetPeer() string {
@@ -1615,7 +1684,7 @@ type PathCheckRequest struct {
 
 func (x *PathCheckRequest) Reset() {
 	*x = PathCheckRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1696,7 @@ func (x *PathCheckRequest) String() string {
 func (*PathCheckRequest) ProtoMessage() {}
 
 func (x *PathCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1709,7 @@ func (x *PathCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathCheckRequest.ProtoReflect.Descriptor instead.
 func (*PathCheckRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PathCheckRequest) GetCheckId() string {
@@ -1730,7 +1799,7 @@ type PathPeer struct {
 
 func (x *PathPeer) Reset() {
 	*x = PathPeer{}
-	mi := &file_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1811,7 @@ func (x *PathPeer) String() string {
 func (*PathPeer) ProtoMessage() {}
 
 func (x *PathPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1824,7 @@ func (x *PathPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathPeer.ProtoReflect.Descriptor instead.
 func (*PathPeer) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PathPeer) GetName() string {
@@ -1784,7 +1853,7 @@ type PathCheckResponse struct {
 
 func (x *PathCheckResponse) Reset() {
 	*x = PathCheckResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +1865,7 @@ func (x *PathCheckResponse) String() string {
 func (*PathCheckResponse) ProtoMessage() {}
 
 func (x *PathCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +1878,7 @@ func (x *PathCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathCheckResponse.ProtoReflect.Descriptor instead.
 func (*PathCheckResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PathCheckResponse) GetNode() string {
@@ -1867,7 +1936,7 @@ type PathProbeResult struct {
 
 func (x *PathProbeResult) Reset() {
 	*x = PathProbeResult{}
-	mi := &file_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +1948,7 @@ func (x *PathProbeResult) String() string {
 func (*PathProbeResult) ProtoMessage() {}
 
 func (x *PathProbeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +1961,7 @@ func (x *PathProbeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathProbeResult.ProtoReflect.Descriptor instead.
 func (*PathProbeResult) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PathProbeResult) GetPeer() string {
@@ -2003,7 +2072,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1f\n" +
 	"\vtarget_port\x18\x02 \x01(\rR\n" +
 	"targetPort\x12\x1a\n" +
-	"\bstrategy\x18d \x01(\tR\bstrategy\"\xc5\x02\n" +
+	"\bstrategy\x18d \x01(\tR\bstrategy\"\xfc\x02\n" +
 	"\x11PreflightResponse\x12!\n" +
 	"\fcurrent_port\x18\x01 \x01(\rR\vcurrentPort\x12(\n" +
 	"\x10target_port_free\x18\x02 \x01(\bR\x0etargetPortFree\x12(\n" +
@@ -2012,7 +2081,11 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\aactions\x18\x05 \x03(\tR\aactions\x122\n" +
 	"\x04info\x18\x06 \x01(\v2\x1e.cutover.agent.v1.InfoResponseR\x04info\x12*\n" +
 	"\x11staged_loses_less\x18\a \x01(\bR\x0fstagedLosesLess\x12#\n" +
-	"\rstrategy_note\x18\b \x01(\tR\fstrategyNote\"\xef\x01\n" +
+	"\rstrategy_note\x18\b \x01(\tR\fstrategyNote\x125\n" +
+	"\x06atomic\x18\t \x01(\v2\x1d.cutover.agent.v1.AtomicCheckR\x06atomic\"C\n" +
+	"\vAtomicCheck\x12\x1a\n" +
+	"\bproblems\x18\x01 \x03(\tR\bproblems\x12\x18\n" +
+	"\aactions\x18\x02 \x03(\tR\aactions\"\xef\x01\n" +
 	"\x0ePrepareRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1b\n" +
 	"\tfrom_port\x18\x02 \x01(\rR\bfromPort\x12\x17\n" +
@@ -2169,7 +2242,7 @@ func file_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_agent_v1_agent_proto_goTypes = []any{
 	(Phase)(0),                 // 0: cutover.agent.v1.Phase
 	(*InfoRequest)(nil),        // 1: cutover.agent.v1.InfoRequest
@@ -2178,68 +2251,70 @@ var file_agent_v1_agent_proto_goTypes = []any{
 	(*ClockResponse)(nil),      // 4: cutover.agent.v1.ClockResponse
 	(*PreflightRequest)(nil),   // 5: cutover.agent.v1.PreflightRequest
 	(*PreflightResponse)(nil),  // 6: cutover.agent.v1.PreflightResponse
-	(*PrepareRequest)(nil),     // 7: cutover.agent.v1.PrepareRequest
-	(*ProbePeer)(nil),          // 8: cutover.agent.v1.ProbePeer
-	(*PrepareResponse)(nil),    // 9: cutover.agent.v1.PrepareResponse
-	(*CommitRequest)(nil),      // 10: cutover.agent.v1.CommitRequest
-	(*CommitResponse)(nil),     // 11: cutover.agent.v1.CommitResponse
-	(*ConfirmRequest)(nil),     // 12: cutover.agent.v1.ConfirmRequest
-	(*RollbackRequest)(nil),    // 13: cutover.agent.v1.RollbackRequest
-	(*FinalizeRequest)(nil),    // 14: cutover.agent.v1.FinalizeRequest
-	(*StatusRequest)(nil),      // 15: cutover.agent.v1.StatusRequest
-	(*OperationStatus)(nil),    // 16: cutover.agent.v1.OperationStatus
-	(*ProbeStatsRequest)(nil),  // 17: cutover.agent.v1.ProbeStatsRequest
-	(*ProbeStatsResponse)(nil), // 18: cutover.agent.v1.ProbeStatsResponse
-	(*PeerProbeStats)(nil),     // 19: cutover.agent.v1.PeerProbeStats
-	(*PathCheckRequest)(nil),   // 20: cutover.agent.v1.PathCheckRequest
-	(*PathPeer)(nil),           // 21: cutover.agent.v1.PathPeer
-	(*PathCheckResponse)(nil),  // 22: cutover.agent.v1.PathCheckResponse
-	(*PathProbeResult)(nil),    // 23: cutover.agent.v1.PathProbeResult
-	nil,                        // 24: cutover.agent.v1.InfoResponse.LabelsEntry
-	(*v1.Frame)(nil),           // 25: cutover.callstream.v1.Frame
+	(*AtomicCheck)(nil),        // 7: cutover.agent.v1.AtomicCheck
+	(*PrepareRequest)(nil),     // 8: cutover.agent.v1.PrepareRequest
+	(*ProbePeer)(nil),          // 9: cutover.agent.v1.ProbePeer
+	(*PrepareResponse)(nil),    // 10: cutover.agent.v1.PrepareResponse
+	(*CommitRequest)(nil),      // 11: cutover.agent.v1.CommitRequest
+	(*CommitResponse)(nil),     // 12: cutover.agent.v1.CommitResponse
+	(*ConfirmRequest)(nil),     // 13: cutover.agent.v1.ConfirmRequest
+	(*RollbackRequest)(nil),    // 14: cutover.agent.v1.RollbackRequest
+	(*FinalizeRequest)(nil),    // 15: cutover.agent.v1.FinalizeRequest
+	(*StatusRequest)(nil),      // 16: cutover.agent.v1.StatusRequest
+	(*OperationStatus)(nil),    // 17: cutover.agent.v1.OperationStatus
+	(*ProbeStatsRequest)(nil),  // 18: cutover.agent.v1.ProbeStatsRequest
+	(*ProbeStatsResponse)(nil), // 19: cutover.agent.v1.ProbeStatsResponse
+	(*PeerProbeStats)(nil),     // 20: cutover.agent.v1.PeerProbeStats
+	(*PathCheckRequest)(nil),   // 21: cutover.agent.v1.PathCheckRequest
+	(*PathPeer)(nil),           // 22: cutover.agent.v1.PathPeer
+	(*PathCheckResponse)(nil),  // 23: cutover.agent.v1.PathCheckResponse
+	(*PathProbeResult)(nil),    // 24: cutover.agent.v1.PathProbeResult
+	nil,                        // 25: cutover.agent.v1.InfoResponse.LabelsEntry
+	(*v1.Frame)(nil),           // 26: cutover.callstream.v1.Frame
 }
 var file_agent_v1_agent_proto_depIdxs = []int32{
-	16, // 0: cutover.agent.v1.InfoResponse.operation:type_name -> cutover.agent.v1.OperationStatus
-	24, // 1: cutover.agent.v1.InfoResponse.labels:type_name -> cutover.agent.v1.InfoResponse.LabelsEntry
-	18, // 2: cutover.agent.v1.InfoResponse.probe_stats:type_name -> cutover.agent.v1.ProbeStatsResponse
+	17, // 0: cutover.agent.v1.InfoResponse.operation:type_name -> cutover.agent.v1.OperationStatus
+	25, // 1: cutover.agent.v1.InfoResponse.labels:type_name -> cutover.agent.v1.InfoResponse.LabelsEntry
+	19, // 2: cutover.agent.v1.InfoResponse.probe_stats:type_name -> cutover.agent.v1.ProbeStatsResponse
 	2,  // 3: cutover.agent.v1.PreflightResponse.info:type_name -> cutover.agent.v1.InfoResponse
-	8,  // 4: cutover.agent.v1.PrepareRequest.probe_peers:type_name -> cutover.agent.v1.ProbePeer
-	16, // 5: cutover.agent.v1.PrepareResponse.status:type_name -> cutover.agent.v1.OperationStatus
-	16, // 6: cutover.agent.v1.CommitResponse.status:type_name -> cutover.agent.v1.OperationStatus
-	0,  // 7: cutover.agent.v1.OperationStatus.phase:type_name -> cutover.agent.v1.Phase
-	19, // 8: cutover.agent.v1.ProbeStatsResponse.peers:type_name -> cutover.agent.v1.PeerProbeStats
-	21, // 9: cutover.agent.v1.PathCheckRequest.peers:type_name -> cutover.agent.v1.PathPeer
-	21, // 10: cutover.agent.v1.PathCheckRequest.listen_for:type_name -> cutover.agent.v1.PathPeer
-	23, // 11: cutover.agent.v1.PathCheckResponse.results:type_name -> cutover.agent.v1.PathProbeResult
-	1,  // 12: cutover.agent.v1.AgentService.Info:input_type -> cutover.agent.v1.InfoRequest
-	3,  // 13: cutover.agent.v1.AgentService.Clock:input_type -> cutover.agent.v1.ClockRequest
-	5,  // 14: cutover.agent.v1.AgentService.Preflight:input_type -> cutover.agent.v1.PreflightRequest
-	7,  // 15: cutover.agent.v1.AgentService.Prepare:input_type -> cutover.agent.v1.PrepareRequest
-	10, // 16: cutover.agent.v1.AgentService.Commit:input_type -> cutover.agent.v1.CommitRequest
-	12, // 17: cutover.agent.v1.AgentService.Confirm:input_type -> cutover.agent.v1.ConfirmRequest
-	13, // 18: cutover.agent.v1.AgentService.Rollback:input_type -> cutover.agent.v1.RollbackRequest
-	14, // 19: cutover.agent.v1.AgentService.Finalize:input_type -> cutover.agent.v1.FinalizeRequest
-	15, // 20: cutover.agent.v1.AgentService.Status:input_type -> cutover.agent.v1.StatusRequest
-	17, // 21: cutover.agent.v1.AgentService.ProbeStats:input_type -> cutover.agent.v1.ProbeStatsRequest
-	20, // 22: cutover.agent.v1.AgentService.PathCheck:input_type -> cutover.agent.v1.PathCheckRequest
-	25, // 23: cutover.agent.v1.AgentService.Calls:input_type -> cutover.callstream.v1.Frame
-	2,  // 24: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
-	4,  // 25: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
-	6,  // 26: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
-	9,  // 27: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
-	11, // 28: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
-	16, // 29: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
-	16, // 30: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
-	16, // 31: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
-	16, // 32: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
-	18, // 33: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
-	22, // 34: cutover.agent.v1.AgentService.PathCheck:output_type -> cutover.agent.v1.PathCheckResponse
-	25, // 35: cutover.agent.v1.AgentService.Calls:output_type -> cutover.callstream.v1.Frame
-	24, // [24:36] is the sub-list for method output_type
-	12, // [12:24] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	7,  // 4: cutover.agent.v1.PreflightResponse.atomic:type_name -> cutover.agent.v1.AtomicCheck
+	9,  // 5: cutover.agent.v1.PrepareRequest.probe_peers:type_name -> cutover.agent.v1.ProbePeer
+	17, // 6: cutover.agent.v1.PrepareResponse.status:type_name -> cutover.agent.v1.OperationStatus
+	17, // 7: cutover.agent.v1.CommitResponse.status:type_name -> cutover.agent.v1.OperationStatus
+	0,  // 8: cutover.agent.v1.OperationStatus.phase:type_name -> cutover.agent.v1.Phase
+	20, // 9: cutover.agent.v1.ProbeStatsResponse.peers:type_name -> cutover.agent.v1.PeerProbeStats
+	22, // 10: cutover.agent.v1.PathCheckRequest.peers:type_name -> cutover.agent.v1.PathPeer
+	22, // 11: cutover.agent.v1.PathCheckRequest.listen_for:type_name -> cutover.agent.v1.PathPeer
+	24, // 12: cutover.agent.v1.PathCheckResponse.results:type_name -> cutover.agent.v1.PathProbeResult
+	1,  // 13: cutover.agent.v1.AgentService.Info:input_type -> cutover.agent.v1.InfoRequest
+	3,  // 14: cutover.agent.v1.AgentService.Clock:input_type -> cutover.agent.v1.ClockRequest
+	5,  // 15: cutover.agent.v1.AgentService.Preflight:input_type -> cutover.agent.v1.PreflightRequest
+	8,  // 16: cutover.agent.v1.AgentService.Prepare:input_type -> cutover.agent.v1.PrepareRequest
+	11, // 17: cutover.agent.v1.AgentService.Commit:input_type -> cutover.agent.v1.CommitRequest
+	13, // 18: cutover.agent.v1.AgentService.Confirm:input_type -> cutover.agent.v1.ConfirmRequest
+	14, // 19: cutover.agent.v1.AgentService.Rollback:input_type -> cutover.agent.v1.RollbackRequest
+	15, // 20: cutover.agent.v1.AgentService.Finalize:input_type -> cutover.agent.v1.FinalizeRequest
+	16, // 21: cutover.agent.v1.AgentService.Status:input_type -> cutover.agent.v1.StatusRequest
+	18, // 22: cutover.agent.v1.AgentService.ProbeStats:input_type -> cutover.agent.v1.ProbeStatsRequest
+	21, // 23: cutover.agent.v1.AgentService.PathCheck:input_type -> cutover.agent.v1.PathCheckRequest
+	26, // 24: cutover.agent.v1.AgentService.Calls:input_type -> cutover.callstream.v1.Frame
+	2,  // 25: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
+	4,  // 26: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
+	6,  // 27: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
+	10, // 28: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
+	12, // 29: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
+	17, // 30: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
+	17, // 31: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
+	17, // 32: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
+	17, // 33: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
+	19, // 34: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
+	23, // 35: cutover.agent.v1.AgentService.PathCheck:output_type -> cutover.agent.v1.PathCheckResponse
+	26, // 36: cutover.agent.v1.AgentService.Calls:output_type -> cutover.callstream.v1.Frame
+	25, // [25:37] is the sub-list for method output_type
+	13, // [13:25] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_agent_v1_agent_proto_init() }
@@ -2253,7 +2328,7 @@ func file_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_v1_agent_proto_rawDesc), len(file_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
