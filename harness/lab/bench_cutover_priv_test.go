@@ -173,7 +173,7 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 		figs = append(figs, f)
 	}
 	for _, f := range figs {
-		printFigure(f)
+		printFigure(f, true)
 	}
 	return figs
 }
@@ -192,12 +192,12 @@ func stagedArgs(port int) []string {
 
 // printFigure logs one row on stdout, not through b.Logf: the testing
 // package keeps 10 lines of a benchmark's log, and the lab's warnings may
-// take them.
-func printFigure(f cutoverFigure) {
+// take them. idleSame: a staged row's IdleLostSameWall was measured.
+func printFigure(f cutoverFigure, idleSame bool) {
 	extra := ""
 	switch f.Method {
 	case "staged", "staged-standing":
-		if f.IdleLostSameWall > 0 || f.WallMS > 0 {
+		if idleSame {
 			extra = fmt.Sprintf("; idling as long after it: %d lost", f.IdleLostSameWall)
 		}
 	case "cutover", "limit":

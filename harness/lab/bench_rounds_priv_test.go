@@ -139,9 +139,10 @@ type roundsResults struct {
 // limit is OVS only) once per round, the order turned by one each round:
 // a run of noise (another lab's test, a burst of load) then lands on
 // every method rather than on one, and each method's median and range
-// over the rounds show the noise floor beside its figure. The lab moves
-// between its default port and 4889: a coordctl method leaves it on the
-// other port, a direct one goes there and back.
+// over the rounds show the noise floor beside its figure. A coordctl
+// method moves the lab from its port to the other of 4889 and 4989 (the
+// first from the backend's default port to 4889); a direct one goes there
+// and back.
 //
 // For every atomic cutover it keeps where each node's time went, from the
 // report's per-node instants (nodeTiming), and sums up per backend where
@@ -187,13 +188,15 @@ func benchRounds(b *testing.B, bin, backend string, n int, interval time.Duratio
 	if backend != lab.BackendOVS {
 		methods = slices.DeleteFunc(slices.Clone(methods), func(m string) bool { return m == "limit" })
 	}
-	home, away := lab.DefaultPort[backend], 4889
-	cur := home
+	// The coordinator refuses a well-known tunnel port (the lab's
+	// default is one) without --allow-tunnel-port: after the first
+	// coordctl method leaves it, the lab moves between two others.
+	cur := lab.DefaultPort[backend]
 	other := func() int {
-		if cur == home {
-			return away
+		if cur == 4889 {
+			return 4989
 		}
-		return home
+		return 4889
 	}
 	var rows []roundFigure
 	var timings []nodeTiming
@@ -224,7 +227,7 @@ func benchRounds(b *testing.B, bin, backend string, n int, interval time.Duratio
 				cur = other()
 			}
 			f.IdleLost = bl.base.IdleLost
-			printFigure(f)
+			printFigure(f, false)
 			rows = append(rows, roundFigure{Round: r + 1, Position: pos, cutoverFigure: f})
 		}
 		for _, row := range rows {
