@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: images agent-debs release release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged bench-lab-staged-n32 bench-ovs-port-stall bench-coordinator-ab cluster-tools cluster-e2e
+.PHONY: images agent-debs release release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n8 bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged bench-lab-staged-n32 bench-ovs-port-stall bench-coordinator-ab cluster-tools cluster-e2e
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -125,6 +125,11 @@ lab-meter: build lab ## the probe mesh against an independent echo ring during c
 bench-lab: ## lab cutover benchmark (N=8,16,32; field-report loop vs parallel vs Cutover): results/lab_cutover.json, docs/benchmarks.md
 	@mkdir -p results
 	set -o pipefail; cd harness/lab && flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab.txt
+
+bench-lab-n8: lab ## limit, parallel, atomic and staged at N=8, probes every 1 ms, both backends, in 5 alternating rounds (COT_LAB_BENCH_ROUNDS), median and range of each, where the effect spread goes: results/lab_cutover_n8.json, docs/benchmarks.md
+	@mkdir -p results
+	set -o pipefail; cd harness/lab && CUTOVER_BENCH_TOOL='make bench-lab-n8' COT_LAB_BENCH_NAME=lab_cutover_n8 flock -w 1800 /tmp/cutover-priv.lock \
+		$(GO) test -run '^$$' -bench BenchmarkLabCutoverRounds -benchtime 1x -timeout 40m . | tee ../../results/bench-lab-n8.txt
 
 bench-lab-staged: lab ## the staged strategy beside the others at N=8, probes every 1 ms, both backends: results/lab_staged_n8.json, docs/benchmarks.md
 	@mkdir -p results

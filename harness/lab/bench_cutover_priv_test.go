@@ -136,11 +136,97 @@ func envOr(k, def string) string {
 func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration, peers int) []cutoverFigure {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
+	bl := upBenchLab(b, ctx, bin, backend, n, interval, peers)
+	defer bl.down()
+	l, nodes := bl.l, bl.nodes
+	oldPort, newPort, stagedPort := lab.DefaultPort[backend], 4889, 4989
+	bl.base.IdleLost = bl.idle(time.Second)
+	figs := []cutoverFigure{bl.direct("sequential", false, oldPort, newPort), bl.direct("parallel", true, oldPort, newPort)}
+	if backend == lab.BackendOVS {
+		lim, _ := bl.limitOVS(oldPort, newPort)
+		figs = append(figs, lim)
+	}
+
+	cut, _ := bl.coordctl("cutover", "--port", strconv.Itoa(newPort))
+	for _, f := range figs {
+		if f.Method == "limit" {
+			// +1 on both sides: a limit of 0 lost is the usual case at
+			// 10 ms, and the ratio must still say something.
+			cut.LossVsLimit = float64(cut.Lost+1) / float64(f.Lost+1)
+		}
+	}
+	figs = append(figs, cut)
+	// The staged strategy (docs/staged.md), from the new port to a third one: a
+	// canary, half, the rest; no instant, so no spread.
+	sargs := stagedArgs(stagedPort)
+	stg, _ := bl.coordctl("staged", sargs...)
+	// A staged change lasts seconds to minutes: the noise floor over one
+	// second says little about that long, so the lab idles as long again.
+	stg.IdleLostSameWall = bl.idle(time.Duration(stg.WallMS * float64(time.Millisecond)))
+	figs = append(figs, stg)
+	if backend == lab.BackendOVS && os.Getenv("COT_LAB_BENCH_STANDING") != "0" {
+		sargs[1] = strconv.Itoa(stagedPort + 100)
+		standing := stagedStanding(b, ctx, l, bin, nodes, stagedPort+100)
+		f, srep := bl.coordctl("staged-standing", sargs...)
+		f.IdleLostSameWall = bl.idle(time.Duration(f.WallMS * float64(time.Millisecond)))
+		standing(time.Duration(srep.GetEndedUnixNano() - srep.GetStartedUnixNano()))
+		figs = append(figs, f)
+	}
+	for _, f := range figs {
+		printFigure(f, true)
+	}
+	return figs
+}
+
+// stagedArgs are coordctl's arguments for the staged strategy to port:
+// batches 1, 50 %, 100 % (a canary, half, the rest);
+// COT_LAB_BENCH_MAX_PARALLEL sets the wave size (default: a tenth of the
+// nodes). args[1] is the port.
+func stagedArgs(port int) []string {
+	args := []string{"--port", strconv.Itoa(port), "--strategy", "staged", "--batches", "1,50%,100%"}
+	if k := envInt("COT_LAB_BENCH_MAX_PARALLEL", 0); k > 0 {
+		args = append(args, "--max-parallel", strconv.Itoa(k))
+	}
+	return args
+}
+
+// printFigure logs one row on stdout, not through b.Logf: the testing
+// package keeps 10 lines of a benchmark's log, and the lab's warnings may
+// take them. idleSame: a staged row's IdleLostSameWall was measured.
+func printFigure(f cutoverFigure, idleSame bool) {
+	extra := ""
+	switch f.Method {
+	case "staged", "staged-standing":
+		if idleSame {
+			extra = fmt.Sprintf("; idling as long after it: %d lost", f.IdleLostSameWall)
+		}
+	case "cutover", "limit":
+		extra = fmt.Sprintf("; spreads: writes left %.2f ms, effect %.2f ms", f.WriteSpreadMS, f.EffectSpreadMS)
+	}
+	fmt.Printf("    %s N=%d %-10s lost %d/%d (max %d, mean %.2f per pair), longest gap %.1f ms, spread %.2f ms, wall %.0f ms (idle noise %d lost/s)%s%s\n",
+		f.Backend, f.Nodes, f.Method, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost, byPhase(f.LostByGapPhase), extra)
+}
+
+// benchLab is a lab up for a benchmark, with what its ways of changing
+// the port share: each starts and ends with the overlay settled.
+type benchLab struct {
+	b      *testing.B
+	ctx    context.Context
+	l      *lab.Lab
+	bin    string
+	nodes  []string
+	base   cutoverFigure // the size's fields, and the idle noise when measured
+	settle time.Duration // how long a probe may still be answered
+	down   func()
+}
+
+// upBenchLab brings up a lab of n nodes with the real agents and
+// coordinator, warms it up (ARP, first packets) and lets it idle a second.
+func upBenchLab(b *testing.B, ctx context.Context, bin, backend string, n int, interval time.Duration, peers int) *benchLab {
 	d, err := os.MkdirTemp("", "cot-lab-")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer os.RemoveAll(d)
 	cfg := lab.Config{
 		Name: fmt.Sprintf("c%d", os.Getpid()%100000), Nodes: n, Backend: backend, Dir: filepath.Join(d, "lab"),
 		StartProcesses: true, AgentBin: filepath.Join(bin, "agent"), CoordinatorBin: filepath.Join(bin, "coordinator"),
@@ -162,135 +248,111 @@ func benchSize(b *testing.B, bin, backend string, n int, interval time.Duration,
 	}
 	l, err := lab.Up(ctx, cfg)
 	if err != nil {
+		os.RemoveAll(d)
 		b.Fatal(err)
 	}
-	defer func() {
+	bl := &benchLab{b: b, ctx: ctx, l: l, bin: bin, nodes: names(l),
+		settle: l.Config().ProbeTimeout + 100*time.Millisecond,
+		base:   cutoverFigure{Backend: backend, Nodes: n, IntervalMS: float64(interval) / 1e6, ProbePeers: len(lab.ProbePeersOf(l.Nodes()[0], l.Nodes(), cfg.ProbePeers))},
+	}
+	bl.down = func() {
 		if err := l.Down(context.Background()); err != nil {
 			b.Error(err)
 		}
-	}()
-	oldPort, newPort, stagedPort := lab.DefaultPort[backend], 4889, 4989
-	nodes := names(l)
-	settle := l.Config().ProbeTimeout + 100*time.Millisecond
-	base := cutoverFigure{Backend: backend, Nodes: n, IntervalMS: float64(interval) / 1e6, ProbePeers: len(lab.ProbePeersOf(l.Nodes()[0], l.Nodes(), cfg.ProbePeers))}
-
-	// Warm up (ARP, first packets), then one idle second: the noise floor.
+		os.RemoveAll(d)
+	}
 	// On a saturated machine a pair or two may not answer ICMP in time;
-	// the idle figure below shows the noise floor either way.
+	// the idle figure shows the noise floor either way.
 	if m, err := l.Mesh(ctx, 10*time.Second); err != nil || !m.AllOK() {
 		b.Logf("warm-up mesh not complete: %v %s", err, failing(m))
 	}
 	time.Sleep(time.Second)
-	idle := func(d time.Duration) uint64 {
-		if _, err := l.ProbeStats(ctx, true); err != nil {
-			b.Fatal(err)
-		}
-		time.Sleep(d)
-		p, err := l.ProbeStats(ctx, false)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return lab.Summarize(p).Lost
-	}
-	base.IdleLost = idle(time.Second)
+	return bl
+}
 
-	direct := func(method string, parallel bool) cutoverFigure {
-		for _, node := range nodes {
-			if err := l.OpenPortDirect(ctx, node, newPort); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if _, err := l.ProbeStats(ctx, true); err != nil {
-			b.Fatal(err)
-		}
-		done := make([]time.Time, len(nodes))
-		t0 := time.Now()
-		set := func(k int) {
-			if err := l.SetPortDirect(ctx, nodes[k], newPort); err != nil {
-				b.Error(err)
-			}
-			done[k] = time.Now()
-		}
-		if parallel {
-			var wg sync.WaitGroup
-			for k := range nodes {
-				wg.Go(func() { set(k) })
-			}
-			wg.Wait()
-		} else {
-			for k := range nodes {
-				set(k)
-			}
-		}
-		wall := time.Since(t0)
-		time.Sleep(settle)
-		pairs, err := l.ProbeStats(ctx, false)
-		if err != nil {
-			b.Fatal(err)
-		}
-		lo, hi := done[0], done[0]
-		for _, t := range done {
-			lo, hi = minT(lo, t), maxT(hi, t)
-		}
-		f := figure(base, method, pairs, hi.Sub(lo), wall)
-		restoreDirect(b, ctx, l, nodes, oldPort, newPort, method)
-		return f
+// idle is what the lab's probes lost over d with nothing changing.
+func (bl *benchLab) idle(d time.Duration) uint64 {
+	if _, err := bl.l.ProbeStats(bl.ctx, true); err != nil {
+		bl.b.Fatal(err)
 	}
-	figs := []cutoverFigure{direct("sequential", false), direct("parallel", true)}
-	if backend == lab.BackendOVS {
-		figs = append(figs, limitOVS(b, ctx, l, base, nodes, oldPort, newPort, settle))
+	time.Sleep(d)
+	p, err := bl.l.ProbeStats(bl.ctx, false)
+	if err != nil {
+		bl.b.Fatal(err)
 	}
+	return lab.Summarize(p).Lost
+}
 
-	rep := coordctlCutover(b, ctx, l, bin, "--port", strconv.Itoa(newPort))
-	cut := figure(base, "cutover", reportPairs(rep), time.Duration(rep.GetCommitSpreadNanos()), time.Duration(rep.GetEndedUnixNano()-rep.GetStartedUnixNano()))
-	cut.LostByGapPhase = lostByGapPhase(rep)
-	cut.WriteSpreadMS = float64(rep.GetWriteSpreadNanos()) / 1e6
-	cut.EffectSpreadMS = float64(rep.GetEffectSpreadNanos()) / 1e6
-	for _, f := range figs {
-		if f.Method == "limit" {
-			// +1 on both sides: a limit of 0 lost is the usual case at
-			// 10 ms, and the ratio must still say something.
-			cut.LossVsLimit = float64(cut.Lost+1) / float64(f.Lost+1)
+// direct is the field report's way from port from to port to, node by
+// node (sequential) or on every node at once (parallel), after opening to
+// on every node; then every node goes back to from.
+func (bl *benchLab) direct(method string, parallel bool, from, to int) cutoverFigure {
+	b, ctx, l, nodes := bl.b, bl.ctx, bl.l, bl.nodes
+	for _, node := range nodes {
+		if err := l.OpenPortDirect(ctx, node, to); err != nil {
+			b.Fatal(err)
 		}
 	}
-	figs = append(figs, cut)
-	// The staged strategy (docs/staged.md), from the new port to a third one: a
-	// canary, half, the rest; no instant, so no spread.
-	sargs := []string{"--port", strconv.Itoa(stagedPort), "--strategy", "staged", "--batches", "1,50%,100%"}
-	if k := envInt("COT_LAB_BENCH_MAX_PARALLEL", 0); k > 0 {
-		sargs = append(sargs, "--max-parallel", strconv.Itoa(k)) // default: a tenth of the nodes
+	if _, err := l.ProbeStats(ctx, true); err != nil {
+		b.Fatal(err)
 	}
-	srep := coordctlCutover(b, ctx, l, bin, sargs...)
-	stg := figure(base, "staged", reportPairs(srep), 0, time.Duration(srep.GetEndedUnixNano()-srep.GetStartedUnixNano()))
-	stg.LostByGapPhase = lostByGapPhase(srep)
-	// A staged change lasts seconds to minutes: the noise floor over one
-	// second says little about that long, so the lab idles as long again.
-	stg.IdleLostSameWall = idle(time.Duration(stg.WallMS * float64(time.Millisecond)))
-	figs = append(figs, stg)
-	if backend == lab.BackendOVS && os.Getenv("COT_LAB_BENCH_STANDING") != "0" {
-		sargs[1] = strconv.Itoa(stagedPort + 100)
-		standing := stagedStanding(b, ctx, l, bin, nodes, stagedPort+100)
-		srep := coordctlCutover(b, ctx, l, bin, sargs...)
-		f := figure(base, "staged-standing", reportPairs(srep), 0, time.Duration(srep.GetEndedUnixNano()-srep.GetStartedUnixNano()))
-		f.LostByGapPhase = lostByGapPhase(srep)
-		f.IdleLostSameWall = idle(time.Duration(f.WallMS * float64(time.Millisecond)))
-		standing(time.Duration(srep.GetEndedUnixNano() - srep.GetStartedUnixNano()))
-		figs = append(figs, f)
-	}
-	for _, f := range figs {
-		idleSame := ""
-		switch f.Method {
-		case "staged", "staged-standing":
-			idleSame = fmt.Sprintf("; idling as long after it: %d lost", f.IdleLostSameWall)
-		case "cutover":
-			idleSame = fmt.Sprintf("; spreads: writes left %.2f ms, effect %.2f ms", f.WriteSpreadMS, f.EffectSpreadMS)
+	done := make([]time.Time, len(nodes))
+	t0 := time.Now()
+	set := func(k int) {
+		if err := l.SetPortDirect(ctx, nodes[k], to); err != nil {
+			b.Error(err)
 		}
-		// On stdout, not b.Logf: the testing package keeps 10 lines of a
-		// benchmark's log, and the lab's warnings may take them.
-		fmt.Printf("    %s N=%d %-10s lost %d/%d (max %d, mean %.2f per pair), longest gap %.1f ms, spread %.2f ms, wall %.0f ms (idle noise %d lost/s)%s%s\n",
-			f.Backend, f.Nodes, f.Method, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost, byPhase(f.LostByGapPhase), idleSame)
+		done[k] = time.Now()
 	}
-	return figs
+	if parallel {
+		var wg sync.WaitGroup
+		for k := range nodes {
+			wg.Go(func() { set(k) })
+		}
+		wg.Wait()
+	} else {
+		for k := range nodes {
+			set(k)
+		}
+	}
+	wall := time.Since(t0)
+	time.Sleep(bl.settle)
+	pairs, err := l.ProbeStats(ctx, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := figure(bl.base, method, pairs, spreadOf(done), wall)
+	restoreDirect(b, ctx, l, nodes, from, to, method)
+	return f
+}
+
+// coordctl runs coordctl cutover args in the lab as method and returns its
+// figure (spread: the report's commit spread, the wake-ups; wall: the
+// whole operation) and report, then lets the overlay settle as direct's
+// restore does.
+func (bl *benchLab) coordctl(method string, args ...string) (cutoverFigure, *coordinatorv1.Report) {
+	rep := coordctlCutover(bl.b, bl.ctx, bl.l, bl.bin, args...)
+	spread := time.Duration(rep.GetCommitSpreadNanos())
+	if rep.GetStrategy() == "staged" {
+		spread = 0 // no instant
+	}
+	f := figure(bl.base, method, reportPairs(rep), spread, time.Duration(rep.GetEndedUnixNano()-rep.GetStartedUnixNano()))
+	f.LostByGapPhase = lostByGapPhase(rep)
+	if spread > 0 {
+		f.WriteSpreadMS = float64(rep.GetWriteSpreadNanos()) / 1e6
+		f.EffectSpreadMS = float64(rep.GetEffectSpreadNanos()) / 1e6
+	}
+	time.Sleep(time.Second)
+	return f, rep
+}
+
+// spreadOf is the time from the first instant to the last.
+func spreadOf(ts []time.Time) time.Duration {
+	lo, hi := ts[0], ts[0]
+	for _, t := range ts {
+		lo, hi = minT(lo, t), maxT(hi, t)
+	}
+	return hi.Sub(lo)
 }
 
 // stagedStanding restarts every node's agent with --ovs-standing-redirects
@@ -344,10 +406,14 @@ func stagedStanding(b *testing.B, ctx context.Context, l *lab.Lab, bin string, n
 // node opened in advance, the same compare-and-set transaction the agent
 // sends prepared on each (ovs.PreparedChange), then released to all nodes
 // at once from one process — no gRPC, no clocks, no barrier. Cutover's loss
-// is compared with it as a ratio in the same run.
-func limitOVS(b *testing.B, ctx context.Context, l *lab.Lab, base cutoverFigure, nodes []string, oldPort, newPort int, settle time.Duration) cutoverFigure {
+// is compared with it as a ratio in the same run. Its write and effect
+// spreads are those of the transactions' sending and of ovs-vswitchd's
+// confirmations (cur_cfg), as the agents report theirs; the durations
+// are each node's write to confirmation, in the nodes' order.
+func (bl *benchLab) limitOVS(from, to int) (cutoverFigure, []time.Duration) {
+	b, ctx, l, nodes := bl.b, bl.ctx, bl.l, bl.nodes
 	for _, node := range nodes {
-		if err := l.OpenPortDirect(ctx, node, newPort); err != nil {
+		if err := l.OpenPortDirect(ctx, node, to); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -358,7 +424,7 @@ func limitOVS(b *testing.B, ctx context.Context, l *lab.Lab, base cutoverFigure,
 			b.Fatal(err)
 		}
 		defer c.Close()
-		if changes[k], err = c.PrepareDstPort(ctx, "vxlan0", uint16(oldPort), uint16(newPort)); err != nil {
+		if changes[k], err = c.PrepareDstPort(ctx, "vxlan0", uint16(from), uint16(to)); err != nil {
 			b.Fatalf("%s: prepare: %v", node, err)
 		}
 		defer changes[k].Close()
@@ -382,18 +448,21 @@ func limitOVS(b *testing.B, ctx context.Context, l *lab.Lab, base cutoverFigure,
 	close(start)
 	wg.Wait()
 	wall := time.Since(t0)
-	time.Sleep(settle)
+	time.Sleep(bl.settle)
 	pairs, err := l.ProbeStats(ctx, false)
 	if err != nil {
 		b.Fatal(err)
 	}
-	lo, hi := done[0], done[0]
-	for _, t := range done {
-		lo, hi = minT(lo, t), maxT(hi, t)
+	f := figure(bl.base, "limit", pairs, spreadOf(done), wall)
+	sent, confirmed := make([]time.Time, len(nodes)), make([]time.Time, len(nodes))
+	took := make([]time.Duration, len(nodes))
+	for k, c := range changes {
+		sent[k], confirmed[k] = c.Timing()
+		took[k] = confirmed[k].Sub(sent[k])
 	}
-	f := figure(base, "limit", pairs, hi.Sub(lo), wall)
-	restoreDirect(b, ctx, l, nodes, oldPort, newPort, "limit")
-	return f
+	f.WriteSpreadMS, f.EffectSpreadMS = float64(spreadOf(sent))/1e6, float64(spreadOf(confirmed))/1e6
+	restoreDirect(b, ctx, l, nodes, from, to, "limit")
+	return f, took
 }
 
 // restoreDirect puts every node back on the old port, closes the opening
