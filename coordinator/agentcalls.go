@@ -90,7 +90,7 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 		var ev barrier.Event
 		switch s.Step {
 		case barrier.Prepare:
-			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.From, ToPort: op.To, ProbePeers: op.ProbePeers[n], Strategy: strategy,
+			r, err := cl.Prepare(ctx, &agentv1.PrepareRequest{OperationId: id, FromPort: op.From.Wire(), ToPort: op.To.Wire(), ProbePeers: op.ProbePeers[n], Strategy: strategy,
 				ResetProbeStats: reset != nil})
 			if reset != nil {
 				reset.Answered(n, r, err)
@@ -104,7 +104,7 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 			if switched[n] {
 				// A held operation's node that an earlier run switched:
 				// the replayed Prepare answers where it is.
-				ok = ph == agentv1.Phase_PHASE_CONFIRMED && r.GetStatus().GetCurrentPort() == op.To
+				ok = ph == agentv1.Phase_PHASE_CONFIRMED && r.GetStatus().GetCurrentPort() == op.To.Wire()
 			}
 			ev = callResult(n, s, err, ok, fmt.Sprintf("agent answered %s: %s", ph, r.GetStatus().GetError()))
 			op.NoteTimeline(n, s, ev, r.GetStatus())
@@ -127,7 +127,7 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 			got := time.Now()
 			ph := r.GetStatus().GetPhase()
 			op.NoteSelfUndo(n, r.GetStatus())
-			ok := err == nil && opstate.PhaseIn(ph, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED) && r.ReadbackPort == op.To
+			ok := err == nil && opstate.PhaseIn(ph, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED) && r.ReadbackPort == op.To.Wire()
 			off := op.Offsets[n].Offset.Nanoseconds()
 			var appliedAt int64
 			if err == nil {
@@ -172,7 +172,7 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 			if staged {
 				port = o.GetCurrentPort()
 			}
-			ok := port == op.To && o.GetOperationId() == id &&
+			ok := port == op.To.Wire() && o.GetOperationId() == id &&
 				opstate.PhaseIn(o.GetPhase(), agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
 			ev = callResult(n, s, err, ok, fmt.Sprintf("read back port %d (want %d), operation %q %s", port, op.To, o.GetOperationId(), o.GetPhase()))
 		case barrier.Confirm:

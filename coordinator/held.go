@@ -3,7 +3,6 @@ package coordinator
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -109,9 +109,9 @@ func (c *Coordinator) continueHeld(op *opstate.Op, req *coordinatorv1.CutoverReq
 	return op.Follow(stream, first)
 }
 
-func retireNote(all bool, from uint32) string {
+func retireNote(all bool, from tunnelport.Port) string {
 	if all {
-		return ", then retire port " + strconv.FormatUint(uint64(from), 10) + " on every node"
+		return ", then retire port " + from.String() + " on every node"
 	}
 	return ", and stay held"
 }

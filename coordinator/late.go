@@ -107,7 +107,7 @@ func (w *lateWatch) answer(n string, applied int64, r *agentv1.CommitResponse) {
 		return
 	}
 	lateness := w.lateness(n, applied)
-	ok := applied != 0 && r.GetReadbackPort() == w.op.To
+	ok := applied != 0 && r.GetReadbackPort() == w.op.To.Wire()
 	switch {
 	case wasLate && ok:
 		w.op.NoteLate(n, lateness.Nanoseconds(), true)

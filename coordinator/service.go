@@ -134,7 +134,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		if len(pf.Problems) > 0 {
 			return refused(pf)
 		}
-		rep := &coordinatorv1.Report{OperationId: r.ID, FromPort: pf.From, ToPort: r.To, Strategy: r.Strategy(), StrategyReason: r.StrategyReason}
+		rep := &coordinatorv1.Report{OperationId: r.ID, FromPort: pf.From.Wire(), ToPort: r.To.Wire(), Strategy: r.Strategy(), StrategyReason: r.StrategyReason}
 		for _, np := range pf.Resp.Nodes {
 			rep.Nodes = append(rep.Nodes, &coordinatorv1.NodeResult{Node: np.Node, Port: np.CurrentPort})
 			if err := stream.Send(&coordinatorv1.OperationEvent{OperationId: r.ID, Phase: "preflight", Node: np.Node,
@@ -267,7 +267,7 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 			nodes = nil // staged covers every node of the inventory
 		}
 		return c.cutover(&coordinatorv1.CutoverRequest{
-			Port: op.From, Nodes: nodes, TimeoutMillis: op.Step.Milliseconds(),
+			Port: op.From.Wire(), Nodes: nodes, TimeoutMillis: op.Step.Milliseconds(),
 			// The prior port is known good for this overlay even when it
 			// is a tunnel port (4789) or in the NodePort range.
 			AllowTunnelPort: true, AllowNodeportRange: true,
@@ -403,7 +403,7 @@ func (c *Coordinator) allCommitted(ctx context.Context, op *opstate.Op) bool {
 	var mu sync.Mutex
 	fleet.FanOut(op.Nodes, func(n string) {
 		st, err := c.fleet.Agent(n).Client.Status(cctx, &agentv1.StatusRequest{OperationId: op.Rec.ID})
-		good := err == nil && st.CurrentPort == op.To &&
+		good := err == nil && st.CurrentPort == op.To.Wire() &&
 			opstate.PhaseIn(st.Phase, agentv1.Phase_PHASE_COMMITTED, agentv1.Phase_PHASE_CONFIRMED, agentv1.Phase_PHASE_FINALIZED)
 		if !good {
 			mu.Lock()

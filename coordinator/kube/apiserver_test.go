@@ -21,7 +21,6 @@ import (
 
 	"github.com/cutover-dev/cutover/coordinator"
 	"github.com/cutover-dev/cutover/harness/kubetest"
-	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -541,7 +540,7 @@ func (e *env) testHandOver(t *testing.T) {
 				return
 			}
 		}
-		if err := NewFlannel(e.cs, "kube-flannel").Update(lctx, tunnelport.Port(r.ToPort)); err != nil {
+		if err := NewFlannel(e.cs, "kube-flannel").Update(lctx, r.ToPort); err != nil {
 			t.Error(err)
 		}
 		r.Step, r.Outcome = "done", "succeeded"

@@ -2,10 +2,11 @@ package kube
 
 import (
 	"context"
-	"github.com/cutover-dev/cutover/coordinator"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cutover-dev/cutover/coordinator"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cutover-dev/cutover/coordinator"
-	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -176,7 +175,7 @@ func (s *Session) Plan(ctx context.Context, op coordinator.OpInfo) (steps, probl
 	if s.Source == nil {
 		return nil, problems
 	}
-	desc, err := CheckSourceOfTruth(ctx, s.Source, tunnelport.Port(op.FromPort))
+	desc, err := CheckSourceOfTruth(ctx, s.Source, op.FromPort)
 	if err != nil {
 		return nil, append(problems, err.Error())
 	}
@@ -198,7 +197,7 @@ func (s *Session) NextSteps(op coordinator.OpInfo) []string {
 	if !ok {
 		return nil
 	}
-	return []string{f.RestartStep(tunnelport.Port(op.ToPort))}
+	return []string{f.RestartStep(op.ToPort)}
 }
 
 // BeforeCommit implements coordinator.Hook: it points the CNI's source of
@@ -229,7 +228,7 @@ func (s *Session) BeforeCommit(ctx context.Context, op coordinator.OpInfo) error
 	if s.Source == nil {
 		return nil
 	}
-	return s.Source.Update(ctx, tunnelport.Port(op.ToPort))
+	return s.Source.Update(ctx, op.ToPort)
 }
 
 // AfterConfirm implements coordinator.Hook: nothing to do.
@@ -242,7 +241,7 @@ func (s *Session) Finalize(ctx context.Context, op coordinator.OpInfo) error {
 	if s.Source == nil {
 		return nil
 	}
-	_, err := CheckSourceOfTruth(ctx, s.Source, tunnelport.Port(op.ToPort))
+	_, err := CheckSourceOfTruth(ctx, s.Source, op.ToPort)
 	return err
 }
 
@@ -253,7 +252,7 @@ func (s *Session) Restore(ctx context.Context, op coordinator.OpInfo) error {
 	if s.Source == nil {
 		return nil
 	}
-	return s.Source.Restore(ctx, tunnelport.Port(op.FromPort))
+	return s.Source.Restore(ctx, op.FromPort)
 }
 
 // Close flushes the session's Events.

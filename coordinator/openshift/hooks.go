@@ -167,7 +167,7 @@ func (h *Hook) Plan(ctx context.Context, op coordinator.OpInfo) (lines, problems
 		problems = append(problems, fmt.Sprintf("%v (openshift-sdn reads the VXLAN port there; is this an openshift-sdn cluster?)", err))
 	} else {
 		lines = append(lines, desc)
-		if p, err := h.cn.Port(ctx); err == nil && p != tunnelport.Port(op.FromPort) {
+		if p, err := h.cn.Port(ctx); err == nil && p != op.FromPort {
 			problems = append(problems, fmt.Sprintf("%s but the nodes are on %d: an SDN restart would rebuild every node onto %d; make them agree first", desc, op.FromPort, p))
 		}
 	}
@@ -255,7 +255,7 @@ func (h *Hook) BeforeCommit(ctx context.Context, op coordinator.OpInfo) error {
 	}
 	switch h.cfg.Strategy {
 	case StrategySourceOfTruthFirst:
-		return h.moveSourceOfTruth(ctx, tunnelport.Port(op.ToPort))
+		return h.moveSourceOfTruth(ctx, op.ToPort)
 	default:
 		if err := h.saveDaemonSet(ctx, op); err != nil {
 			return err
@@ -275,7 +275,7 @@ func (h *Hook) AfterConfirm(ctx context.Context, op coordinator.OpInfo) error {
 	case StrategySourceOfTruthFirst:
 		return h.restartPods(ctx)
 	default:
-		if err := h.moveSourceOfTruth(ctx, tunnelport.Port(op.ToPort)); err != nil {
+		if err := h.moveSourceOfTruth(ctx, op.ToPort); err != nil {
 			return err
 		}
 		if err := h.restoreDaemonSet(ctx); err != nil {
@@ -292,7 +292,7 @@ func (h *Hook) Finalize(ctx context.Context, op coordinator.OpInfo) error {
 	if err != nil {
 		return err
 	}
-	if p != tunnelport.Port(op.ToPort) {
+	if p != op.ToPort {
 		return fmt.Errorf("ClusterNetwork %s says vxlanPort %d after the cutover to %d: an SDN restart would rebuild every node onto %d", h.cfg.ClusterNetwork, p, op.ToPort, p)
 	}
 	if h.cfg.Strategy == StrategyFieldReport {
@@ -308,8 +308,8 @@ func (h *Hook) Finalize(ctx context.Context, op coordinator.OpInfo) error {
 // the field report's strategy, the DaemonSet) back as before.
 func (h *Hook) Restore(ctx context.Context, op coordinator.OpInfo) error {
 	var errs []string
-	if p, err := h.cn.Port(ctx); err != nil || p != tunnelport.Port(op.FromPort) {
-		if err := h.cn.Recreate(ctx, tunnelport.Port(op.FromPort)); err != nil {
+	if p, err := h.cn.Port(ctx); err != nil || p != op.FromPort {
+		if err := h.cn.Recreate(ctx, op.FromPort); err != nil {
 			errs = append(errs, err.Error())
 		} else {
 			h.say("ClusterNetwork %s recreated with vxlanPort %d again; master-config networkConfig.vxlanPort must say %d", h.cfg.ClusterNetwork, op.FromPort, op.FromPort)

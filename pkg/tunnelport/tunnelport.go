@@ -73,3 +73,8 @@ func Parse(field, s string) (Port, error) {
 }
 
 func (p Port) String() string { return strconv.Itoa(int(p)) }
+
+// Wire is p as the gRPC messages carry a port (uint32 fields): for a
+// request, or to compare with a port an agent reported. A port read from
+// a message becomes a Port through From, which checks its range.
+func (p Port) Wire() uint32 { return uint32(p) }

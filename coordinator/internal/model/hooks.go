@@ -1,13 +1,17 @@
 package model
 
-import "context"
+import (
+	"context"
+
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
+)
 
 // OpInfo describes an operation to a Hook.
 type OpInfo struct {
 	ID       string
 	Kind     string // "cutover", or "rollback" for a reverse cutover
-	FromPort uint32
-	ToPort   uint32
+	FromPort tunnelport.Port
+	ToPort   tunnelport.Port
 	Nodes    []string
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"slices"
 	"time"
+
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // Record is what the journal keeps of one operation: enough for a
@@ -13,8 +15,8 @@ import (
 type Record struct {
 	ID         string          `json:"id"`
 	Kind       string          `json:"kind"` // "cutover" or "rollback"
-	FromPort   uint32          `json:"from_port"`
-	ToPort     uint32          `json:"to_port"`
+	FromPort   tunnelport.Port `json:"from_port"`
+	ToPort     tunnelport.Port `json:"to_port"`
 	Nodes      []string        `json:"nodes"`
 	StepMillis int64           `json:"step_millis"`
 	Step       string          `json:"step"`        // barrier step in flight, "done" when terminal

@@ -1,12 +1,16 @@
 package model
 
-import "context"
+import (
+	"context"
+
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
+)
 
 // VerifyInput is what a Verifier is told about the committed operation.
 type VerifyInput struct {
 	OperationID string
-	FromPort    uint32
-	ToPort      uint32
+	FromPort    tunnelport.Port
+	ToPort      tunnelport.Port
 	Nodes       []string
 }
 

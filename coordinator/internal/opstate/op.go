@@ -9,6 +9,7 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/probemesh"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/grpc"
@@ -21,7 +22,7 @@ import (
 // under Mu.
 type Op struct {
 	Core     *barrier.Op
-	From, To uint32
+	From, To tunnelport.Port
 	Nodes    []string
 	Step     time.Duration
 	Deadman  time.Duration
@@ -78,7 +79,7 @@ type Op struct {
 	VerifyStats map[string]*agentv1.ProbeStatsResponse
 }
 
-func New(id, kind string, from, to uint32, nodes []string, step, deadman time.Duration, seq int64) *Op {
+func New(id, kind string, from, to tunnelport.Port, nodes []string, step, deadman time.Duration, seq int64) *Op {
 	op := &Op{From: from, To: to, Nodes: nodes, Step: step, Deadman: deadman, Offsets: map[string]fleet.ClockSample{},
 		Changed: make(chan struct{}), Done: make(chan struct{}), Rollback: make(chan string, 1),
 		Applied: map[string]int64{}, Written: map[string]int64{}, Effective: map[string]int64{}, selfUndo: map[string]time.Time{}, selfKind: map[string]agentv1.Phase{}}

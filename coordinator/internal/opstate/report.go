@@ -11,6 +11,7 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/staging"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -26,9 +27,9 @@ import (
 
 // startReport starts an operation's report: running, one result per
 // node.
-func (op *Op) startReport(id string, from, to uint32, nodes []string) {
+func (op *Op) startReport(id string, from, to tunnelport.Port, nodes []string) {
 	op.report = &coordinatorv1.Report{OperationId: id, State: coordinatorv1.OperationState_OPERATION_STATE_RUNNING,
-		FromPort: from, ToPort: to, StartedUnixNano: time.Now().UnixNano()}
+		FromPort: from.Wire(), ToPort: to.Wire(), StartedUnixNano: time.Now().UnixNano()}
 	op.results = make(map[string]*coordinatorv1.NodeResult, len(nodes))
 	for _, n := range nodes {
 		op.results[n] = &coordinatorv1.NodeResult{Node: n}
@@ -109,7 +110,7 @@ func (op *Op) Begin(b Beginning) {
 
 // Preflight is what the preflight that admitted the operation found.
 type Preflight struct {
-	From        uint32
+	From        tunnelport.Port
 	RequestedBy string
 	Request     *coordinatorv1.CutoverRequest
 	Plan        *coordinatorv1.PlanResponse
@@ -126,7 +127,7 @@ func (op *Op) Preflighted(p Preflight) {
 	op.Mu.Lock()
 	defer op.Mu.Unlock()
 	r := op.report
-	op.From, op.Rec.FromPort, r.FromPort = p.From, p.From, p.From
+	op.From, op.Rec.FromPort, r.FromPort = p.From, p.From, p.From.Wire()
 	r.RequestedBy = p.RequestedBy
 	r.Request = proto.Clone(p.Request).(*coordinatorv1.CutoverRequest)
 	r.Plan = p.Plan

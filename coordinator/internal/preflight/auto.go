@@ -44,7 +44,7 @@ func (c *Checker) ResolveAuto(ctx context.Context, r Request) Request {
 	fleet.FanOut(r.Nodes, func(n string) {
 		cctx, cancel := context.WithTimeout(ctx, r.Step)
 		defer cancel()
-		pf, err := c.fleet.Agent(n).Client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.ID, TargetPort: r.To, Strategy: model.StrategyStaged})
+		pf, err := c.fleet.Agent(n).Client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.ID, TargetPort: r.To.Wire(), Strategy: model.StrategyStaged})
 		took := time.Since(start)
 		mu.Lock()
 		defer mu.Unlock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	"google.golang.org/grpc/status"
 )
@@ -39,7 +40,7 @@ type overlayNode struct {
 // would be left on more than one port: the targeted nodes move to target
 // while some untargeted node of the same overlay stays on another port (or
 // on a port nobody could read). nodes holds every inventory node. Pure.
-func splitProblems(nodes map[string]overlayNode, target uint32) []string {
+func splitProblems(nodes map[string]overlayNode, target tunnelport.Port) []string {
 	byOverlay := map[string][]string{}
 	touched := map[string]bool{}
 	for n, on := range nodes {
@@ -60,7 +61,7 @@ func splitProblems(nodes map[string]overlayNode, target uint32) []string {
 				moving = append(moving, n)
 			case on.port == 0:
 				unknown = append(unknown, fmt.Sprintf("%s (%s)", n, on.why))
-			case on.port != target:
+			case on.port != target.Wire():
 				stay[on.port] = append(stay[on.port], n)
 			}
 			// An untargeted node already on target is where the moving

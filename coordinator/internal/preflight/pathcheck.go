@@ -14,6 +14,7 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/fleet"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/pathjudge"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
@@ -55,7 +56,10 @@ func pathLead(round time.Duration, clocks map[string]fleet.ClockSample) time.Dur
 // are in infos (nil: not reached, with the error in errs), gathered by a
 // round of calls that took round. It changes nothing: each agent's socket
 // is closed when its PathCheck returns.
-func (c *Checker) pathCheck(ctx context.Context, id string, port uint32, nodes []string, infos map[string]*agentv1.InfoResponse, errs map[string]error, clocks map[string]fleet.ClockSample, round time.Duration) *coordinatorv1.PathCheckResult {
+func (c *Checker) pathCheck(ctx context.Context, id string, to tunnelport.Port, nodes []string, infos map[string]*agentv1.InfoResponse, errs map[string]error, clocks map[string]fleet.ClockSample, round time.Duration) *coordinatorv1.PathCheckResult {
+	// The check speaks the agents' PathCheck messages (pathjudge judges
+	// their answers): the port as they carry it.
+	port := to.Wire()
 	start := time.Now()
 	res := &coordinatorv1.PathCheckResult{Port: port}
 	m := &pathjudge.Matrix{Port: port, Failed: map[string]string{}, Sides: map[string]pathjudge.Side{}, Lead: pathLead(round, clocks)}
@@ -259,7 +263,7 @@ func (c *Checker) PathCheck(ctx context.Context, req *coordinatorv1.CutoverReque
 	})
 	res := c.pathCheck(ctx, r.ID, r.To, r.Nodes, infos, errs, clocks, round)
 	for _, n := range r.Nodes {
-		if info := infos[n]; info != nil && info.CurrentPort == r.To {
+		if info := infos[n]; info != nil && info.CurrentPort == r.To.Wire() {
 			res.Problems = append(res.Problems, fmt.Sprintf("%s: already on port %d: the overlay holds it, the check cannot bind it", n, r.To))
 		}
 	}

@@ -30,7 +30,7 @@ var opIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // Request is a validated CutoverRequest.
 type Request struct {
 	ID            string
-	To            uint32
+	To            tunnelport.Port
 	Nodes         []string // sorted
 	Step          time.Duration
 	AllowNodePort bool
@@ -91,12 +91,14 @@ const maxStepMillis = int64(time.Hour / time.Millisecond)
 // asked): every error is InvalidArgument.
 func (c *Checker) Validate(req *coordinatorv1.CutoverRequest) (Request, error) {
 	inv := c.fleet.Inventory()
-	r := Request{To: req.Port, AllowNodePort: req.AllowNodeportRange, AllowTunnel: req.AllowTunnelPort, Step: c.cfg.StepTimeout, AllowUnprobed: req.AllowUnprobed, AllowPathProblems: req.AllowPathProblems}
-	if _, err := tunnelport.From("port", int64(req.Port)); err != nil {
+	r := Request{AllowNodePort: req.AllowNodeportRange, AllowTunnel: req.AllowTunnelPort, Step: c.cfg.StepTimeout, AllowUnprobed: req.AllowUnprobed, AllowPathProblems: req.AllowPathProblems}
+	to, err := tunnelport.From("port", int64(req.Port))
+	if err != nil {
 		return r, status.Error(codes.InvalidArgument, err.Error())
 	}
+	r.To = to
 	switch {
-	case req.Port >= nodePortMin && req.Port <= nodePortMax && !req.AllowNodeportRange:
+	case to >= nodePortMin && to <= nodePortMax && !req.AllowNodeportRange:
 		return r, model.Invalid("port", req.Port, fmt.Sprintf("inside the Kubernetes NodePort range %d–%d: pick another port or set allow_nodeport_range", nodePortMin, nodePortMax))
 	}
 	if req.TimeoutMillis < 0 {
@@ -150,7 +152,6 @@ func (c *Checker) Validate(req *coordinatorv1.CutoverRequest) (Request, error) {
 	default:
 		r.Nodes = inv.NodeNames()
 	}
-	var err error
 	strategy := req.Strategy
 	if strategy == "" && c.cfg.DefaultStrategy == model.StrategyAuto && len(req.Batches) == 0 && req.MaxParallel == 0 && len(req.Nodes) == 0 && req.Selector == "" {
 		// The coordinator's default: auto over the whole overlay. With
@@ -197,7 +198,7 @@ func (c *Checker) Validate(req *coordinatorv1.CutoverRequest) (Request, error) {
 	}
 	// Last, so that r is complete: validateTarget tells "the current
 	// port" (4789 usually is) from "another tunnel's port".
-	if what, ok := tunnelport.WellKnown[tunnelport.Port(req.Port)]; ok && !req.AllowTunnelPort {
+	if what, ok := tunnelport.WellKnown[r.To]; ok && !req.AllowTunnelPort {
 		r.Tunnel = what
 		return r, model.Invalid("port", req.Port, fmt.Sprintf("is the port of another tunnel (%s): pick another port or set allow_tunnel_port", what))
 	}
@@ -223,7 +224,7 @@ func (c *Checker) ValidateTarget(ctx context.Context, req *coordinatorv1.Cutover
 		defer mu.Unlock()
 		if ierr == nil {
 			answered++
-			if info.GetCurrentPort() == r.To {
+			if info.GetCurrentPort() == r.To.Wire() {
 				on++
 			}
 		}
@@ -282,7 +283,7 @@ type NodeCheck struct {
 
 // Result is the outcome of a preflight over a request.
 type Result struct {
-	From     uint32
+	From     tunnelport.Port
 	Round    time.Duration // until the last Preflight answer: the fan-out's cost (the path check's lead)
 	Checks   map[string]*NodeCheck
 	Problems []string // empty: the cutover may go
@@ -310,7 +311,7 @@ func (c *Checker) runPreflight(ctx context.Context, r Request) *Result {
 		// not two. An agent older than that field is asked Info.
 		a, asked := r.Answers[n]
 		if !asked {
-			a.Preflight, a.Err = ac.Client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.ID, TargetPort: r.To, Strategy: r.Strategy()})
+			a.Preflight, a.Err = ac.Client.Preflight(cctx, &agentv1.PreflightRequest{OperationId: r.ID, TargetPort: r.To.Wire(), Strategy: r.Strategy()})
 		}
 		nc.Preflight, nc.Err = a.Preflight, a.Err
 		if nc.Info = nc.Preflight.GetInfo(); nc.Err == nil && nc.Info == nil {
@@ -332,8 +333,8 @@ func (c *Checker) runPreflight(ctx context.Context, r Request) *Result {
 			r.tell(&coordinatorv1.OperationEvent{Phase: "preflight", Node: n, NodeDone: true, Message: "preflight: ok"})
 		}
 	})
-	resp := &coordinatorv1.PlanResponse{TargetPort: r.To}
-	byPort := map[uint32][]string{}
+	resp := &coordinatorv1.PlanResponse{TargetPort: r.To.Wire()}
+	byPort := map[tunnelport.Port][]string{}
 	ready := 0
 	for _, n := range r.Nodes {
 		nc := p.Checks[n]
@@ -349,7 +350,12 @@ func (c *Checker) runPreflight(ctx context.Context, r Request) *Result {
 		// port, it would show as drift ("0 on n3") and hide the cause.
 		read := nc.Info.CurrentPort != 0
 		if read {
-			byPort[nc.Info.CurrentPort] = append(byPort[nc.Info.CurrentPort], n)
+			if cur, err := tunnelport.From("current_port", int64(nc.Info.CurrentPort)); err != nil {
+				np.Problems = append(np.Problems, "the agent reports "+err.Error())
+				read = false
+			} else {
+				byPort[cur] = append(byPort[cur], n)
+			}
 		}
 		if !nc.Info.Ready {
 			// What its preflight reports anyway (prefixed by where the
@@ -374,7 +380,7 @@ func (c *Checker) runPreflight(ctx context.Context, r Request) *Result {
 				np.Problems = append(np.Problems, fmt.Sprintf("operation %s failed on the agent and needs an operator: %s (put the dataplane right, then coordctl rollback %s)", op.OperationId, op.Error, op.OperationId))
 			}
 		}
-		if nc.Info.CurrentPort == r.To {
+		if nc.Info.CurrentPort == r.To.Wire() {
 			np.Problems = append(np.Problems, fmt.Sprintf("already on port %d: the target must differ from the current port", r.To))
 		}
 		np.TargetPortFree = nc.Preflight.TargetPortFree
@@ -421,7 +427,7 @@ func (c *Checker) runPreflight(ctx context.Context, r Request) *Result {
 			p.From = port
 		}
 	}
-	resp.CurrentPort = p.From
+	resp.CurrentPort = p.From.Wire()
 	resp.Problems = p.Problems
 	p.Resp = resp
 	return p

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -15,7 +16,7 @@ import (
 // both ports.
 type Held struct {
 	ID       string
-	From, To uint32
+	From, To tunnelport.Port
 	Nodes    []string // the operation's nodes, sorted
 	Switched []string // those that send To
 }
