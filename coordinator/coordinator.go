@@ -13,30 +13,26 @@
 // when to abort, and every ordering around the agents' steps (journal
 // before a send, hooks before commit and after confirm, the verifier, the
 // probe counters' reset and read, which hook calls a resumed run repeats).
-// This package performs the core's actions and feeds back their results
-// (runner.go), with no policy of its own; it does I/O, clocks and
-// bookkeeping. Below it, each in a package of its own (internal/...):
-// preflight judges a request before anything changes; probes calls the
-// agents about the probe mesh; opstate is one operation's bookkeeping;
-// fleet is the agents' clients and clocks; pathjudge, probemesh,
-// staging and timing are pure judgements; config, metrics, statedir and model (the
-// vocabulary, which this package re-exports) are at the bottom with
+// internal/runner performs the core's actions and feeds back their
+// results, with no policy of its own. This package is the API: it
+// admits a request (internal/preflight judges it), holds the single
+// operation slot and the journal, creates or resumes an operation and
+// hands its run to the runner. Below it, each in a package of its own
+// (internal/...): runner runs an operation; preflight judges a request
+// before anything changes; probes calls the agents about the probe mesh;
+// opstate is one operation's bookkeeping and its report's one writer;
+// fleet is the agents' clients and clocks; pathjudge, probemesh, staging
+// and timing are pure judgements; config, metrics, statedir and model
+// (the vocabulary, which this package re-exports) are at the bottom with
 // barrier. docs/architecture.md draws the layers.
 //
 //	vocabulary.go  the public names of the lower packages (aliases)
 //	options.go     Option and the With... options
-//	coordinator.go Coordinator: build, close, the single operation slot;
-//	               the agents' credentials
-//	journal.go     writing an operation's record to the journal
-//	runner.go      launch and the event loop: core actions → calls → core events
-//	agentcalls.go  one step as parallel agent RPCs
-//	timing.go      the core's Config; the figures timing.CommitLead decides from
-//	faultinject.go, faultinject_off.go
-//	               the bite tests' switch (tag cutover_faultinject)
-//	late.go        late commits: the answers' watch
+//	coordinator.go Coordinator: build, close, the single operation slot
+//	               (the runner's Slot); the agents' credentials
+//	journal.go     writing an operation's record to the journal (the
+//	               runner's Journal); pruning the ended ones
 //	requester.go   who asked for an operation
-//	reporttext.go  what the report tells the operator about nodes
-//	hookrun.go     hook calls and their journal marks
 //	held.go        staged subsets: the held operation and its continuation
 //	service.go     the CoordinatorService methods and Resume
 //	run.go         Server (what production and tests serve), Listen, Run
@@ -53,6 +49,7 @@ import (
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	"github.com/cutover-dev/cutover/coordinator/internal/preflight"
 	"github.com/cutover-dev/cutover/coordinator/internal/probes"
+	"github.com/cutover-dev/cutover/coordinator/internal/runner"
 	"github.com/cutover-dev/cutover/coordinator/internal/statedir"
 	"github.com/cutover-dev/cutover/pkg/callstream"
 	"github.com/cutover-dev/cutover/pkg/pki"
@@ -70,15 +67,13 @@ import (
 type Coordinator struct {
 	cfg Config
 
-	fleet    *fleet.Fleet       // the agents: inventory, clients, clock sampling
-	check    *preflight.Checker // validation and preflight of requests
-	mesh     *probes.Mesh       // the probe mesh's counters and verifier
-	journal  JournalStore
-	lock     *statedir.Lock // the --state-dir lock (file journal only)
-	metrics  *Metrics
-	verifier Verifier
-	hooks    []Hook
-	log      *slog.Logger
+	fleet   *fleet.Fleet       // the agents: inventory, clients, clock sampling
+	check   *preflight.Checker // validation and preflight of requests
+	journal JournalStore
+	lock    *statedir.Lock // the --state-dir lock (file journal only)
+	metrics *Metrics
+	log     *slog.Logger
+	run     *runner.Runner // runs the operation in the slot
 
 	ctx    context.Context // operations run under it, not under an RPC's
 	cancel context.CancelFunc
@@ -162,8 +157,11 @@ func New(cfg Config, inv Inventory, opts ...Option) (*Coordinator, error) {
 	}
 	ctx, cancel := context.WithCancel(parent)
 	mesh := probes.New(ctx, fl, cfg.ProbeSettle, cfg.VerifyBudget, o.log)
-	return &Coordinator{cfg: cfg, fleet: fl, mesh: mesh, check: preflight.New(cfg, fl, o.hooks, o.metrics), journal: j, lock: lock, metrics: o.metrics, verifier: o.verifier, hooks: o.hooks,
-		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*opstate.Op{}}, nil
+	c := &Coordinator{cfg: cfg, fleet: fl, check: preflight.New(cfg, fl, o.hooks, o.metrics), journal: j, lock: lock, metrics: o.metrics,
+		log: o.log, ctx: ctx, cancel: cancel, ops: map[string]*opstate.Op{}}
+	c.run = &runner.Runner{Ctx: ctx, WG: &c.wg, Cfg: cfg, Fleet: fl, Mesh: mesh, Metrics: o.metrics, Verifier: o.verifier, Hooks: o.hooks,
+		Log: o.log, Journal: journalWriter{c}, Slot: slot{c}}
+	return c, nil
 }
 
 // Metrics returns the coordinator's metrics.
@@ -222,6 +220,25 @@ func (c *Coordinator) claimLocked(op *opstate.Op) error {
 	op.Running = true
 	op.Mu.Unlock()
 	return nil
+}
+
+// slot is the coordinator's operation slot as the runner takes and frees
+// it, under c.mu (runner.Slot).
+type slot struct{ c *Coordinator }
+
+func (s slot) Lock()   { s.c.mu.Lock() }
+func (s slot) Unlock() { s.c.mu.Unlock() }
+
+func (s slot) TakeLocked(op *opstate.Op) {
+	s.c.ops[op.Rec.ID] = op
+	s.c.lastID = op.Rec.ID
+	s.c.current = op
+}
+
+func (s slot) FreeLocked(op *opstate.Op) {
+	if s.c.current == op {
+		s.c.current = nil
+	}
 }
 
 // release frees the slot without recording op (preflight refused it).

@@ -190,7 +190,7 @@ func TestCommitFailureRollsBack(t *testing.T) {
 
 func TestVerifyFailureRollsBack(t *testing.T) {
 	l := newLab(t, 3, nil)
-	l.c.verifier = VerifierFunc(func(context.Context, VerifyInput) error { return errors.New("probe mesh: n1→n3 lost 40 of 40") })
+	l.c.run.Verifier = VerifierFunc(func(context.Context, VerifyInput) error { return errors.New("probe mesh: n1→n3 lost 40 of 40") })
 	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ package coordinator
 import (
 	"testing"
 
+	"github.com/cutover-dev/cutover/coordinator/internal/runner"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
@@ -13,8 +14,8 @@ import (
 // the journal does not know it: what TestCommitNotSentUnjournaled
 // asserts (nobody got Commit) breaks.
 func TestCommitNotSentUnjournaledBites(t *testing.T) {
-	testIgnoreJournalErrors = true
-	t.Cleanup(func() { testIgnoreJournalErrors = false })
+	runner.IgnoreJournalErrors(true)
+	t.Cleanup(func() { runner.IgnoreJournalErrors(false) })
 	l := newLab(t, 3, nil)
 	l.c.Close()
 	l.extra = []Option{WithJournal(&refusingJournal{refuse: func(r Record) bool { return r.CommitSent }})}

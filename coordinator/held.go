@@ -96,7 +96,7 @@ func (c *Coordinator) continueHeld(op *opstate.Op, req *coordinatorv1.CutoverReq
 	op.Rec.Batches, op.Rec.MaxParallel = batches, wave
 	op.ProbePeers, op.ProbePairs, op.ProbePlanned = pp.Peers, pp.Pairs, true
 	op.Mu.Unlock()
-	cfg := c.coreConfig(nodes, op.Step, op.Deadman, op.Rec.Hooks, batches)
+	cfg := c.run.CoreConfig(nodes, op.Step, op.Deadman, op.Rec.Hooks, batches)
 	cfg.Switched = switched
 	op.Core = barrier.New(cfg)
 	op.Reopen()
@@ -105,7 +105,7 @@ func (c *Coordinator) continueHeld(op *opstate.Op, req *coordinatorv1.CutoverReq
 	op.Mu.Unlock()
 	op.Emit("continue", "", fmt.Sprintf("continuing held operation %s (%s): switching %d more node(s) in %d batch(es)%s",
 		id, summary, len(targets), len(batches), then), false, nil)
-	c.launch(op, op.Core.Start())
+	c.run.Launch(op, op.Core.Start())
 	return op.Follow(stream, first)
 }
 

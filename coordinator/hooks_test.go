@@ -240,7 +240,7 @@ func TestHookRestoreAfterRollback(t *testing.T) {
 	a := newRecHook("a")
 	calls := shared(a)
 	l := newLabHooks(t, 3, nil, nil, a)
-	l.c.verifier = VerifierFunc(func(context.Context, VerifyInput) error { return errors.New("probe mesh: n1→n3 lost 40 of 40") })
+	l.c.run.Verifier = VerifierFunc(func(context.Context, VerifyInput) error { return errors.New("probe mesh: n1→n3 lost 40 of 40") })
 	rep, _, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
 	if err != nil || rep.State != rolledBack {
 		t.Fatalf("%v %v", rep, err)

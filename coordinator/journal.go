@@ -47,6 +47,12 @@ func (c *Coordinator) save(op *opstate.Op) error {
 	return err
 }
 
+// journalWriter is the journal as the runner writes it (runner.Journal).
+type journalWriter struct{ c *Coordinator }
+
+func (j journalWriter) Save(op *opstate.Op) error      { return j.c.save(op) }
+func (j journalWriter) SaveFinal(op *opstate.Op) error { return j.c.saveFinal(op) }
+
 // saveFinal journals the record and its report together, synchronously,
 // after any background encoding: the record an ended run leaves.
 func (c *Coordinator) saveFinal(op *opstate.Op) error {

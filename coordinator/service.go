@@ -149,14 +149,14 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 	c.seq++
 	seq := c.seq
 	c.mu.Unlock()
-	op := opstate.New(r.ID, kind, 0, r.To, r.Nodes, r.Step, c.deadmanFor(r.Step), seq)
+	op := opstate.New(r.ID, kind, 0, r.To, r.Nodes, r.Step, c.run.DeadmanFor(r.Step), seq)
 	b := opstate.Beginning{Kind: kind, Reverts: reverts, Strategy: r.Strategy(), StrategyReason: r.StrategyReason}
 	if r.Staged {
 		op.Rec.Batches, op.Rec.MaxParallel = r.Batches, r.MaxParallel
 		b.Batches, b.MaxParallel = r.Batches, r.MaxParallel
 	}
 	op.Begin(b)
-	op.Core = barrier.New(c.coreConfig(r.Nodes, op.Step, op.Deadman, nil, r.Batches))
+	op.Core = barrier.New(c.run.CoreConfig(r.Nodes, op.Step, op.Deadman, nil, r.Batches))
 	if err := c.reserve(op); err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func (c *Coordinator) cutover(req *coordinatorv1.CutoverRequest, stream grpc.Ser
 		return status.Errorf(codes.Internal, "cannot journal operation %s (%s), nothing was changed: %v", r.ID, describeJournal(c.journal, c.cfg), err)
 	}
 	op.Emit("preflight", "", fmt.Sprintf("preflight passed: %d node(s) on port %d, target %d", len(r.Nodes), pf.From, r.To), false, nil)
-	c.launch(op, op.Core.Start())
+	c.run.Launch(op, op.Core.Start())
 	return op.Follow(stream, 0)
 }
 
@@ -297,7 +297,7 @@ func (c *Coordinator) Rollback(req *coordinatorv1.RollbackRequest, stream grpc.S
 			Message: fmt.Sprintf("nothing to roll back: operation is %s", rep.State), Report: rep})
 	}
 	op.Reopen()
-	c.launch(op, acts)
+	c.run.Launch(op, acts)
 	return op.Follow(stream, from)
 }
 
@@ -317,7 +317,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 	recs, err := c.journal.Load()
 	for _, rec := range recs {
 		step := rec.StepTimeout()
-		op := opstate.New(rec.ID, rec.Kind, rec.FromPort, rec.ToPort, rec.Nodes, step, c.deadmanFor(step), rec.Seq)
+		op := opstate.New(rec.ID, rec.Kind, rec.FromPort, rec.ToPort, rec.Nodes, step, c.run.DeadmanFor(step), rec.Seq)
 		op.Rec = rec
 		// A report the journal kept that no longer decodes leaves the
 		// record: the operation resumes from it, with an empty report.
@@ -325,7 +325,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 		if op.Step <= 0 {
 			op.Step = c.cfg.StepTimeout
 		}
-		op.Core = barrier.New(c.coreConfig(rec.Nodes, op.Step, op.Deadman, rec.Hooks, rec.Batches))
+		op.Core = barrier.New(c.run.CoreConfig(rec.Nodes, op.Step, op.Deadman, rec.Hooks, rec.Batches))
 		for _, n := range rec.Nodes {
 			// Only an operation this start must finish or undo needs
 			// every node: a finished (or held) one naming a node that
@@ -363,7 +363,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 		op.Emit("resume", "", fmt.Sprintf("coordinator restarted during %s: %s", rec.Step, map[barrier.Resume]string{
 			barrier.ResumeAbort: "aborting", barrier.ResumeVerify: "every agent is committed: verifying", barrier.ResumeRollback: "rolling back",
 			barrier.ResumeFinalize: "every batch was confirmed: finishing the old port's retirement"}[point]), false, nil)
-		c.launch(op, op.Core.ResumeAt(point))
+		c.run.Launch(op, op.Core.ResumeAt(point))
 		// Only one operation can have been running; any other non-terminal
 		// record is older and was superseded, but handle it the same way
 		// after this one.
@@ -382,7 +382,7 @@ func (c *Coordinator) Resume(ctx context.Context) error {
 // separately); any other has nothing left to undo.
 func (c *Coordinator) doneCore(rec Record) *barrier.Op {
 	step := rec.StepTimeout()
-	op := barrier.New(c.coreConfig(rec.Nodes, step, c.deadmanFor(step), rec.Hooks, rec.Batches))
+	op := barrier.New(c.run.CoreConfig(rec.Nodes, step, c.run.DeadmanFor(step), rec.Hooks, rec.Batches))
 	switch rec.Outcome {
 	case "succeeded", "failed":
 		op.Ended(barrier.Succeeded, "")

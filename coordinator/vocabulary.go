@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
 	"github.com/cutover-dev/cutover/coordinator/internal/config"
 	"github.com/cutover-dev/cutover/coordinator/internal/metrics"
 	"github.com/cutover-dev/cutover/coordinator/internal/model"
@@ -112,3 +113,18 @@ type Metrics = metrics.Metrics
 
 // NewMetrics registers the metrics in a fresh registry.
 func NewMetrics() *Metrics { return metrics.New() }
+
+// Hook points, as journaled in Record.Hooks: the core's names.
+const (
+	HookBeforeCommit = string(barrier.HookBeforeCommit)
+	HookAfterConfirm = string(barrier.HookAfterConfirm)
+	HookFinalize     = string(barrier.HookFinalize)
+	HookRestore      = string(barrier.HookRestore)
+)
+
+// States of a journaled hook call: the core's names.
+const (
+	HookStarted = string(barrier.MarkStarted) // journaled before the call: it may have acted
+	HookDone    = string(barrier.MarkDone)
+	HookFailed  = string(barrier.MarkFailed)
+)

@@ -1,4 +1,4 @@
-package coordinator
+package runner
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func callResult(node string, s barrier.Send, err error, ok bool, why string) bar
 // per agent (plus a Deadline backstop).
 // A first Prepare carries the probe counters' reset when reset is not nil
 // (probes.PrepReset).
-func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier.Event), reset *probes.PrepReset) {
+func (rn *Runner) dispatch(op *opstate.Op, s barrier.Send, post func(barrier.Event), reset *probes.PrepReset) {
 	id := op.Rec.ID
 	timeout := s.Timeout
 	var commitAt time.Time
@@ -45,13 +45,13 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 	switched := model.SetOf(op.Rec.Switched) // a held operation's switched nodes
 	op.Mu.Unlock()
 	if s.Step == barrier.Commit && !staged {
-		lead := c.commitLead(op)
+		lead := rn.commitLead(op)
 		commitAt = time.Now().Add(lead)
 		timeout += lead
 		op.Mu.Lock()
 		op.CommitAt = commitAt
 		op.Mu.Unlock()
-		late = c.watchLate(op, s, commitAt, post)
+		late = rn.watchLate(op, s, commitAt, post)
 		defer late.stop()
 	}
 	// Staged, the phases that change a node's datapath go in waves of
@@ -64,7 +64,7 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 	}
 	backstop := time.AfterFunc(timeout+time.Second, func() { post(barrier.Deadline{Step: s.Step, Attempt: s.Attempt}) })
 	defer backstop.Stop()
-	ctx, cancel := context.WithTimeout(c.ctx, timeout)
+	ctx, cancel := context.WithTimeout(rn.Ctx, timeout)
 	defer cancel()
 	sent := time.Now()
 	strategy := op.Strategy()
@@ -78,7 +78,7 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 		// The read-back brings the probe figures when the mesh verifier
 		// that follows will judge them: it then reads no sender twice.
 		op.Mu.Lock()
-		mesh = !c.cfg.NoProbeVerify && (len(op.ProbePairs) > 0 || !op.ProbePlanned)
+		mesh = !rn.Cfg.NoProbeVerify && (len(op.ProbePairs) > 0 || !op.ProbePlanned)
 		op.Mu.Unlock()
 	}
 	fleet.FanOut(s.Nodes, func(n string) {
@@ -86,7 +86,7 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 			wave <- struct{}{}
 			defer func() { <-wave }()
 		}
-		cl := c.fleet.Agent(n).Client
+		cl := rn.Fleet.Agent(n).Client
 		var ev barrier.Event
 		switch s.Step {
 		case barrier.Prepare:
@@ -114,7 +114,7 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 				// A staged switch has no instant: every node keeps
 				// receiving on both ports, so each switches when asked.
 				req.AtUnixNano = commitAt.Add(op.Offsets[n].Offset).UnixNano()
-				req.LateBudgetMillis = c.lateBudgetMillis()
+				req.LateBudgetMillis = rn.lateBudgetMillis()
 				if dl, ok := ctx.Deadline(); ok {
 					// The agent refuses a commit it reaches after this
 					// call was given up (it was frozen): this node is
@@ -214,11 +214,11 @@ func (c *Coordinator) dispatch(op *opstate.Op, s barrier.Send, post func(barrier
 			ev = callResult(n, s, err, undone(r), fmt.Sprintf("agent answered %s: %s", r.GetPhase(), r.GetError()))
 			op.NoteTimeline(n, s, ev, r)
 		}
-		c.noteNode(op, n, ev)
+		rn.noteNode(op, n, ev)
 		post(ev)
 	})
 	if s.Step == barrier.Commit && !staged {
-		c.commitSpread(op)
+		rn.commitSpread(op)
 	}
 	if s.Batch > 0 && s.Step == barrier.Commit {
 		op.BatchDone(s.Batch, time.Now(), false)
@@ -234,15 +234,15 @@ func undone(st *agentv1.OperationStatus) bool {
 
 // commitSpread sets the report's spreads (opstate.EndCommit) and their
 // gauges.
-func (c *Coordinator) commitSpread(op *opstate.Op) {
+func (rn *Runner) commitSpread(op *opstate.Op) {
 	s := op.EndCommit()
 	if s.HasCommit {
-		c.metrics.CommitSpread.Set(s.Commit.Seconds())
+		rn.Metrics.CommitSpread.Set(s.Commit.Seconds())
 	}
 	if s.HasEffect {
-		c.metrics.EffectSpread.Set(s.Effect.Seconds())
+		rn.Metrics.EffectSpread.Set(s.Effect.Seconds())
 	}
 	if s.HasMar {
-		c.metrics.CommitMargin.Set(s.Margin.Seconds())
+		rn.Metrics.CommitMargin.Set(s.Margin.Seconds())
 	}
 }

@@ -1,6 +1,6 @@
 //go:build !cutover_faultinject
 
-package coordinator
+package runner
 
 // The shipped build carries none of the bite tests' switches
 // (faultinject.go).

@@ -1,15 +1,17 @@
-package coordinator
+package runner
 
 import (
 	"slices"
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/config"
+	"github.com/cutover-dev/cutover/coordinator/internal/model"
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	"github.com/cutover-dev/cutover/coordinator/internal/timing"
 )
 
-// coreConfig is the barrier core's configuration of an operation over
+// CoreConfig is the barrier core's configuration of an operation over
 // nodes. An abort or rollback retries an unreached agent with back-off for
 // the dead-man duration and a second: an agent that is restarting is
 // reached when it is back, and one that stays unreachable has by then
@@ -17,20 +19,20 @@ import (
 // (longer) prepare deadline, which the Failed report names. marks are the
 // hook calls journaled by an earlier run: the core decides from them which
 // hook calls are due.
-func (c *Coordinator) coreConfig(nodes []string, step, deadman time.Duration, marks []HookMark, batches [][]string) barrier.Config {
-	cfg := barrier.Config{Nodes: nodes, Batches: batches, StepTimeout: step, RollbackAttempts: c.cfg.RollbackAttempts,
-		RetryBackoff: c.cfg.RollbackBackoff, RetryBackoffMax: 8 * c.cfg.RollbackBackoff, RetryFor: deadman + time.Second,
+func (rn *Runner) CoreConfig(nodes []string, step, deadman time.Duration, marks []model.HookMark, batches [][]string) barrier.Config {
+	cfg := barrier.Config{Nodes: nodes, Batches: batches, StepTimeout: step, RollbackAttempts: rn.Cfg.RollbackAttempts,
+		RetryBackoff: rn.Cfg.RollbackBackoff, RetryBackoffMax: 8 * rn.Cfg.RollbackBackoff, RetryFor: deadman + time.Second,
 		// The built-in probe mesh verifier (internal/probes), and the
 		// operation-wide one when given.
-		Verifier: c.verifier != nil || !c.cfg.NoProbeVerify,
+		Verifier: rn.Verifier != nil || !rn.Cfg.NoProbeVerify,
 		// Agents without peers report no counters: harmless.
 		Probes: true}
 	if len(batches) == 0 {
 		// The core judges late nodes by the policy: under wait they are
 		// reported, never undone for.
-		cfg.LateBudget, cfg.LateWait = c.cfg.LateBudget, c.cfg.LatePolicy != LateRollback
+		cfg.LateBudget, cfg.LateWait = rn.Cfg.LateBudget, rn.Cfg.LatePolicy != config.LateRollback
 	}
-	for _, h := range c.hooks {
+	for _, h := range rn.Hooks {
 		cfg.Hooks = append(cfg.Hooks, h.Name())
 	}
 	for _, m := range marks {
@@ -39,15 +41,15 @@ func (c *Coordinator) coreConfig(nodes []string, step, deadman time.Duration, ma
 	return cfg
 }
 
-// deadmanFor is the dead-man duration sent with the commit of an operation
+// DeadmanFor is the dead-man duration sent with the commit of an operation
 // whose steps last step (timing.Deadman).
-func (c *Coordinator) deadmanFor(step time.Duration) time.Duration {
-	return timing.Deadman(c.cfg.Deadman, step)
+func (rn *Runner) DeadmanFor(step time.Duration) time.Duration {
+	return timing.Deadman(rn.Cfg.Deadman, step)
 }
 
 // commitLead is how far ahead op's commit instant is set, from the prepare
 // round just measured (timing.CommitLead).
-func (c *Coordinator) commitLead(op *opstate.Op) time.Duration {
+func (rn *Runner) commitLead(op *opstate.Op) time.Duration {
 	r := timing.Round{Nodes: len(op.Nodes)}
 	for _, s := range op.Offsets {
 		r.MaxRTT = max(r.MaxRTT, s.RTT)
@@ -55,5 +57,5 @@ func (c *Coordinator) commitLead(op *opstate.Op) time.Duration {
 	op.Mu.Lock()
 	r.Prepare, r.Answers = op.PrepDur, slices.Clone(op.PrepAnswers)
 	op.Mu.Unlock()
-	return timing.CommitLead(timing.Lead{Min: c.cfg.CommitLeadMin, RTTx: c.cfg.CommitLeadRTTx, PerAgent: c.cfg.CommitLeadPerAgt}, r)
+	return timing.CommitLead(timing.Lead{Min: rn.Cfg.CommitLeadMin, RTTx: rn.Cfg.CommitLeadRTTx, PerAgent: rn.Cfg.CommitLeadPerAgt}, r)
 }

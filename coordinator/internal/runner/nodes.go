@@ -1,4 +1,4 @@
-package coordinator
+package runner
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 )
 
 // noteNode records a failed agent answer in the node result and as an event.
-func (c *Coordinator) noteNode(op *opstate.Op, node string, ev barrier.Event) {
+func (rn *Runner) noteNode(op *opstate.Op, node string, ev barrier.Event) {
 	var msg string
 	switch e := ev.(type) {
 	case barrier.Reply:

@@ -1,4 +1,4 @@
-package coordinator
+package runner
 
 import (
 	"fmt"
@@ -6,17 +6,18 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
+	"github.com/cutover-dev/cutover/coordinator/internal/config"
 	"github.com/cutover-dev/cutover/coordinator/internal/opstate"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
 
 // lateBudgetMillis is the budget the agents get in CommitRequest: under
 // the wait policy they apply however late.
-func (c *Coordinator) lateBudgetMillis() int64 {
-	if c.cfg.LatePolicy != LateRollback {
+func (rn *Runner) lateBudgetMillis() int64 {
+	if rn.Cfg.LatePolicy != config.LateRollback {
 		return 0
 	}
-	return c.cfg.LateBudget.Milliseconds()
+	return rn.Cfg.LateBudget.Milliseconds()
 }
 
 // lateWatch watches one Commit send for nodes that do not answer by the
@@ -26,7 +27,7 @@ func (c *Coordinator) lateBudgetMillis() int64 {
 // without an answer, by the policy (barrier.Config.LateWait); the watch
 // tells the operation's followers and the report.
 type lateWatch struct {
-	c        *Coordinator
+	rn       *Runner
 	op       *opstate.Op
 	s        barrier.Send
 	at       time.Time // the commit instant, coordinator clock
@@ -39,14 +40,14 @@ type lateWatch struct {
 
 // watchLate starts the watch; stop it (it waits for its goroutine) once
 // every Commit call returned.
-func (c *Coordinator) watchLate(op *opstate.Op, s barrier.Send, at time.Time, post func(barrier.Event)) *lateWatch {
-	w := &lateWatch{c: c, op: op, s: s, at: at, answered: map[string]bool{}, late: map[string]bool{}, done: make(chan struct{})}
-	op.NoteLatePolicy(c.cfg.LateBudget, c.cfg.LatePolicy)
-	if c.cfg.LateBudget <= 0 {
+func (rn *Runner) watchLate(op *opstate.Op, s barrier.Send, at time.Time, post func(barrier.Event)) *lateWatch {
+	w := &lateWatch{rn: rn, op: op, s: s, at: at, answered: map[string]bool{}, late: map[string]bool{}, done: make(chan struct{})}
+	op.NoteLatePolicy(rn.Cfg.LateBudget, rn.Cfg.LatePolicy)
+	if rn.Cfg.LateBudget <= 0 {
 		return w
 	}
 	w.wg.Go(func() {
-		t := time.NewTimer(time.Until(at.Add(c.cfg.AnswerDeadline)))
+		t := time.NewTimer(time.Until(at.Add(rn.Cfg.AnswerDeadline)))
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -65,13 +66,13 @@ func (c *Coordinator) watchLate(op *opstate.Op, s barrier.Send, at time.Time, po
 		for _, n := range late {
 			since := time.Since(at)
 			then := "waiting for it (--commit-late-policy=wait): the overlay is split meanwhile"
-			if c.cfg.LatePolicy == LateRollback {
+			if rn.Cfg.LatePolicy == config.LateRollback {
 				then = "rolling everyone back"
 			}
 			op.Emit(string(barrier.Commit), n, fmt.Sprintf("late: no answer %s after the commit instant (answer deadline %s): %s",
-				since.Round(time.Millisecond), c.cfg.AnswerDeadline, then), true, nil)
+				since.Round(time.Millisecond), rn.Cfg.AnswerDeadline, then), true, nil)
 			op.NoteLate(n, since.Nanoseconds(), false)
-			c.metrics.LateCommits.Inc()
+			rn.Metrics.LateCommits.Inc()
 			post(barrier.Late{Node: n, Attempt: s.Attempt}) // the core judges it by the policy
 		}
 	})
@@ -103,7 +104,7 @@ func (w *lateWatch) answer(n string, applied int64, r *agentv1.CommitResponse) {
 	w.answered[n] = true
 	wasLate := w.late[n]
 	w.mu.Unlock()
-	if w.c.cfg.LateBudget <= 0 {
+	if w.rn.Cfg.LateBudget <= 0 {
 		return
 	}
 	lateness := w.lateness(n, applied)
@@ -115,10 +116,10 @@ func (w *lateWatch) answer(n string, applied int64, r *agentv1.CommitResponse) {
 	case wasLate:
 		w.op.Emit(string(barrier.Commit), n, fmt.Sprintf("late node answered %s after the commit instant without applying: %s",
 			time.Since(w.at).Round(time.Millisecond), r.GetStatus().GetError()), true, nil)
-	case ok && lateness > w.c.cfg.LateBudget:
+	case ok && lateness > w.rn.Cfg.LateBudget:
 		w.op.NoteLate(n, lateness.Nanoseconds(), true)
-		w.c.metrics.LateCommits.Inc()
-		w.op.Emit(string(barrier.Commit), n, fmt.Sprintf("late: applied %s after the commit instant (budget %s)", lateness.Round(time.Millisecond), w.c.cfg.LateBudget), true, nil)
+		w.rn.Metrics.LateCommits.Inc()
+		w.op.Emit(string(barrier.Commit), n, fmt.Sprintf("late: applied %s after the commit instant (budget %s)", lateness.Round(time.Millisecond), w.rn.Cfg.LateBudget), true, nil)
 	}
 }
 
@@ -127,7 +128,7 @@ func (w *lateWatch) answer(n string, applied int64, r *agentv1.CommitResponse) {
 // late node whether or not its answer beat the answer deadline: the report
 // names it so, not only as a failed call.
 func (w *lateWatch) refused(n string, d time.Duration) {
-	if w == nil || w.c.cfg.LateBudget <= 0 {
+	if w == nil || w.rn.Cfg.LateBudget <= 0 {
 		return
 	}
 	w.mu.Lock()
@@ -136,10 +137,10 @@ func (w *lateWatch) refused(n string, d time.Duration) {
 	w.mu.Unlock()
 	w.op.NoteLate(n, d.Nanoseconds(), false)
 	if !counted {
-		w.c.metrics.LateCommits.Inc()
+		w.rn.Metrics.LateCommits.Inc()
 	}
 	w.op.Emit(string(barrier.Commit), n, fmt.Sprintf("late: reached the commit instant %s after it and applied nothing (budget %s)",
-		d.Round(time.Millisecond), w.c.cfg.LateBudget), true, nil)
+		d.Round(time.Millisecond), w.rn.Cfg.LateBudget), true, nil)
 }
 
 func (w *lateWatch) stop() {
