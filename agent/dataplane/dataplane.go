@@ -95,6 +95,21 @@ type AfterCommitter interface {
 	AfterCommit(ctx context.Context, s Snapshot) (detail map[string]string, err error)
 }
 
+// CommitArmer is a Backend that can do a commit's reading ahead, while the
+// agent waits for the commit instant (hundreds of milliseconds after the
+// Commit call arrives), so that between the instant and the change only
+// what must happen then is left: every millisecond spent there is a
+// millisecond between this node's flip and its peers'. The agent calls
+// ArmCommit before it sleeps until the instant; ctx bounds it well
+// before the instant. Commit then uses what was armed if nothing it
+// depends on changed since, and otherwise does all its work itself, as
+// without arming; Abort and Revert drop it. An error only means Commit
+// does all its work itself; it is logged.
+type CommitArmer interface {
+	Backend
+	ArmCommit(ctx context.Context, s Snapshot) error
+}
+
 // Keeper is a Backend that keeps something of its own in place between
 // operations: the OVS backend's standing redirect flows
 // (--ovs-standing-redirects, docs/staged.md), installed once so that a

@@ -804,3 +804,61 @@ func TestCommitFrozenPastItsCallersDeadlineIsNotApplied(t *testing.T) {
 		t.Fatalf("calls = %q, want %q: nothing applied", got, want)
 	}
 }
+
+// armingFake is a Backend that can arm its commits, recording when.
+type armingFake struct {
+	*dataplane.Fake
+	clock *FakeClock
+	armed []time.Time
+}
+
+func (a *armingFake) ArmCommit(ctx context.Context, s dataplane.Snapshot) error {
+	if _, ok := ctx.Deadline(); !ok {
+		return errors.New("no deadline")
+	}
+	a.armed = append(a.armed, a.clock.Now())
+	return nil
+}
+
+// TestCommitArmsAheadOfTheInstant: a backend that can read ahead is armed
+// once, while the agent waits for the instant; a commit with too little
+// time left before its instant (or none) is not armed.
+func TestCommitArmsAheadOfTheInstant(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lead  time.Duration
+		armed int
+	}{
+		{"lead 400ms", 400 * time.Millisecond, 1},
+		{"lead 30ms", 30 * time.Millisecond, 0},
+		{"no instant", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := NewFakeClock(t0)
+			be := &armingFake{Fake: dataplane.NewFake("kernel-vxlan", "flannel.1", from), clock: clock}
+			m, err := New(context.Background(), Options{Backend: be, Store: &memStore{}, Clock: clock, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(m.Close)
+			ctx := context.Background()
+			_, err = m.Prepare(ctx, opA, from, to)
+			wantCode(t, err, 0)
+			var at time.Time
+			if tc.lead > 0 {
+				at = clock.Now().Add(tc.lead)
+			}
+			r, err := m.Commit(ctx, opA, at, deadman)
+			wantCode(t, err, 0)
+			if len(be.armed) != tc.armed {
+				t.Fatalf("armed %d times, want %d", len(be.armed), tc.armed)
+			}
+			if tc.armed > 0 && !be.armed[0].Before(at) {
+				t.Fatalf("armed at %v, not before the instant %v", be.armed[0], at)
+			}
+			if r.ReadbackPort != to {
+				t.Fatalf("commit: %+v", r)
+			}
+		})
+	}
+}

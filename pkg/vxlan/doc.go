@@ -45,6 +45,13 @@
 // down and without addresses; Recreate adopts it if it still matches and
 // tops its FDB and neighbours up to the snapshot it is given.
 //
+// Arm does Recreate's reading ahead too (while the agent waits for the
+// commit instant): the device read, the prebuilt device topped up, and a
+// netlink watch on the device joined before that read. RecreateArmed, at
+// the instant, switches from that read unless the watch saw anything that
+// may concern the device (ErrChanged: the caller reads afresh), so what
+// the CNI adds in between is never lost (armed.go).
+//
 // Renaming a running link needs a kernel that allows it (6.18 does; older
 // ones answer EBUSY): then the old device is taken down first, the ~12 ms
 // variant above. Routes cannot be pre-attached: IPv4 refuses a nexthop on a

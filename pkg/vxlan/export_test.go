@@ -11,3 +11,7 @@ func PauseEachStep(k *Kernel, f func(step string)) { k.testStep = f }
 
 // AddrsFirst is the bite switch of TestRetireEveryStepForwardsBites.
 func AddrsFirst(k *Kernel) { k.testAddrsFirst = true }
+
+// BlindWatch is the bite switch of TestArmedWatchBites: RecreateArmed
+// ignores what its watch saw.
+func BlindWatch(k *Kernel) { k.testBlindWatch = true }

@@ -1,6 +1,7 @@
 package vxlan
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -34,6 +35,9 @@ type Fake struct {
 	// conf.all's.
 	RPFilter    map[string]int
 	RPFilterAll int
+	// changes counts the calls that changed a device, so that
+	// RecreateArmed can tell whether Arm's read is still current.
+	changes uint64
 }
 
 var _ Interface = (*Fake)(nil)
@@ -87,6 +91,10 @@ func (f *Fake) Snapshot(name string) (Snapshot, error) {
 func (f *Fake) Recreate(snap Snapshot, newPort int) (Window, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.recreateLocked(snap, newPort)
+}
+
+func (f *Fake) recreateLocked(snap Snapshot, newPort int) (Window, error) {
 	name := snap.Device.Name
 	if err := snap.Validate(); err != nil {
 		return Window{}, err
@@ -119,6 +127,7 @@ func (f *Fake) Recreate(snap Snapshot, newPort int) (Window, error) {
 		}
 	}
 	f.devices[name] = n
+	f.changes++
 	f.Recreations++
 	return w, nil
 }
@@ -138,6 +147,7 @@ func (f *Fake) Prebuild(snap Snapshot, newPort int) (Window, error) {
 		return Window{}, err
 	}
 	f.Prebuilt[name] = newPort
+	f.changes++
 	return Window{Strategy: "fake"}, nil
 }
 
@@ -147,6 +157,7 @@ func (f *Fake) Cleanup(name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Cleanups++
+	f.changes++
 	delete(f.Prebuilt, name)
 	delete(f.Listening, name)
 	return nil
@@ -167,6 +178,7 @@ func (f *Fake) Listen(snap Snapshot, port int) error {
 		return err
 	}
 	f.Prebuilt[name], f.Listening[name] = port, port
+	f.changes++
 	return nil
 }
 
@@ -191,6 +203,7 @@ func (f *Fake) SetReversePathFilter(name string, value int) error {
 		return err
 	}
 	f.RPFilter[name] = value
+	f.changes++
 	return nil
 }
 
@@ -218,6 +231,7 @@ func (f *Fake) SetFDBPorts(snap Snapshot, port int) error {
 		s.FDB[i].Port = port
 	}
 	f.devices[name] = s
+	f.changes++
 	return nil
 }
 
@@ -226,6 +240,43 @@ func (f *Fake) Delete(name string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.devices, name)
+	f.changes++
+}
+
+// Arm implements Interface: the read and the change counter at it.
+func (f *Fake) Arm(ctx context.Context, name string, newPort int) (*Armed, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := validPort("newPort", newPort); err != nil {
+		return nil, &Error{Op: "arm", Device: name, Err: err}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Op: "arm", Device: name, Err: err}
+	}
+	s, err := f.get("arm", name)
+	if err != nil {
+		return nil, err
+	}
+	return &Armed{Snap: clone(s), port: newPort, gen: f.changes}, nil
+}
+
+// RecreateArmed implements Interface: ErrChanged when any device changed
+// since Arm.
+func (f *Fake) RecreateArmed(a *Armed) (Window, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.changes != a.gen {
+		return Window{}, &Error{Op: "recreate", Device: a.Snap.Device.Name, Err: fmt.Errorf("%w: %d change(s) since", ErrChanged, f.changes-a.gen)}
+	}
+	return f.recreateLocked(a.Snap, a.port)
+}
+
+// Link implements Interface.
+func (f *Fake) Link(name string) (Device, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, err := f.get("link", name)
+	return s.Device, err
 }
 
 // Dump returns every device's Snapshot.Text, sorted by name.

@@ -20,6 +20,9 @@ import (
 type Kernel struct {
 	H    *netlink.Handle
 	sock *nl.SocketHandle
+	// ns is the namespace the sockets were opened in (netns.None(): the
+	// caller's own), kept so that Arm can open its watch there too.
+	ns netns.NsHandle
 	// Strategy is StrategyPrebuilt (default when empty) or StrategyDeleteFirst.
 	Strategy string
 	// KeepOld leaves the old device, renamed to OldName and stripped of its
@@ -44,6 +47,9 @@ type Kernel struct {
 	// testAddrsFirst strips the old device's addresses before the routes
 	// move, the order before the fix (TestRetireEveryStepForwardsBites).
 	testAddrsFirst bool
+	// testBlindWatch has RecreateArmed ignore what its watch saw
+	// (TestArmedWatchBites).
+	testBlindWatch bool
 }
 
 // step marks a point between two changes of the switch, named what and
@@ -89,13 +95,26 @@ func New(ns netns.NsHandle) (*Kernel, error) {
 		h.Close()
 		return nil, fmt.Errorf("vxlan: route socket: %w", err)
 	}
-	return &Kernel{H: h, sock: &nl.SocketHandle{Socket: s}, now: time.Now}, nil
+	own := netns.None()
+	if ns.IsOpen() {
+		fd, err := unix.Dup(int(ns))
+		if err != nil {
+			h.Close()
+			s.Close()
+			return nil, fmt.Errorf("vxlan: keep the namespace handle: %w", err)
+		}
+		own = netns.NsHandle(fd)
+	}
+	return &Kernel{H: h, sock: &nl.SocketHandle{Socket: s}, ns: own, now: time.Now}, nil
 }
 
 // Close releases the netlink sockets.
 func (k *Kernel) Close() {
 	k.H.Close()
 	k.sock.Close()
+	if k.ns.IsOpen() {
+		_ = k.ns.Close()
+	}
 }
 
 // link returns the named link as a VXLAN device, with typed errors.

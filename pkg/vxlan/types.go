@@ -1,6 +1,7 @@
 package vxlan
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -37,6 +38,20 @@ type Interface interface {
 	ReversePathFilter(name string) (dev, all int, err error)
 	// SetReversePathFilter sets the device's rp_filter.
 	SetReversePathFilter(name string, value int) error
+	// Arm reads the named device for a Recreate onto newPort that runs
+	// later (at a commit instant), tops the device Prebuild made up to
+	// that read, and watches the device from before the read on (see
+	// Armed). ctx bounds the reading. The caller closes the result or
+	// passes it to RecreateArmed.
+	Arm(ctx context.Context, name string, newPort int) (*Armed, error)
+	// RecreateArmed is Recreate(a.Snap, newPort) without reading the
+	// device again: it fails with ErrChanged, touching nothing, when the
+	// device or anything bound to it may have changed since Arm read it,
+	// and the caller then reads afresh. It closes a.
+	RecreateArmed(a *Armed) (Window, error)
+	// Link reads the named device's configuration only (no addresses,
+	// FDB, neighbours or routes): one request.
+	Link(name string) (Device, error)
 	// Cleanup deletes the old device a Recreate left behind under
 	// OldName(name) (see Kernel.KeepOld) and a prebuilt device Recreate did
 	// not adopt; nothing left is not an error.

@@ -180,9 +180,19 @@ func TestCutoverOnRealKernel(t *testing.T) {
 	}
 
 	for i, n := range []*node{a, b} {
+		// a is armed ahead of its commit, as the agent does; b is not
+		// (a commit that reached its agent too late to arm).
+		if n == a {
+			if err := n.b.ArmCommit(ctx, snaps[n]); err != nil {
+				t.Fatal(err)
+			}
+		}
 		st, err := n.b.Commit(ctx, snaps[n])
 		if err != nil {
 			t.Fatal(err)
+		}
+		if wantArmed := map[*node]string{a: "used", b: "no"}[n]; !strings.HasPrefix(st.Detail["armed"], wantArmed) {
+			t.Fatalf("%s commit: armed %q, want %s", n.NS, st.Detail["armed"], wantArmed)
 		}
 		// What the agent does once the commit is answered.
 		if _, err := n.b.AfterCommit(ctx, snaps[n]); err != nil {
@@ -316,6 +326,54 @@ func TestCutoverOnRealKernel(t *testing.T) {
 			t.Fatalf("finalized on %d: paths %q", newPort, got)
 		}
 	})
+}
+
+// TestArmedCommitKeepsLatePeer: the commit is armed (its read done ahead
+// of the instant), then the CNI adds a peer's FDB entry and neighbour
+// before the instant: the commit notices, reads afresh, and the new
+// device has both. The same without a change uses the early read.
+// pkg/vxlan's TestArmedWatchBites shows the loss without the watch.
+func TestArmedCommitKeepsLatePeer(t *testing.T) {
+	const oldPort, newPort = 8472, 4889
+	ctx := context.Background()
+	a, b := newLab(t, oldPort)
+	for _, n := range []*node{a, b} {
+		s, err := n.b.Snapshot(ctx, oldPort, newPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s = persist(t, s)
+		if err := n.b.Prepare(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.b.ArmCommit(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		if n == a {
+			run(t, n.NS, "ip neigh add 198.18.101.77 lladdr 02:00:00:00:00:77 dev "+labDev+" nud permanent")
+			run(t, n.NS, "bridge fdb append 02:00:00:00:00:77 dev "+labDev+" dst 198.18.0.77")
+		}
+		before := n.text(t)
+		st, err := n.b.Commit(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s commit: %v", n.NS, st.Detail)
+		want := strings.Replace(before, fmt.Sprintf("dstport %d", oldPort), fmt.Sprintf("dstport %d", newPort), 1)
+		if got := n.text(t); got != want {
+			t.Fatalf("%s after commit:\n%s\nwant (all but the port equal):\n%s", n.NS, got, want)
+		}
+		wantArmed := map[*node]string{a: "stale", b: "used"}[n]
+		if !strings.HasPrefix(st.Detail["armed"], wantArmed) || st.Port != newPort {
+			t.Fatalf("%s commit: port %d, armed %q; want %d, %s", n.NS, st.Port, st.Detail["armed"], newPort, wantArmed)
+		}
+		if n == a && (!strings.Contains(want, "198.18.101.77") || !strings.Contains(want, "dst 198.18.0.77")) {
+			t.Fatalf("the late peer is not in the device before the commit either:\n%s", before)
+		}
+	}
+	if got := connectivity(t, a, b, 2*time.Second); got != allPaths {
+		t.Fatalf("both on %d: paths %q", newPort, got)
+	}
 }
 
 // TestRevertAfterCrashInWindow: the agent died inside the window, leaving

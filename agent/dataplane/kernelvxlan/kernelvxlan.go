@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
@@ -79,9 +80,25 @@ type Config struct {
 }
 
 // Backend implements dataplane.Backend over a kernel VXLAN device.
-type Backend struct{ cfg Config }
+type Backend struct {
+	cfg Config
+	mu  sync.Mutex
+	// armed is what ArmCommit read for the Commit of one snapshot; only
+	// a speed-up: every step still works from the snapshot alone.
+	armed *armedCommit
+}
 
-var _ dataplane.Backend = (*Backend)(nil)
+// armedCommit is a commit's reading done ahead (ArmCommit).
+type armedCommit struct {
+	key string // armKey of the snapshot it was armed for
+	a   *vxlan.Armed
+	dur time.Duration // how long arming took
+}
+
+var (
+	_ dataplane.Backend     = (*Backend)(nil)
+	_ dataplane.CommitArmer = (*Backend)(nil)
+)
 
 // New returns the backend; the kernel is not contacted yet.
 func New(cfg Config) (*Backend, error) {
@@ -143,15 +160,23 @@ func (b *Backend) readDevice() (vxlan.Snapshot, error) {
 }
 
 func (b *Backend) state(s vxlan.Snapshot) dataplane.State {
-	d := s.Device
+	st := b.linkState(s.Device)
+	st.Detail["fdb"] = strconv.Itoa(len(s.FDB))
+	st.Detail["neighbors"] = strconv.Itoa(len(s.Neighbors))
+	st.Detail["routes"] = strconv.Itoa(len(s.Routes))
+	return st
+}
+
+// linkState is state without what hangs off the device (the counts of
+// FDB entries, neighbours and routes): what one link lookup tells.
+func (b *Backend) linkState(d vxlan.Device) dataplane.State {
 	state := "down"
 	if d.Up {
 		state = "up"
 	}
 	return dataplane.State{Backend: Name, Device: b.cfg.Device, Port: uint16(d.Port), Detail: map[string]string{
 		"vni": strconv.Itoa(d.VNI), "mac": d.MAC, "mtu": strconv.Itoa(d.MTU), "state": state,
-		"ifindex": strconv.Itoa(d.Index), "fdb": strconv.Itoa(len(s.FDB)),
-		"neighbors": strconv.Itoa(len(s.Neighbors)), "routes": strconv.Itoa(len(s.Routes)),
+		"ifindex": strconv.Itoa(d.Index),
 	}}
 }
 
@@ -336,10 +361,14 @@ func (b *Backend) Prepare(_ context.Context, s dataplane.Snapshot) error {
 
 // outcome is what move did.
 type outcome struct {
-	w        vxlan.Window
-	moved    bool
+	w     vxlan.Window
+	moved bool
+	// after is the device read back: in full for a replay or a failure,
+	// only its link (Device) after a move (linkOnly).
 	after    vxlan.Snapshot
+	linkOnly bool
 	readBack time.Duration // the read-back after the move
+	armed    string        // what became of ArmCommit's read (Commit only)
 }
 
 // move brings the device from port from to port to, idempotently:
@@ -373,15 +402,92 @@ func (b *Backend) move(op string, prior vxlan.Snapshot, from, to uint16, checkId
 	if err != nil {
 		return outcome{w: w}, fmt.Errorf("%s %s %d->%d: %w", op, b.cfg.Device, from, to, err)
 	}
+	return b.readBack(op, w, to)
+}
+
+// readBack confirms a move with one link lookup: the port is what the
+// answer carries. The full read (FDB, neighbours, routes: six dumps) is
+// for the log and waits until after the answer (AfterCommit).
+func (b *Backend) readBack(op string, w vxlan.Window, to uint16) (outcome, error) {
 	t0 := time.Now()
-	after, err := b.cfg.VXLAN.Snapshot(b.cfg.Device)
+	d, err := b.cfg.VXLAN.Link(b.cfg.Device)
 	if err != nil {
 		return outcome{w: w, moved: true}, fmt.Errorf("%s %s: read back: %w", op, b.cfg.Device, err)
 	}
-	if after.Device.Port != int(to) {
-		return outcome{w: w, moved: true, after: after}, fmt.Errorf("%s %s: read back port %d, want %d", op, b.cfg.Device, after.Device.Port, to)
+	after := vxlan.Snapshot{Device: d}
+	if d.Port != int(to) {
+		return outcome{w: w, moved: true, after: after, linkOnly: true}, fmt.Errorf("%s %s: read back port %d, want %d", op, b.cfg.Device, d.Port, to)
 	}
-	return outcome{w: w, moved: true, after: after, readBack: time.Since(t0)}, nil
+	return outcome{w: w, moved: true, after: after, linkOnly: true, readBack: time.Since(t0)}, nil
+}
+
+// armKey names the operation a snapshot is for.
+func armKey(s dataplane.Snapshot) string {
+	return fmt.Sprintf("%s|%d|%d|%s", s.Device, s.FromPort, s.ToPort, s.Data)
+}
+
+// ArmCommit implements dataplane.CommitArmer: the fresh read Commit would
+// do at the instant (the device and everything bound to it) and the
+// top-up of the prebuilt device to it, done now, with a watch on the
+// device from before the read (vxlan.Armed). A device that is not as
+// Commit would recreate it (another port, changed configuration) is not
+// armed: Commit's own read says what is wrong.
+func (b *Backend) ArmCommit(ctx context.Context, s dataplane.Snapshot) error {
+	b.disarm()
+	sd, err := b.decode(s)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	a, err := b.cfg.VXLAN.Arm(ctx, b.cfg.Device, int(s.ToPort))
+	if err != nil {
+		return fmt.Errorf("read %s ahead of the commit instant: %w", b.cfg.Device, err)
+	}
+	if a.Snap.Device.Port != int(s.FromPort) || deviceDiff(sd.Device.Device, a.Snap.Device) != "" {
+		a.Close()
+		return nil
+	}
+	b.mu.Lock()
+	b.armed = &armedCommit{key: armKey(s), a: a, dur: time.Since(t0)}
+	b.mu.Unlock()
+	return nil
+}
+
+// takeArmed returns what ArmCommit read for s (nil: nothing) and forgets
+// it: it is good for one Commit.
+func (b *Backend) takeArmed(s dataplane.Snapshot) *armedCommit {
+	b.mu.Lock()
+	ac := b.armed
+	b.armed = nil
+	b.mu.Unlock()
+	if ac != nil && ac.key != armKey(s) {
+		ac.a.Close()
+		return nil
+	}
+	return ac
+}
+
+// disarm drops what ArmCommit read, if anything.
+func (b *Backend) disarm() {
+	if ac := b.takeArmed(dataplane.Snapshot{}); ac != nil {
+		ac.a.Close()
+	}
+}
+
+// moveArmed is move("commit") from what ArmCommit read, which already
+// passed move's checks (on from, configuration as in the snapshot). ok
+// false: the device may have changed since that read, nothing was
+// touched, and move must read afresh; why says what was seen.
+func (b *Backend) moveArmed(ac *armedCommit, to uint16) (o outcome, ok bool, why string, err error) {
+	w, err := b.cfg.VXLAN.RecreateArmed(ac.a)
+	if vxlan.IsChanged(err) {
+		return outcome{}, false, err.Error(), nil
+	}
+	if err != nil {
+		return outcome{w: w}, true, "", fmt.Errorf("commit %s ->%d: %w", b.cfg.Device, to, err)
+	}
+	o, err = b.readBack("commit", w, to)
+	return o, true, "", err
 }
 
 // deviceDiff names the device attributes that differ, ignoring the port and
@@ -418,6 +524,12 @@ func (b *Backend) forget(st *dataplane.State, port uint16) {
 
 func (b *Backend) stateWith(o outcome) dataplane.State {
 	st := b.state(o.after)
+	if o.linkOnly {
+		st = b.linkState(o.after.Device)
+	}
+	if o.armed != "" {
+		st.Detail["armed"] = o.armed
+	}
 	w := o.w
 	st.Detail["strategy"] = w.Strategy
 	st.Detail["window_us"] = strconv.FormatInt(w.Total.Microseconds(), 10)
@@ -436,14 +548,31 @@ func (b *Backend) stateWith(o outcome) dataplane.State {
 // measured window (window_us, absent_us; prepare_us is spent before the old
 // device is touched).
 func (b *Backend) Commit(_ context.Context, s dataplane.Snapshot) (dataplane.State, error) {
+	ac := b.takeArmed(s)
 	sd, err := b.decode(s)
 	if err != nil {
+		if ac != nil {
+			ac.a.Close()
+		}
 		return dataplane.State{}, err
+	}
+	armed := "no"
+	if ac != nil {
+		o, ok, why, err := b.moveArmed(ac, s.ToPort)
+		if ok {
+			if err != nil {
+				return dataplane.State{}, err
+			}
+			o.armed = "used (" + strconv.FormatInt(ac.dur.Microseconds(), 10) + " us ahead)"
+			return b.stateWith(o), nil
+		}
+		armed = "stale, read afresh: " + why
 	}
 	o, err := b.move("commit", sd.Device, s.FromPort, s.ToPort, true)
 	if err != nil {
 		return dataplane.State{}, err
 	}
+	o.armed = armed
 	// The old port's conntrack entries go in AfterCommit, after the
 	// answer.
 	return b.stateWith(o), nil
@@ -461,6 +590,17 @@ func (b *Backend) AfterCommit(_ context.Context, s dataplane.Snapshot) (map[stri
 		return nil, err
 	}
 	st := dataplane.State{Detail: map[string]string{}}
+	// The full read-back, for the log: Commit confirmed the port with one
+	// link lookup.
+	t0 := time.Now()
+	if full, err := b.cfg.VXLAN.Snapshot(b.cfg.Device); err == nil {
+		st.Detail["fdb"] = strconv.Itoa(len(full.FDB))
+		st.Detail["neighbors"] = strconv.Itoa(len(full.Neighbors))
+		st.Detail["routes"] = strconv.Itoa(len(full.Routes))
+		st.Detail["readback_full_us"] = strconv.FormatInt(time.Since(t0).Microseconds(), 10)
+	} else {
+		st.Detail["readback_error"] = err.Error()
+	}
 	b.forget(&st, s.FromPort)
 	if e := st.Detail["conntrack_error"]; e != "" {
 		return st.Detail, errors.New(e)
@@ -471,6 +611,7 @@ func (b *Backend) AfterCommit(_ context.Context, s dataplane.Snapshot) (map[stri
 // Revert implements dataplane.Backend: back to the snapshot's port (a no-op
 // when already there), then the target port's rules Prepare added go.
 func (b *Backend) Revert(_ context.Context, s dataplane.Snapshot) (dataplane.State, error) {
+	b.disarm()
 	sd, err := b.decode(s)
 	if err != nil {
 		return dataplane.State{}, err
@@ -478,6 +619,9 @@ func (b *Backend) Revert(_ context.Context, s dataplane.Snapshot) (dataplane.Sta
 	o, err := b.move("revert", sd.Device, s.ToPort, s.FromPort, false)
 	if err != nil {
 		if o.after.Device.Name != "" {
+			if o.linkOnly {
+				return b.linkState(o.after.Device), err
+			}
 			return b.state(o.after), err
 		}
 		return dataplane.State{}, err
@@ -508,6 +652,7 @@ func (b *Backend) Revert(_ context.Context, s dataplane.Snapshot) (dataplane.Sta
 // Abort implements dataplane.Backend: the prebuilt device and the target
 // port's rules Prepare added go.
 func (b *Backend) Abort(_ context.Context, s dataplane.Snapshot) error {
+	b.disarm()
 	sd, err := b.decode(s)
 	if err != nil {
 		return err

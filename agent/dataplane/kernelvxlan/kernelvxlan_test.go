@@ -443,6 +443,87 @@ func TestCommitUsesFreshEntriesAndRefusesChangedDevice(t *testing.T) {
 	}
 }
 
+// Armed ahead of the instant: a commit with nothing changed since uses the
+// early read; one where the CNI added a peer in between reads afresh and
+// keeps the peer; one where the device itself changed still refuses; an
+// Abort drops what was armed.
+func TestArmedCommit(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	snap, err := r.b.Snapshot(ctx, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.Prepare(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.ArmCommit(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.b.Commit(ctx, snap)
+	if err != nil || !strings.HasPrefix(st.Detail["armed"], "used") || st.Port != to {
+		t.Fatalf("commit, nothing changed since it was armed: %+v, %v; want the early read used", st, err)
+	}
+
+	r = newRig(t)
+	snap, _ = r.b.Snapshot(ctx, from, to)
+	if err := r.b.ArmCommit(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	grown := flannelDevice(from)
+	grown.FDB = append(grown.FDB, vxlan.FDBEntry{MAC: "02:42:c6:12:64:03", Dst: net.ParseIP("198.18.0.3"), State: 0x80, Flags: 2})
+	if _, err := r.vx.Recreate(grown, from); err != nil {
+		t.Fatal(err)
+	}
+	st, err = r.b.Commit(ctx, snap)
+	if err != nil || !strings.HasPrefix(st.Detail["armed"], "stale") {
+		t.Fatalf("commit after the CNI added a peer: %+v, %v; want a fresh read", st, err)
+	}
+	if !strings.Contains(r.vx.Dump(), "dst 198.18.0.3") {
+		t.Fatalf("the peer added after the early read was lost:\n%s", r.vx.Dump())
+	}
+
+	r = newRig(t)
+	snap, _ = r.b.Snapshot(ctx, from, to)
+	if err := r.b.ArmCommit(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	changed := flannelDevice(from)
+	changed.Device.MTU = 1400
+	if _, err := r.vx.Recreate(changed, from); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.b.Commit(ctx, snap); err == nil || !strings.Contains(err.Error(), "changed since the snapshot") {
+		t.Fatalf("commit over a device changed after it was armed: %v", err)
+	}
+
+	// Armed on a device already changed: not armed, the commit refuses
+	// as without arming. Then Abort drops anything armed.
+	r = newRig(t)
+	snap, _ = r.b.Snapshot(ctx, from, to)
+	if _, err := r.vx.Recreate(changed, from); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.ArmCommit(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if r.b.armed != nil {
+		t.Fatal("a device that changed since the snapshot was armed")
+	}
+	if _, err := r.vx.Recreate(flannelDevice(from), from); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.ArmCommit(ctx, snap); err != nil || r.b.armed == nil {
+		t.Fatalf("arm: %v, armed %v", err, r.b.armed)
+	}
+	if err := r.b.Abort(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if r.b.armed != nil {
+		t.Fatal("Abort left the armed read")
+	}
+}
+
 // A failing recreation is an error (the agent then reverts); a failing
 // conntrack cleanup is not: the device moved, and it is reported.
 func TestFailures(t *testing.T) {
