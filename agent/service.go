@@ -14,6 +14,7 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/operation"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	"github.com/cutover-dev/cutover/pkg/version"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
@@ -532,9 +533,13 @@ func checkOpID(id string) error {
 	return nil
 }
 
+// checkPort reads a port field of a request: the range check is
+// tunnelport's, as in coordctl and the coordinator, so every layer refuses
+// a bad port in the same words.
 func checkPort(field string, p uint32) (uint16, error) {
-	if p < 1 || p > 65535 {
-		return 0, status.Errorf(codes.InvalidArgument, "%s %d: not a UDP port (1-65535)", field, p)
+	port, err := tunnelport.From(field, int64(p))
+	if err != nil {
+		return 0, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return uint16(p), nil
+	return uint16(port), nil
 }
