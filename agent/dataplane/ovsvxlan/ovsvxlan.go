@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/pkg/openflow"
@@ -65,6 +66,10 @@ type Backend struct {
 	// it is gone and Commit builds the change itself (SetDstPort).
 	mu      sync.Mutex
 	pending *pendingChange
+	// applied is the change a Commit applied, closed by AfterCommit:
+	// closing cancels its cur_cfg monitor, a round trip to ovsdb-server
+	// the answer need not wait for.
+	applied ovs.PreparedChange
 
 	// staged serializes the staged phases with Keep, which read the
 	// flow table and then change it.
@@ -76,7 +81,10 @@ type pendingChange struct {
 	change   ovs.PreparedChange
 }
 
-var _ dataplane.Backend = (*Backend)(nil)
+var (
+	_ dataplane.Backend        = (*Backend)(nil)
+	_ dataplane.AfterCommitter = (*Backend)(nil)
+)
 
 // New returns the backend; the drivers are not contacted yet.
 func New(cfg Config) (*Backend, error) {
@@ -319,14 +327,35 @@ func (b *Backend) Commit(ctx context.Context, s dataplane.Snapshot) (dataplane.S
 			return dataplane.State{}, fmt.Errorf("commit %s %d→%d: %w", b.cfg.Interface, s.FromPort, s.ToPort, err)
 		}
 	}
-	defer change.Close()
 	iface, err := change.Apply(ctx)
 	if err != nil {
+		change.Close()
 		return dataplane.State{}, fmt.Errorf("commit %s %d→%d: %w", b.cfg.Interface, s.FromPort, s.ToPort, err)
 	}
 	st, err := b.state(iface)
 	st.Written, st.Effective = change.Timing()
+	b.closeApplied(change)
 	return st, err
+}
+
+// closeApplied keeps next to be closed after the commit's answer (nil:
+// nothing), closing the one kept before, if any, now.
+func (b *Backend) closeApplied(next ovs.PreparedChange) {
+	b.mu.Lock()
+	old := b.applied
+	b.applied = next
+	b.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+// AfterCommit implements dataplane.AfterCommitter: the applied change's
+// cur_cfg monitor is cancelled once the answer left.
+func (b *Backend) AfterCommit(context.Context, dataplane.Snapshot) (map[string]string, error) {
+	t0 := time.Now()
+	b.closeApplied(nil)
+	return map[string]string{"monitor_closed_after": time.Since(t0).String()}, nil
 }
 
 // Revert implements dataplane.Backend.
