@@ -1,8 +1,8 @@
-package main
+package replica
 
 // The coordinator's cluster mode end to end against a real kube-apiserver
 // (harness/kubetest): two replicas through the same code path as --kube
-// (newCluster/Run, as the coordinator's ServiceAccount with deploy/'s
+// (New/Run, as the coordinator's ServiceAccount with deploy/'s
 // RBAC), fake agents over bufconn at the host IPs discovery finds, and a
 // leader cut off from the apiserver with an operation in flight.
 
@@ -45,7 +45,7 @@ const ns = "cutover"
 
 func repoRoot() string {
 	_, f, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(f), "..", "..", "..")
+	return filepath.Join(filepath.Dir(f), "..", "..")
 }
 
 // installRBAC applies the namespaces, ServiceAccounts and RBAC of
@@ -162,7 +162,7 @@ func (c cutRT) RoundTrip(r *http.Request) (*http.Response, error) {
 
 type replica struct {
 	id   string
-	p    *cluster
+	p    *Replica
 	net  *partition
 	done chan error
 	api  coordinatorv1.CoordinatorServiceClient
@@ -208,7 +208,7 @@ func newReplica(t *testing.T, admin kubernetes.Interface, sa *rest.Config, id, l
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(&tlog{t, id}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	p, err := newCluster(cfg, kcfg, rc, log, coordinator.WithDialOptions(dial, grpc.WithTransportCredentials(insecure.NewCredentials())))
+	p, err := New(cfg, kcfg, rc, log, coordinator.WithDialOptions(dial, grpc.WithTransportCredentials(insecure.NewCredentials())))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package replica
 
 // A standby's readiness follows the leader lock, under both locks, on a
 // real kube-apiserver: Ready while a live replica leads (both replicas

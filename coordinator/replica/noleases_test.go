@@ -1,4 +1,4 @@
-package main
+package replica
 
 // The coordinator binary's cluster mode on an apiserver that serves no
 // coordination.k8s.io (OpenShift 3.11 is Kubernetes 1.11), with
