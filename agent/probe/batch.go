@@ -21,13 +21,16 @@ package probe
 // The socket is not Go's net.UDPConn on Linux (sock_linux.go): the
 // runtime's poller would be woken by every datagram that arrives, read or
 // not, which is the wake per packet again; a plain socket read with
-// recvmmsg on the ticks is woken by nothing.
+// recvmmsg on the ticks is woken by nothing. Nor is the tick a Go timer
+// (pace_linux.go): what a timer wakes in the runtime besides the mesh
+// cost ten wakes a tick.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"time"
 )
 
@@ -100,28 +103,51 @@ func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
 	if err != nil {
 		return fmt.Errorf("probe: listen %s: %w", listen, err)
 	}
+	pc, err := newPacer()
+	if err != nil {
+		_ = s.close()
+		return fmt.Errorf("probe: timer: %w", err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	r := &reader{m: m, s: s, resume: make(chan struct{}, 1), done: make(chan struct{})}
+	r := &reader{m: m, s: s, resume: make(chan struct{}, 1), done: make(chan struct{}), wake: pc.wake}
 	go r.run(ctx)
+	m.mu.Lock()
+	m.pacer = pc
+	m.mu.Unlock()
+	stopWake := context.AfterFunc(ctx, pc.wake)
 	defer func() {
+		stopWake()
+		m.mu.Lock()
+		m.pacer = nil
+		m.mu.Unlock()
 		// The socket closes only once the reader returned, so its number
 		// is never reused under a read.
 		cancel()
 		s.wake()
 		<-r.done
 		_ = s.close()
+		_ = pc.close()
 	}()
-	t := time.NewTicker(m.cfg.Interval)
-	t.Stop()
-	defer t.Stop()
 	bufs := newBuffers()
+	yieldEvery := max(1, int(yieldAfter/m.cfg.Interval))
+	sinceYield := 0
 	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		select {
+		case <-r.done:
+			return r.err
+		default:
+		}
 		m.mu.Lock()
 		idle := len(m.order) == 0
 		m.mu.Unlock()
 		switch {
 		case idle && m.ticking.Load():
-			t.Stop()
+			if err := pc.stop(); err != nil {
+				return fmt.Errorf("probe: timer: %w", err)
+			}
 			m.mu.Lock()
 			m.lastRound = time.Time{} // no round is due while idle
 			m.mu.Unlock()
@@ -134,27 +160,33 @@ func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
 			// The reader parks after the read it is in; until then both
 			// may read, which is harmless (each datagram is read once).
 			m.ticking.Store(true)
-			t.Reset(m.cfg.Interval)
-		}
-		if idle {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-m.peersSet:
-			case <-r.done:
-				return r.err
+			if err := pc.start(m.cfg.Interval); err != nil {
+				return fmt.Errorf("probe: timer: %w", err)
 			}
-			continue
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+		// Idle, only a wake returns (SetPeers, the end, the reader's
+		// error).
+		ticks, err := pc.wait()
+		if err != nil {
+			return fmt.Errorf("probe: timer: %w", err)
+		}
+		if ticks > 0 && !idle {
 			m.tick(s, bufs)
-		case <-m.peersSet:
+			if sinceYield++; sinceYield >= yieldEvery {
+				runtime.Gosched()
+				sinceYield = 0
+			}
 		}
 	}
 }
+
+// yieldAfter is how long the loop goes between two trips through the
+// scheduler. A goroutine that only ever leaves its P for a syscall keeps
+// the P's schedtick; after 10 ms of the same one sysmon takes it for a
+// goroutine that will not yield, retakes the P during the next wait and
+// polls every 20 µs again (pace_linux.go). A Gosched every 5 ms costs a
+// wake of another thread at most (wakep); being retaken costs dozens.
+const yieldAfter = 5 * time.Millisecond
 
 // tick reads what arrived since the last tick, answers it, and sends this
 // round's probes, the answers and the probes in one batch.
@@ -238,6 +270,7 @@ type reader struct {
 	resume chan struct{}
 	done   chan struct{} // closed when run returns, err set before
 	err    error
+	wake   func() // the loop's, called once err is set
 }
 
 func (r *reader) run(ctx context.Context) {
@@ -261,6 +294,7 @@ func (r *reader) run(ctx context.Context) {
 		}
 		if err != nil && !errors.Is(err, errAgain) {
 			r.err = fmt.Errorf("probe: read: %w", err)
+			r.wake()
 			return
 		}
 	}
