@@ -30,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"time"
 )
 
@@ -129,8 +128,6 @@ func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
 		_ = pc.close()
 	}()
 	bufs := newBuffers()
-	yieldEvery := max(1, int(yieldAfter/m.cfg.Interval))
-	sinceYield := 0
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -172,21 +169,9 @@ func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
 		}
 		if ticks > 0 && !idle {
 			m.tick(s, bufs)
-			if sinceYield++; sinceYield >= yieldEvery {
-				runtime.Gosched()
-				sinceYield = 0
-			}
 		}
 	}
 }
-
-// yieldAfter is how long the loop goes between two trips through the
-// scheduler. A goroutine that only ever leaves its P for a syscall keeps
-// the P's schedtick; after 10 ms of the same one sysmon takes it for a
-// goroutine that will not yield, retakes the P during the next wait and
-// polls every 20 µs again (pace_linux.go). A Gosched every 5 ms costs a
-// wake of another thread at most (wakep); being retaken costs dozens.
-const yieldAfter = 5 * time.Millisecond
 
 // tick reads what arrived since the last tick, answers it, and sends this
 // round's probes, the answers and the probes in one batch.

@@ -1,8 +1,10 @@
 package probe
 
 import (
+	"encoding/binary"
 	"errors"
-	"sync"
+	"os"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -10,107 +12,109 @@ import (
 )
 
 // pacer is what a probing mesh waits on between ticks: a periodic timerfd
-// and an eventfd that wakes it early (the peer set changed, the mesh
-// ends), waited on together in one blocking ppoll.
+// in the runtime's poller, its expirations read with raw syscalls.
 //
 // It is not a Go timer because of what a Go timer wakes besides the
-// mesh's goroutine. With every P idle between ticks, the runtime parks
-// sysmon until the next timer, and the first syscall of the tick
-// (entersyscall) wakes it again, after which it polls at 20 µs for as long
-// as a P is busy; the thread that runs the timer starts a second, spinning
-// thread (wakep) that finds nothing and sleeps again; and netpoll's
-// timeout is in whole milliseconds, so it wakes once early and once on
-// time. An agent probing 3 peers every 10 ms was woken ~1,100 times a
-// second, ~11 per tick, for a mesh that needs one (make bench-agent).
+// mesh's goroutine. The thread that runs an expired timer readies the
+// goroutine and starts a second, spinning thread (wakep) that finds
+// nothing and sleeps again; netpoll's timeout is in whole milliseconds,
+// so it wakes once early and once on time; and with every P idle between
+// ticks sysmon sleeps until the next timer, is woken by the tick's first
+// syscall (entersyscall) besides, and then polls every 20 µs for as long
+// as a P is busy. An agent probing 3 peers every 10 ms was woken ~1,100
+// times a second, ~11 per tick, for a mesh that needs one (make
+// bench-agent).
 //
-// A goroutine blocked in ppoll keeps its thread and its P (in _Psyscall):
-// the tick wakes that thread alone, and its reads and writes (raw
-// syscalls, never blocking: sock.read and sock.write) do not re-enter the
-// scheduler. Sysmon, seeing a P in a syscall, no longer sleeps until the
-// next timer but polls at its slowest, every 10 ms, whatever the
-// interval. It does not take the P away while each wait is shorter than
-// its 10 ms grace and another P is idle; with none idle it does, within
-// one of its polls, which is why the agent runs with at least two Ps
-// (agent/cmd/agent).
+// A timerfd that becomes readable is a goroutine the poller hands
+// straight to the thread that was blocked in epoll: that thread runs it,
+// nothing else is woken, and sysmon, with no timer due, sleeps on. For
+// that the tick must not enter the scheduler's syscall path either: its
+// reads and writes never block and go raw (sock.read, sock.write), and
+// so does the read of the timerfd here. A wake is a read deadline in the
+// past, which returns the wait at once.
 type pacer struct {
-	tfd, efd int
-	fds      [2]unix.PollFd
-	buf      [8]byte
-	// mu orders a wake from another goroutine (the context's end) before
-	// close, so that it never writes to a closed, maybe reused, number.
-	mu     sync.Mutex
-	closed bool
+	f     *os.File
+	rc    syscall.RawConn
+	read  func(fd uintptr) bool // p.readTicks, bound once: no allocation a tick
+	ticks uint64
+	err   error
+	buf   [8]byte
 }
 
 func newPacer() (*pacer, error) {
-	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC|unix.TFD_NONBLOCK)
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC|unix.TFD_NONBLOCK)
 	if err != nil {
 		return nil, err
 	}
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	// Non-blocking, so os.NewFile puts it in the poller.
+	f := os.NewFile(uintptr(fd), "probe-ticks")
+	rc, err := f.SyscallConn()
 	if err != nil {
-		_ = unix.Close(tfd)
+		_ = f.Close()
 		return nil, err
 	}
-	p := &pacer{tfd: tfd, efd: efd}
-	p.fds = [2]unix.PollFd{{Fd: int32(tfd), Events: unix.POLLIN}, {Fd: int32(efd), Events: unix.POLLIN}}
+	p := &pacer{f: f, rc: rc}
+	p.read = p.readTicks
 	return p, nil
 }
 
 // start ticks every d from now on; stop ends the ticks.
 func (p *pacer) start(d time.Duration) error {
 	ts := unix.NsecToTimespec(d.Nanoseconds())
-	return unix.TimerfdSettime(p.tfd, 0, &unix.ItimerSpec{Interval: ts, Value: ts}, nil)
+	return p.settime(&unix.ItimerSpec{Interval: ts, Value: ts})
 }
 
-func (p *pacer) stop() error {
-	return unix.TimerfdSettime(p.tfd, 0, &unix.ItimerSpec{}, nil)
+func (p *pacer) stop() error { return p.settime(&unix.ItimerSpec{}) }
+
+func (p *pacer) settime(spec *unix.ItimerSpec) error {
+	var err error
+	if cerr := p.rc.Control(func(fd uintptr) { err = unix.TimerfdSettime(int(fd), 0, spec, nil) }); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // wake makes the current or next wait return at once. Safe from any
-// goroutine.
-func (p *pacer) wake() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.closed {
-		one := [8]byte{1}
-		_, _ = unix.Write(p.efd, one[:])
-	}
-}
+// goroutine, also after close.
+func (p *pacer) wake() { _ = p.f.SetReadDeadline(time.Unix(1, 0)) }
 
 // wait blocks until a tick is due or wake was called, and says how many
 // ticks have come since the last wait (more than one: the mesh fell
-// behind).
-func (p *pacer) wait() (ticks uint64, err error) {
+// behind; none: woken).
+func (p *pacer) wait() (uint64, error) {
+	p.ticks, p.err = 0, nil
+	err := p.rc.Read(p.read)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// Cleared before the caller looks at what it was woken for, so a
+		// wake after that look is not lost.
+		return 0, p.f.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		return 0, err
+	}
+	return p.ticks, p.err
+}
+
+// readTicks reads the timerfd's expirations: false while there are none
+// (the poller waits), raw for the reason the type says.
+func (p *pacer) readTicks(fd uintptr) bool {
 	for {
-		// Blocking: the runtime must know this thread is in a syscall
-		// (Syscall6, not the raw call), so that a stop of the world
-		// does not wait for the next tick.
-		_, _, e := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&p.fds[0])), 2, 0, 0, 0, 0)
-		if e != 0 && e != unix.EINTR {
-			return 0, e
-		}
-		woken := p.drain(p.efd) > 0
-		ticks = p.drain(p.tfd)
-		if ticks > 0 || woken {
-			return ticks, nil
+		n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&p.buf[0])), uintptr(len(p.buf)))
+		switch e {
+		case 0:
+			if n == uintptr(len(p.buf)) {
+				p.ticks = binary.NativeEndian.Uint64(p.buf[:])
+			}
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			p.err = e
+			return true
 		}
 	}
 }
 
-// drain reads fd's counter (a timerfd's expirations, an eventfd's sum),
-// zero when there is nothing.
-func (p *pacer) drain(fd int) uint64 {
-	r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p.buf[0])), 8)
-	if e != 0 || r != 8 {
-		return 0
-	}
-	return *(*uint64)(unsafe.Pointer(&p.buf[0]))
-}
-
-func (p *pacer) close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	return errors.Join(unix.Close(p.tfd), unix.Close(p.efd))
-}
+func (p *pacer) close() error { return p.f.Close() }

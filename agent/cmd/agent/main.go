@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -58,15 +57,6 @@ func run(args []string) int {
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(os.Stderr, "agent: invalid flags:\n%v\n", err)
 		return 2
-	}
-	// The probe mesh waits for its ticks in a blocking syscall that keeps
-	// its P (agent/probe/pace_linux.go). With a single P every other
-	// goroutine, a Commit due at its instant included, would wait for
-	// sysmon to take that P back, up to 10 ms. Go gives a container two
-	// Ps at least whatever its CPU limit (the DaemonSet's is 500m); this
-	// does the same on a one-CPU machine. An explicit GOMAXPROCS stands.
-	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < 2 {
-		runtime.GOMAXPROCS(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
