@@ -84,9 +84,11 @@ func (b *buffers) add(kind byte, seq uint64, ts int64, to netip.AddrPort) bool {
 // is down, a full socket buffer) is a lost probe or answer, which the
 // counters show; the rest of the batch is still sent.
 func (b *buffers) flush(s *sock) {
-	for len(b.tx) > 0 {
-		n, _ := s.write(b.sc, b.tx)
-		b.tx = b.tx[max(n, 1):] // past the datagram the kernel refused
+	// Past what was sent on a local slice: moving b.tx's start on would
+	// shrink its capacity a little each time, until every add allocated.
+	for tx := b.tx; len(tx) > 0; {
+		n, _ := s.write(b.sc, tx)
+		tx = tx[max(n, 1):] // past the datagram the kernel refused
 	}
 	b.tx = b.tx[:0]
 }
