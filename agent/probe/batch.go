@@ -15,7 +15,7 @@ package probe
 // answer of a steady mesh, so no gap between answers grows.
 //
 // An agent without peers of its own (between operations, or outside an
-// operation's subset) has no ticker; it still answers its peers at once,
+// operation's subset) has no ticks; it still answers its peers at once,
 // from a blocking reader that is parked while the ticks read.
 //
 // The socket is not Go's net.UDPConn on Linux (sock_linux.go): the

@@ -1,9 +1,11 @@
 package lab_test
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -12,17 +14,21 @@ import (
 )
 
 // packetCost is what one probe-sized datagram costs the kernel on a lab,
-// in CPU microseconds of the calling thread: SendUS a send from one node's
-// overlay address to another's (the VXLAN encapsulation, the veth, and the
-// receive side in the peer's namespace, which the veth runs on the
-// sender's CPU unless the softirq is deferred), RecvUS a read with its
-// receive stamp. One syscall a datagram, so each includes a syscall's
-// entry and exit, which the agent's batches share: an upper bound.
+// in CPU microseconds of the calling thread, sent and read the way the
+// mesh does on a tick (agent/probe): SendUS a datagram of a sendmmsg of
+// tickBatch from one node's overlay address to another's (the VXLAN
+// encapsulation, the veth, and the receive side in the peer's namespace,
+// which the veth runs on the sender's CPU unless the softirq is
+// deferred), RecvUS a datagram of a recvmmsg of as many, with its receive
+// stamp. Each includes its share of the call's entry and exit.
 type packetCost struct {
 	SendUS  float64 `json:"send_us_per_packet"`
 	RecvUS  float64 `json:"recv_us_per_packet"`
 	Packets int     `json:"packets"`
 }
+
+// tickBatch is what a tick of 3 peers sends: 3 probes and 3 answers.
+const tickBatch = 6
 
 // calibratePort is a port no lab process uses, on the overlay addresses.
 const calibratePort = 9499
@@ -41,30 +47,62 @@ func calibrate(b *testing.B, l *lab.Lab) packetCost {
 	defer unix.Close(rx)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	dst := &unix.SockaddrInet4{Port: calibratePort, Addr: to.OverlayIP.As4()}
-	buf := make([]byte, 21) // a probe's size (agent/probe)
-	rbuf, oob := make([]byte, 1500), make([]byte, 128)
-	const n = 20000
+
+	// One destination for the whole batch; the kernel reads the headers.
+	var dst unix.RawSockaddrInet4
+	dst.Family = unix.AF_INET
+	dst.Addr = to.OverlayIP.As4()
+	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&dst.Port))[:], calibratePort)
+	payload := make([]byte, 21) // a probe's size (agent/probe)
+	out := make([]mmsghdr, tickBatch)
+	outIov := make([]unix.Iovec, tickBatch)
+	in := make([]mmsghdr, tickBatch)
+	inIov := make([]unix.Iovec, tickBatch)
+	inBuf := make([][1500]byte, tickBatch)
+	inOOB := make([][128]byte, tickBatch)
+	for i := range tickBatch {
+		outIov[i] = unix.Iovec{Base: &payload[0]}
+		outIov[i].SetLen(len(payload))
+		out[i].hdr = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&dst)), Namelen: unix.SizeofSockaddrInet4, Iov: &outIov[i]}
+		out[i].hdr.SetIovlen(1)
+		inIov[i] = unix.Iovec{Base: &inBuf[i][0]}
+		inIov[i].SetLen(len(inBuf[i]))
+	}
+	const rounds = 4000
 	var send, recv int64
-	got := 0
-	for range n {
-		t0 := threadCPU(b)
-		if err := unix.Sendto(tx, buf, unix.MSG_DONTWAIT, dst); err != nil {
-			b.Fatalf("calibrate: send %s -> %s: %v", from.Name, to.Name, err)
+	sent, got := 0, 0
+	for range rounds {
+		for i := range tickBatch { // the kernel writes back lengths
+			in[i].hdr = unix.Msghdr{Iov: &inIov[i], Control: &inOOB[i][0]}
+			in[i].hdr.SetIovlen(1)
+			in[i].hdr.SetControllen(len(inOOB[i]))
 		}
+		t0 := threadCPU(b)
+		n, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(tx), uintptr(unsafe.Pointer(&out[0])), tickBatch, unix.MSG_DONTWAIT, 0, 0)
 		t1 := threadCPU(b)
-		_, _, _, _, err := unix.Recvmsg(rx, rbuf, oob, unix.MSG_DONTWAIT)
+		if e != 0 {
+			b.Fatalf("calibrate: sendmmsg %s -> %s: %v", from.Name, to.Name, e)
+		}
+		m, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(rx), uintptr(unsafe.Pointer(&in[0])), tickBatch, unix.MSG_DONTWAIT, 0, 0)
 		t2 := threadCPU(b)
 		send += t1 - t0
-		if err == nil {
+		sent += int(n)
+		if e == 0 && m > 0 {
 			recv += t2 - t1
-			got++
+			got += int(m)
 		}
 	}
-	if got < n/2 {
-		b.Fatalf("calibrate: %d of %d datagrams %s -> %s arrived at once; the per-packet cost would be a guess", got, n, from.Name, to.Name)
+	runtime.KeepAlive(payload)
+	if sent < rounds*tickBatch/2 || got < sent/2 {
+		b.Fatalf("calibrate: %d datagrams sent %s -> %s of %d, %d read at once; the per-packet cost would be a guess", sent, from.Name, to.Name, rounds*tickBatch, got)
 	}
-	return packetCost{SendUS: float64(send) / n / 1e3, RecvUS: float64(recv) / float64(got) / 1e3, Packets: n}
+	return packetCost{SendUS: float64(send) / float64(sent) / 1e3, RecvUS: float64(recv) / float64(got) / 1e3, Packets: sent}
+}
+
+// mmsghdr is struct mmsghdr (as agent/probe has it).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
 }
 
 // udpIn opens a UDP socket in namespace ns bound to ip:calibratePort (the
