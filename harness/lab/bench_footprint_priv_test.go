@@ -67,12 +67,13 @@ type footprintFigure struct {
 	// its syscalls and wake-ups.
 	// RestPct is the CPU less KernelPacketPct: the agent's Go code, the
 	// runtime, its wake-ups and the syscalls' own cost.
-	PacketsPerSec   float64 `json:"packets_per_s,omitempty"`
-	KernelPacketPct float64 `json:"kernel_packet_path_pct_of_core,omitempty"`
-	RestPct         float64 `json:"rest_pct_of_core,omitempty"`
-	TargetRSSMB     float64 `json:"target_rss_mb"`
-	TargetCPUPct    float64 `json:"target_cpu_pct_of_core"`
-	SharedCoreNote  string  `json:"note"`
+	PacketsPerSec   float64     `json:"packets_per_s,omitempty"`
+	PacketCost      *packetCost `json:"packet_cost,omitempty"`
+	KernelPacketPct float64     `json:"kernel_packet_path_pct_of_core,omitempty"`
+	RestPct         float64     `json:"rest_pct_of_core,omitempty"`
+	TargetRSSMB     float64     `json:"target_rss_mb"`
+	TargetCPUPct    float64     `json:"target_cpu_pct_of_core"`
+	SharedCoreNote  string      `json:"note"`
 }
 
 // BenchmarkAgentFootprint measures the real agent binary at rest in a lab
@@ -94,7 +95,6 @@ func BenchmarkAgentFootprint(b *testing.B) {
 	base := labtest.AgentAt(b, rev)
 	baseName := "base " + rev[:min(len(rev), 12)]
 	var figs []footprintFigure
-	var cost packetCost
 	// The probing rates run the base agent and this tree's one after the
 	// other, base first: the machine is shared, and only a ratio within
 	// one run says what a change did.
@@ -105,9 +105,19 @@ func BenchmarkAgentFootprint(b *testing.B) {
 	} {
 		b.Run("probes="+r.probes+"/agent="+strings.Fields(r.agent)[0], func(b *testing.B) {
 			for b.Loop() {
-				figs = append(figs, measureFootprint(b, bin, r.bin, r.agent, r.probes, 8, window, &cost))
+				figs = append(figs, measureFootprint(b, bin, r.bin, r.agent, r.probes, 8, window, r.agent == "this" && strings.HasPrefix(r.probes, "probing")))
 			}
 		})
+	}
+	// The base's packets are the same: its rows take the share measured
+	// beside this tree's.
+	for i := range figs {
+		for _, f := range figs {
+			if figs[i].Agent != "this" && f.Agent == "this" && f.Probes == figs[i].Probes && f.PacketCost != nil {
+				figs[i].PacketsPerSec, figs[i].KernelPacketPct = f.PacketsPerSec, f.KernelPacketPct
+				figs[i].RestPct = figs[i].CPUMedianPct - f.KernelPacketPct
+			}
+		}
 	}
 	var ratios []footprintRatio
 	for _, f := range figs {
@@ -125,7 +135,7 @@ func BenchmarkAgentFootprint(b *testing.B) {
 	}
 	benchresult.Save(b, "agent_footprint.json", map[string]any{
 		"benchmark": "agent_footprint", "cpus": runtime.NumCPU(), "base": rev, "figures": figs,
-		"packet_cost": cost, "ratio_this_to_base": ratios,
+		"ratio_this_to_base": ratios,
 	})
 }
 
@@ -144,7 +154,7 @@ type footprintRatio struct {
 	Wakes  float64 `json:"wakes"`
 }
 
-func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, window time.Duration, cost *packetCost) footprintFigure {
+func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, window time.Duration, calibrateHere bool) footprintFigure {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	d, err := os.MkdirTemp("", "cot-lab-")
@@ -206,8 +216,10 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 		time.Sleep(500 * time.Millisecond)
 	}
 	elapsed := time.Since(t0)
-	if cost != nil && *cost == (packetCost{}) {
-		*cost = calibrate(b, l)
+	var cost *packetCost
+	if calibrateHere {
+		c := calibrate(b, l, cfg.ProbeInterval)
+		cost = &c
 	}
 	cpuPct, userPct, sysPct, wakes := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 	pct := func(ticks uint64) float64 { return 100 * float64(ticks) / clockTicks / elapsed.Seconds() }
@@ -237,6 +249,7 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 		f.ProbePeers = 0 // between operations
 	}
 	if f.ProbePeers > 0 && cost != nil {
+		f.PacketCost = cost
 		f.PacketsPerSec = 2 * float64(f.ProbePeers) / cfg.ProbeInterval.Seconds()
 		f.KernelPacketPct = 100 * f.PacketsPerSec * (cost.SendUS + cost.RecvUS) / 1e6
 		f.RestPct = f.CPUMedianPct - f.KernelPacketPct

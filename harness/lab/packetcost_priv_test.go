@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"runtime"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -20,11 +21,14 @@ import (
 // encapsulation, the veth, and the receive side in the peer's namespace,
 // which the veth runs on the sender's CPU unless the softirq is
 // deferred), RecvUS a datagram of a recvmmsg of as many, with its receive
-// stamp. Each includes its share of the call's entry and exit.
+// stamp. Each includes its share of the call's entry and exit. The
+// batches go every interval, as a tick's do: sent back to back, with the
+// caches warm, a datagram costs half or less.
 type packetCost struct {
-	SendUS  float64 `json:"send_us_per_packet"`
-	RecvUS  float64 `json:"recv_us_per_packet"`
-	Packets int     `json:"packets"`
+	SendUS     float64 `json:"send_us_per_packet"`
+	RecvUS     float64 `json:"recv_us_per_packet"`
+	Packets    int     `json:"packets"`
+	IntervalMS float64 `json:"interval_ms"`
 }
 
 // tickBatch is what a tick of 3 peers sends: 3 probes and 3 answers.
@@ -35,7 +39,7 @@ const calibratePort = 9499
 
 // calibrate measures packetCost between the lab's first two nodes, on a
 // thread of its own (its CPU clock is the measure).
-func calibrate(b *testing.B, l *lab.Lab) packetCost {
+func calibrate(b *testing.B, l *lab.Lab, every time.Duration) packetCost {
 	nodes := l.Nodes()
 	if len(nodes) < 2 {
 		b.Fatal("calibrate: the lab has fewer than two nodes")
@@ -68,10 +72,11 @@ func calibrate(b *testing.B, l *lab.Lab) packetCost {
 		inIov[i] = unix.Iovec{Base: &inBuf[i][0]}
 		inIov[i].SetLen(len(inBuf[i]))
 	}
-	const rounds = 4000
+	rounds := int(min(2000, 3*time.Second/every))
 	var send, recv int64
 	sent, got := 0, 0
 	for range rounds {
+		time.Sleep(every)
 		for i := range tickBatch { // the kernel writes back lengths
 			in[i].hdr = unix.Msghdr{Iov: &inIov[i], Control: &inOOB[i][0]}
 			in[i].hdr.SetIovlen(1)
@@ -96,7 +101,8 @@ func calibrate(b *testing.B, l *lab.Lab) packetCost {
 	if sent < rounds*tickBatch/2 || got < sent/2 {
 		b.Fatalf("calibrate: %d datagrams sent %s -> %s of %d, %d read at once; the per-packet cost would be a guess", sent, from.Name, to.Name, rounds*tickBatch, got)
 	}
-	return packetCost{SendUS: float64(send) / float64(sent) / 1e3, RecvUS: float64(recv) / float64(got) / 1e3, Packets: sent}
+	return packetCost{SendUS: float64(send) / float64(sent) / 1e3, RecvUS: float64(recv) / float64(got) / 1e3, Packets: sent,
+		IntervalMS: float64(every) / 1e6}
 }
 
 // mmsghdr is struct mmsghdr (as agent/probe has it).
