@@ -15,13 +15,15 @@ package probe
 // answer of a steady mesh, so no gap between answers grows.
 //
 // An agent without peers of its own (between operations, or outside an
-// operation's subset) has no ticker; it still answers its peers at once,
+// operation's subset) has no ticks; it still answers its peers at once,
 // from a blocking reader that is parked while the ticks read.
 //
 // The socket is not Go's net.UDPConn on Linux (sock_linux.go): the
 // runtime's poller would be woken by every datagram that arrives, read or
 // not, which is the wake per packet again; a plain socket read with
-// recvmmsg on the ticks is woken by nothing.
+// recvmmsg on the ticks is woken by nothing. Nor is the tick a Go timer
+// (pace_linux.go): what a timer wakes in the runtime besides the mesh
+// cost ten wakes a tick.
 
 import (
 	"context"
@@ -82,9 +84,11 @@ func (b *buffers) add(kind byte, seq uint64, ts int64, to netip.AddrPort) bool {
 // is down, a full socket buffer) is a lost probe or answer, which the
 // counters show; the rest of the batch is still sent.
 func (b *buffers) flush(s *sock) {
-	for len(b.tx) > 0 {
-		n, _ := s.write(b.sc, b.tx)
-		b.tx = b.tx[max(n, 1):] // past the datagram the kernel refused
+	// Past what was sent on a local slice: moving b.tx's start on would
+	// shrink its capacity a little each time, until every add allocated.
+	for tx := b.tx; len(tx) > 0; {
+		n, _ := s.write(b.sc, tx)
+		tx = tx[max(n, 1):] // past the datagram the kernel refused
 	}
 	b.tx = b.tx[:0]
 }
@@ -100,28 +104,49 @@ func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
 	if err != nil {
 		return fmt.Errorf("probe: listen %s: %w", listen, err)
 	}
+	pc, err := newPacer()
+	if err != nil {
+		_ = s.close()
+		return fmt.Errorf("probe: timer: %w", err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	r := &reader{m: m, s: s, resume: make(chan struct{}, 1), done: make(chan struct{})}
+	r := &reader{m: m, s: s, resume: make(chan struct{}, 1), done: make(chan struct{}), wake: pc.wake}
 	go r.run(ctx)
+	m.mu.Lock()
+	m.pacer = pc
+	m.mu.Unlock()
+	stopWake := context.AfterFunc(ctx, pc.wake)
 	defer func() {
+		stopWake()
+		m.mu.Lock()
+		m.pacer = nil
+		m.mu.Unlock()
 		// The socket closes only once the reader returned, so its number
 		// is never reused under a read.
 		cancel()
 		s.wake()
 		<-r.done
 		_ = s.close()
+		_ = pc.close()
 	}()
-	t := time.NewTicker(m.cfg.Interval)
-	t.Stop()
-	defer t.Stop()
 	bufs := newBuffers()
 	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		select {
+		case <-r.done:
+			return r.err
+		default:
+		}
 		m.mu.Lock()
 		idle := len(m.order) == 0
 		m.mu.Unlock()
 		switch {
 		case idle && m.ticking.Load():
-			t.Stop()
+			if err := pc.stop(); err != nil {
+				return fmt.Errorf("probe: timer: %w", err)
+			}
 			m.mu.Lock()
 			m.lastRound = time.Time{} // no round is due while idle
 			m.mu.Unlock()
@@ -134,24 +159,18 @@ func (m *Mesh) RunAt(ctx context.Context, listen netip.AddrPort) error {
 			// The reader parks after the read it is in; until then both
 			// may read, which is harmless (each datagram is read once).
 			m.ticking.Store(true)
-			t.Reset(m.cfg.Interval)
-		}
-		if idle {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-m.peersSet:
-			case <-r.done:
-				return r.err
+			if err := pc.start(m.cfg.Interval); err != nil {
+				return fmt.Errorf("probe: timer: %w", err)
 			}
-			continue
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+		// Idle, only a wake returns (SetPeers, the end, the reader's
+		// error).
+		ticks, err := pc.wait()
+		if err != nil {
+			return fmt.Errorf("probe: timer: %w", err)
+		}
+		if ticks > 0 && !idle {
 			m.tick(s, bufs)
-		case <-m.peersSet:
 		}
 	}
 }
@@ -238,6 +257,7 @@ type reader struct {
 	resume chan struct{}
 	done   chan struct{} // closed when run returns, err set before
 	err    error
+	wake   func() // the loop's, called once err is set
 }
 
 func (r *reader) run(ctx context.Context) {
@@ -261,6 +281,7 @@ func (r *reader) run(ctx context.Context) {
 		}
 		if err != nil && !errors.Is(err, errAgain) {
 			r.err = fmt.Errorf("probe: read: %w", err)
+			r.wake()
 			return
 		}
 	}

@@ -194,8 +194,9 @@ type Mesh struct {
 	// peerState's fields are read and written under mu.
 	peers map[netip.AddrPort]*peerState
 	order []*peerState
-	// peersSet wakes an idle RunAt loop when SetPeers gives it peers.
-	peersSet chan struct{}
+	// pacer wakes the RunAt loop (under mu; nil while none runs) when
+	// SetPeers changes whether it ticks.
+	pacer *pacer
 	// ticking says the RunAt loop reads on its ticks (batch.go); the
 	// blocking reader is parked meanwhile.
 	ticking atomic.Bool
@@ -223,7 +224,7 @@ func New(cfg Config) (*Mesh, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Mesh{cfg: cfg, now: cfg.Now, peers: map[netip.AddrPort]*peerState{}, peersSet: make(chan struct{}, 1)}
+	m := &Mesh{cfg: cfg, now: cfg.Now, peers: map[netip.AddrPort]*peerState{}}
 	if m.now == nil {
 		m.now = time.Now
 	}
@@ -256,9 +257,8 @@ func (m *Mesh) SetPeers(peers []Peer) error {
 		order = append(order, ps)
 	}
 	m.peers, m.order = byAddr, order
-	select {
-	case m.peersSet <- struct{}{}:
-	default:
+	if m.pacer != nil {
+		m.pacer.wake()
 	}
 	return nil
 }

@@ -98,8 +98,16 @@ func (s *sock) read(sc *scratch, ms []msg, wait bool) (int, error) {
 	if wait {
 		flags = unix.MSG_WAITFORONE
 	}
+	// Only the reader's read blocks, and the runtime must know (Syscall6):
+	// its P goes to other goroutines meanwhile. The tick's reads and
+	// writes return at once, so they go raw: entering the scheduler's
+	// syscall path for them is what woke sysmon on every tick (pace_linux.go).
+	call := unix.RawSyscall6
+	if wait {
+		call = unix.Syscall6
+	}
 	for {
-		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&sc.hdrs[0])), uintptr(n), uintptr(flags), 0, 0)
+		r, _, e := call(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&sc.hdrs[0])), uintptr(n), uintptr(flags), 0, 0)
 		runtime.KeepAlive(ms)
 		switch e {
 		case 0:
@@ -121,7 +129,9 @@ func (s *sock) read(sc *scratch, ms []msg, wait bool) (int, error) {
 }
 
 // write sends ms in one sendmmsg, never blocking: a full socket buffer
-// drops what did not fit, as the network would.
+// drops what did not fit, as the network would. It is a raw syscall (see
+// read): the kernel's VXLAN path runs in it, tens of microseconds, during
+// which a stop of the world waits for it.
 func (s *sock) write(sc *scratch, ms []msg) (int, error) {
 	n := min(len(ms), len(sc.hdrs))
 	for i := range n {
@@ -132,7 +142,7 @@ func (s *sock) write(sc *scratch, ms []msg) (int, error) {
 		sc.hdrs[i].hdr.SetIovlen(1)
 	}
 	for {
-		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&sc.hdrs[0])), uintptr(n), unix.MSG_DONTWAIT, 0, 0)
+		r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&sc.hdrs[0])), uintptr(n), unix.MSG_DONTWAIT, 0, 0)
 		runtime.KeepAlive(ms)
 		if e == unix.EINTR {
 			continue

@@ -1,6 +1,7 @@
 package lab_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -30,7 +31,11 @@ type footprintFigure struct {
 	// static peers: the sample a cutover handed out has lingered out);
 	// "off": --probe-listen unset; "probing-1ms": 2 peers every 1 ms, the
 	// lab benchmarks' rate (how much of this machine their probes take).
-	Probes       string  `json:"probes"`
+	Probes string `json:"probes"`
+	// Agent is whose agent ran: "this" (the tree's) or "base <rev>" (the
+	// code before the mesh's wait left the Go runtime's timer, built from
+	// footprintBase), measured in the same run to compare by ratio.
+	Agent        string  `json:"agent"`
 	Nodes        int     `json:"nodes"`
 	ProbePeers   int     `json:"probe_peers"`
 	IntervalMS   float64 `json:"interval_ms"`
@@ -52,9 +57,23 @@ type footprintFigure struct {
 	WakesPerSecMedian float64 `json:"wakes_per_s_median"`
 	UserMedianPct     float64 `json:"user_median_pct_of_core"`
 	SysMedianPct      float64 `json:"sys_median_pct_of_core"`
-	TargetRSSMB       float64 `json:"target_rss_mb"`
-	TargetCPUPct      float64 `json:"target_cpu_pct_of_core"`
-	SharedCoreNote    string  `json:"note"`
+	// PacketsPerSec is what one probing agent sends, and as many it
+	// receives: its probes and the answers to as many probes of others
+	// (peers spread evenly). KernelPacketPct is what those packets cost
+	// the kernel, part of sys: packets/s × the per-packet costs that
+	// calibrate measures on the same lab (sending through VXLAN and the
+	// veth, whose receive side in the peer's namespace runs on the
+	// sender's CPU too, and reading). The rest of sys is the agent's own:
+	// its syscalls and wake-ups.
+	// RestPct is the CPU less KernelPacketPct: the agent's Go code, the
+	// runtime, its wake-ups and the syscalls' own cost.
+	PacketsPerSec   float64     `json:"packets_per_s,omitempty"`
+	PacketCost      *packetCost `json:"packet_cost,omitempty"`
+	KernelPacketPct float64     `json:"kernel_packet_path_pct_of_core,omitempty"`
+	RestPct         float64     `json:"rest_pct_of_core,omitempty"`
+	TargetRSSMB     float64     `json:"target_rss_mb"`
+	TargetCPUPct    float64     `json:"target_cpu_pct_of_core"`
+	SharedCoreNote  string      `json:"note"`
 }
 
 // BenchmarkAgentFootprint measures the real agent binary at rest in a lab
@@ -64,26 +83,78 @@ type footprintFigure struct {
 // idle as the DaemonSet's defaults leave it between operations (after a
 // cutover whose sample lingered out: --probe-linger is 3 s here instead of
 // 10 min, the only change), and with probes off. The targets: RSS <=
-// 30 MB, idle CPU <= 0.5 % of a core. Figures, not a pass/fail:
-// results/agent_footprint.json.
+// 30 MB, idle CPU <= 0.5 % of a core; probing, <= 1 % at the default rate
+// and <= 5 % at 1 ms. The probing rates also run the agent of
+// footprintBase, and the file gives this tree's figures over the base's.
+// Figures, not a pass/fail: results/agent_footprint.json.
 func BenchmarkAgentFootprint(b *testing.B) {
-	testenv.RequirePrivileged(b, append(ovsBins, "go")...)
+	testenv.RequirePrivileged(b, append(ovsBins, "go", "git")...)
 	bin := labtest.Binaries(b)
 	window := envDur("COT_FOOTPRINT_WINDOW", 20*time.Second)
+	rev := cmp.Or(os.Getenv("COT_FOOTPRINT_BASE"), footprintBase)
+	base := labtest.AgentAt(b, rev)
+	baseName := "base " + rev[:min(len(rev), 12)]
 	var figs []footprintFigure
-	for _, probes := range []string{"probing", "idle", "off", "probing-1ms"} {
-		b.Run("probes="+probes, func(b *testing.B) {
+	// The probing rates run the base agent and this tree's one after the
+	// other, base first: the machine is shared, and only a ratio within
+	// one run says what a change did.
+	for _, r := range []struct{ probes, agent, bin string }{
+		{"probing", baseName, base}, {"probing", "this", filepath.Join(bin, "agent")},
+		{"idle", "this", filepath.Join(bin, "agent")}, {"off", "this", filepath.Join(bin, "agent")},
+		{"probing-1ms", baseName, base}, {"probing-1ms", "this", filepath.Join(bin, "agent")},
+	} {
+		b.Run("probes="+r.probes+"/agent="+strings.Fields(r.agent)[0], func(b *testing.B) {
 			for b.Loop() {
-				figs = append(figs, measureFootprint(b, bin, probes, 8, window))
+				figs = append(figs, measureFootprint(b, bin, r.bin, r.agent, r.probes, 8, window, r.agent == "this" && strings.HasPrefix(r.probes, "probing")))
 			}
 		})
 	}
+	// The base's packets are the same: its rows take the share measured
+	// beside this tree's.
+	for i := range figs {
+		for _, f := range figs {
+			if figs[i].Agent != "this" && f.Agent == "this" && f.Probes == figs[i].Probes && f.PacketCost != nil {
+				figs[i].PacketsPerSec, figs[i].KernelPacketPct = f.PacketsPerSec, f.KernelPacketPct
+				figs[i].RestPct = figs[i].CPUMedianPct - f.KernelPacketPct
+			}
+		}
+	}
+	var ratios []footprintRatio
+	for _, f := range figs {
+		if f.Agent != "this" {
+			continue
+		}
+		for _, g := range figs {
+			if g.Probes == f.Probes && g.Agent == baseName {
+				ratios = append(ratios, footprintRatio{Probes: f.Probes, CPU: f.CPUMedianPct / g.CPUMedianPct,
+					User: f.UserMedianPct / g.UserMedianPct, Sys: f.SysMedianPct / g.SysMedianPct, Wakes: f.WakesPerSecMedian / g.WakesPerSecMedian})
+				b.Logf("probes %s: this/base CPU %.2f (%.2f%% -> %.2f%%), wakes %.2f (%.0f -> %.0f /s)", f.Probes,
+					f.CPUMedianPct/g.CPUMedianPct, g.CPUMedianPct, f.CPUMedianPct, f.WakesPerSecMedian/g.WakesPerSecMedian, g.WakesPerSecMedian, f.WakesPerSecMedian)
+			}
+		}
+	}
 	benchresult.Save(b, "agent_footprint.json", map[string]any{
-		"benchmark": "agent_footprint", "cpus": runtime.NumCPU(), "figures": figs,
+		"benchmark": "agent_footprint", "cpus": runtime.NumCPU(), "base": rev, "figures": figs,
+		"ratio_this_to_base": ratios,
 	})
 }
 
-func measureFootprint(b *testing.B, bin, probes string, n int, window time.Duration) footprintFigure {
+// footprintBase is the last commit whose probe mesh waited for its ticks
+// on a Go ticker, its tick's I/O through the runtime's syscall path: the
+// "before" the benchmark measures beside this tree (COT_FOOTPRINT_BASE
+// names another).
+const footprintBase = "359bf9be6627fe10da74d455011faa554fedcaff"
+
+// footprintRatio is this tree's median over the base's, per probing rate.
+type footprintRatio struct {
+	Probes string  `json:"probes"`
+	CPU    float64 `json:"cpu"`
+	User   float64 `json:"user"`
+	Sys    float64 `json:"sys"`
+	Wakes  float64 `json:"wakes"`
+}
+
+func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, window time.Duration, calibrateHere bool) footprintFigure {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	d, err := os.MkdirTemp("", "cot-lab-")
@@ -93,7 +164,7 @@ func measureFootprint(b *testing.B, bin, probes string, n int, window time.Durat
 	defer os.RemoveAll(d)
 	cfg := lab.Config{
 		Name: fmt.Sprintf("f%d", os.Getpid()%100000), Nodes: n, Backend: lab.BackendKernelVXLAN, Dir: filepath.Join(d, "lab"),
-		StartProcesses: true, AgentBin: filepath.Join(bin, "agent"), CoordinatorBin: filepath.Join(bin, "coordinator"),
+		StartProcesses: true, AgentBin: agentBin, CoordinatorBin: filepath.Join(bin, "coordinator"),
 		ProbeInterval: 10 * time.Millisecond, ProbePeers: 3, NoProbes: probes == "off",
 	}
 	if probes == "probing-1ms" {
@@ -145,6 +216,11 @@ func measureFootprint(b *testing.B, bin, probes string, n int, window time.Durat
 		time.Sleep(500 * time.Millisecond)
 	}
 	elapsed := time.Since(t0)
+	var cost *packetCost
+	if calibrateHere {
+		c := calibrate(b, l, cfg.ProbeInterval)
+		cost = &c
+	}
 	cpuPct, userPct, sysPct, wakes := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 	pct := func(ticks uint64) float64 { return 100 * float64(ticks) / clockTicks / elapsed.Seconds() }
 	for i, p := range agents {
@@ -157,11 +233,14 @@ func measureFootprint(b *testing.B, bin, probes string, n int, window time.Durat
 		}
 	}
 	f := footprintFigure{
-		Probes: probes, Nodes: n, ProbePeers: cfg.ProbePeers, IntervalMS: float64(cfg.ProbeInterval) / 1e6, WindowS: elapsed.Seconds(),
+		Probes: probes, Agent: agent, Nodes: n, ProbePeers: cfg.ProbePeers, IntervalMS: float64(cfg.ProbeInterval) / 1e6, WindowS: elapsed.Seconds(),
 		RSSMedianMB: median(rssMax), RSSMaxMB: maxOf(rssMax), CPUMedianPct: median(cpuPct), CPUMaxPct: maxOf(cpuPct),
 		UserMedianPct: median(userPct), SysMedianPct: median(sysPct), CPUSumPct: sum(cpuPct), WakesPerSecMedian: median(wakes),
-		TargetRSSMB: 30, TargetCPUPct: 0.5,
+		TargetRSSMB: 30, TargetCPUPct: map[string]float64{"probing": 1, "probing-1ms": 5}[probes],
 		SharedCoreNote: fmt.Sprintf("%d agents and their kernels share %d cores; CPU is per agent process (utime+stime)", n, runtime.NumCPU()),
+	}
+	if f.TargetCPUPct == 0 {
+		f.TargetCPUPct = 0.5 // idle, off
 	}
 	if probes == "off" {
 		f.ProbePeers, f.IntervalMS = 0, 0
@@ -169,8 +248,14 @@ func measureFootprint(b *testing.B, bin, probes string, n int, window time.Durat
 	if probes == "idle" {
 		f.ProbePeers = 0 // between operations
 	}
-	b.Logf("agent at rest, probes %s, N=%d, %s window: RSS median %.1f MB max %.1f MB (target <= 30); CPU median %.2f%% max %.2f%% of a core (target <= 0.5%%; user %.2f%%, sys %.2f%% median), all %d agents %.1f%%; %.0f wakes/s median",
-		probes, n, elapsed.Round(time.Second), f.RSSMedianMB, f.RSSMaxMB, f.CPUMedianPct, f.CPUMaxPct, f.UserMedianPct, f.SysMedianPct, n, f.CPUSumPct, f.WakesPerSecMedian)
+	if f.ProbePeers > 0 && cost != nil {
+		f.PacketCost = cost
+		f.PacketsPerSec = 2 * float64(f.ProbePeers) / cfg.ProbeInterval.Seconds()
+		f.KernelPacketPct = 100 * f.PacketsPerSec * (cost.SendUS + cost.RecvUS) / 1e6
+		f.RestPct = f.CPUMedianPct - f.KernelPacketPct
+	}
+	b.Logf("%s agent at rest, probes %s, N=%d, %s window: RSS median %.1f MB max %.1f MB (target <= 30); CPU median %.2f%% max %.2f%% of a core (target <= %.1f%%; user %.2f%%, sys %.2f%% median), all %d agents %.1f%%; %.0f wakes/s median; its packets' kernel path %.2f%%, the rest %.2f%%",
+		agent, probes, n, elapsed.Round(time.Second), f.RSSMedianMB, f.RSSMaxMB, f.CPUMedianPct, f.CPUMaxPct, f.TargetCPUPct, f.UserMedianPct, f.SysMedianPct, n, f.CPUSumPct, f.WakesPerSecMedian, f.KernelPacketPct, f.RestPct)
 	return f
 }
 

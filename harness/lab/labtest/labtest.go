@@ -80,9 +80,47 @@ func FaultInjectAgent(t testing.TB) string {
 	return fiDir + "/agent"
 }
 
-// Cleanup removes what Binaries and FaultInjectAgent built.
+// AgentAt builds the agent of this repository at rev (a commit) into a
+// directory of its own and returns its path: a benchmark measures the
+// code before a change beside the tree's, on the same machine in the same
+// run. The source is a git archive of rev, so no worktree is registered.
+func AgentAt(t testing.TB, rev string) string {
+	t.Helper()
+	testenv.RequireBinaries(t, "go", "git", "tar")
+	d, err := os.MkdirTemp("", "cot-lab-base-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	atMu.Lock()
+	atDirs = append(atDirs, d)
+	atMu.Unlock()
+	src := d + "/src"
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	archive := exec.Command("sh", "-c", `git -C "$(git rev-parse --show-toplevel)" archive --format=tar "$1" | tar -x -C "$2"`, "sh", rev, src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		t.Fatalf("git archive %s: %v\n%s (set the revision to one of this repository)", rev, err, out)
+	}
+	build := exec.Command("go", "build", "-trimpath", "-o", d+"/agent", "./agent/cmd/agent")
+	build.Dir = src
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build the agent at %s: %v\n%s", rev, err, out)
+	}
+	return d + "/agent"
+}
+
+var (
+	atMu   sync.Mutex
+	atDirs []string
+)
+
+// Cleanup removes what Binaries, FaultInjectAgent and AgentAt built.
 func Cleanup() {
-	for _, d := range []string{dir, fiDir} {
+	atMu.Lock()
+	defer atMu.Unlock()
+	for _, d := range append([]string{dir, fiDir}, atDirs...) {
 		if d != "" {
 			_ = os.RemoveAll(d)
 		}
