@@ -161,8 +161,8 @@ bench-coordinator: ## the real coordinator over 1,000 and 10,000 simulated agent
 	$(GO) test -run '^$$' -bench 'BenchmarkCoordinatorScaleSim|BenchmarkAgentConnMemory' -benchtime 1x -timeout 30m ./coordinator/
 
 AB_BASE ?= HEAD
-bench-coordinator-ab: ## the coordinator benchmark for AB_BASE (a commit) and this tree, interleaved on the same machine: results/coordinator_ab.json, docs/benchmarks.md
-	hack/bench-coordinator-ab.sh $(AB_BASE)
+bench-coordinator-ab: ## the coordinator benchmark for AB_BASE (a commit) and this tree, interleaved on the same machine: results/coordinator_ab.json (coordinator_ab_$$AB_NAME.json with AB_NAME), docs/benchmarks.md
+	AB_NAME=$(AB_NAME) hack/bench-coordinator-ab.sh $(AB_BASE)
 
 bench-ovs-flip: ## one node's OVS dst_port flip: native OVSDB, prepared (Apply only) and ovs-vsctl: results/ovs_flip.json, docs/benchmarks.md
 	flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkFlip -benchtime 1x -timeout 10m ./pkg/ovs/

@@ -5,9 +5,12 @@
 # machine: these 2-core machines are shared and one run's figures move by
 # more than a change's effect between runs. Sizes 1,000 (AB_REPS_1000 runs
 # each, default 5) and 10,000 (AB_REPS_10000, default 2). Writes
-# results/coordinator_ab.json: every run's phases, and the medians' ratios.
+# results/coordinator_ab.json (results/coordinator_ab_$AB_NAME.json when
+# AB_NAME is set: a comparison the docs keep beside the others): every
+# run's phases, and the medians' ratios.
 set -euo pipefail
 base=${1:?usage: bench-coordinator-ab.sh BASE (a commit)}
+out=results/coordinator_ab${AB_NAME:+_$AB_NAME}.json
 root=$(git rev-parse --show-toplevel)
 tmp=$(mktemp -d)
 wt="$tmp/base"
@@ -38,7 +41,7 @@ for size in 1000 10000; do
 		done
 	done
 done
-python3 - "$tmp/runs" "$base" "$(git -C "$root" rev-parse --short HEAD)" "$root/results/coordinator_ab.json" <<'PY'
+python3 - "$tmp/runs" "$base" "$(git -C "$root" rev-parse --short HEAD)" "$root/$out" <<'PY'
 import json, os, statistics, sys
 runs, base, head, out = sys.argv[1:]
 rows = []
@@ -65,4 +68,4 @@ print("written to", out)
 PY
 # The provenance every results file starts with (harness/benchresult): this
 # script assembles its file itself, so it stamps it afterwards.
-(cd "$root" && CUTOVER_BENCH_TOOL="${CUTOVER_BENCH_TOOL:-hack/bench-coordinator-ab.sh}" go run ./hack/provenance stamp results/coordinator_ab.json)
+(cd "$root" && CUTOVER_BENCH_TOOL="${CUTOVER_BENCH_TOOL:-hack/bench-coordinator-ab.sh}" go run ./hack/provenance stamp "$out")
