@@ -230,8 +230,9 @@ func TestHarnessImportsCheckFails(t *testing.T) {
 
 // faultInjectTag is the build tag that compiles the test-only mutations
 // the bite tests set (faultinject.go in agent/, agent/probe,
-// coordinator/internal/barrier, coordinator/machineconfig). Only tests and
-// the lab's test harness set it.
+// coordinator/internal/runner, coordinator/machineconfig; never in the
+// barrier core, whose bite tests mutate their simulations instead). Only
+// tests and the lab's test harness set it.
 const faultInjectTag = testenv.FaultInjectTag
 
 // faultInjectFiles returns the faultinject.go files, as import path/file,
@@ -271,6 +272,9 @@ func TestShippedBinariesHaveNoFaultInjection(t *testing.T) {
 		t.Errorf("the default build of the shipped binaries compiles %v", got)
 	}
 	tagged := faultInjectFiles(t, faultInjectTag)
+	if slices.ContainsFunc(tagged, func(f string) bool { return strings.HasPrefix(f, module+"/coordinator/internal/barrier/") }) {
+		t.Errorf("the decision core carries a test-only switch: %v", tagged)
+	}
 	for _, side := range []string{module + "/agent/", module + "/coordinator/"} {
 		if !slices.ContainsFunc(tagged, func(f string) bool { return strings.HasPrefix(f, side) }) {
 			t.Fatalf("the %s build compiles %v, nothing under %s: the check would prove nothing", faultInjectTag, tagged, side)

@@ -140,9 +140,6 @@
 //   - resume.go: resume policy: where a restarted coordinator picks an
 //     operation up (ChooseResume, ChooseStagedResume, NeedsAgents) and
 //     how it starts there (ResumeAt, Ended).
-//   - faultinject.go, faultinject_off.go: the bite tests' switches, which
-//     break one staged rule each; compiled only with the build tag
-//     cutover_faultinject, constant false in every other build.
 //
 // This package must not do I/O, read clocks or know about gRPC.
 package barrier

@@ -257,6 +257,9 @@ func runRandom(t *testing.T, seed uint64, violated func(string)) Outcome {
 							ag.prepared, ag.applied, ag.confirmed = false, false, false
 						case Unswitch:
 							ag.applied, ag.confirmed = false, false
+							if simUnswitchUnlistens {
+								ag.prepared = false
+							}
 						}
 					}
 					if staged {

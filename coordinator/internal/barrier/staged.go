@@ -9,7 +9,7 @@ func (o *Op) staged() bool { return len(o.cfg.Batches) > 0 }
 // old port once its batches are confirmed: a node in no batch and not
 // Switched by an earlier run.
 func (o *Op) holds() bool {
-	if !o.staged() || noHold() {
+	if !o.staged() {
 		return false
 	}
 	return len(o.Sending()) < len(o.cfg.Nodes) // both are sets of cfg.Nodes
@@ -30,7 +30,7 @@ func (o *Op) Sending() []string {
 // rollbackStep is how an operation that sent Commit is undone: staged
 // ones switch every sender back before anyone stops listening.
 func (o *Op) rollbackStep() Step {
-	if o.staged() && !noUnswitch() {
+	if o.staged() {
 		return Unswitch
 	}
 	return Rollback

@@ -73,6 +73,13 @@ func (s *subsetSim) run(acts []Action) Outcome {
 		case CallHook:
 			evs = append(evs, HookDone{Hook: a.Hook, Point: a.Point})
 		case Declare:
+			if a.Outcome == Held && simHeldRetires {
+				for _, n := range slices.Sorted(maps.Keys(s.send)) {
+					s.rx[n] = map[string]bool{"new": true}
+					s.send[n] = "new"
+					s.check("finalize on " + n + " (the mutant retires instead of holding)")
+				}
+			}
 			return a.Outcome
 		}
 		for _, ev := range evs {
