@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cutover-dev/cutover/agent/operation"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	"github.com/cutover-dev/cutover/pkg/version"
 )
 
@@ -125,7 +126,7 @@ func (m *Metrics) Applied(apply, lateness time.Duration) {
 func (m *Metrics) DeadmanReverted() { m.deadmanReverts.Inc() }
 
 // PortObserved implements operation.Observer.
-func (m *Metrics) PortObserved(port uint16) { m.currentPort.Set(float64(port)) }
+func (m *Metrics) PortObserved(port tunnelport.Port) { m.currentPort.Set(float64(port)) }
 
 // TLSReloaded counts a reload of the certificate files: err nil when the
 // new set is in use, else why it was refused.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/probe"
 	"github.com/cutover-dev/cutover/pkg/ifaddr"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // overlayProbe runs the probe mesh on the node's overlay address: it finds
@@ -73,13 +74,13 @@ func overlayAddress(cfg Config, addrs ifaddr.Reader) (netip.AddrPort, string) {
 		}
 		return ap, ""
 	}
-	port := uint16(cfg.ProbePort)
+	port := tunnelport.Port(cfg.ProbePort)
 	if cfg.ProbeAddress != "" {
 		a, err := netip.ParseAddr(cfg.ProbeAddress)
 		if err != nil {
 			return netip.AddrPort{}, fmt.Sprintf("--probe-address %q: %v", cfg.ProbeAddress, err)
 		}
-		return netip.AddrPortFrom(a, port), ""
+		return netip.AddrPortFrom(a, uint16(port)), ""
 	}
 	dev := probeInterface(cfg)
 	if addrs == nil {
@@ -95,7 +96,7 @@ func overlayAddress(cfg Config, addrs ifaddr.Reader) (netip.AddrPort, string) {
 	for _, a := range list {
 		ip := a.Prefix.Addr()
 		if !a.Secondary && ip.Is4() && !ip.IsLinkLocalUnicast() && !ip.IsUnspecified() {
-			return netip.AddrPortFrom(ip, port), ""
+			return netip.AddrPortFrom(ip, uint16(port)), ""
 		}
 	}
 	return netip.AddrPort{}, fmt.Sprintf("no overlay address: interface %s has no usable IPv4 address (yet?); set --probe-address", dev)

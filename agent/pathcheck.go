@@ -14,6 +14,7 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/pkg/pathprobe"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	agentv1 "github.com/cutover-dev/cutover/proto/agent/v1"
 )
 
@@ -146,7 +147,7 @@ func (s *Service) PathCheck(ctx context.Context, req *agentv1.PathCheckRequest) 
 	case errors.As(err, &be):
 		s.metrics.PathChecked("port_in_use", 0)
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s: udp port %d on %s is not free: %v%s; the path check cannot bind it: pick another port or stop what holds it",
-			s.cfg.NodeName, cfg.Port, cfg.Local, be.Err, s.holder(ctx, cfg.Port))
+			s.cfg.NodeName, cfg.Port, cfg.Local, be.Err, s.holder(ctx, tunnelport.Port(cfg.Port)))
 	case err != nil:
 		s.metrics.PathChecked("error", 0)
 		return nil, status.Errorf(codes.Internal, "node %s: path check: %v", s.cfg.NodeName, err)
@@ -181,7 +182,7 @@ func (s *Service) PathCheck(ctx context.Context, req *agentv1.PathCheckRequest) 
 
 // holder names what holds port, as preflight does, when the backend can
 // tell: " (held by socket inode 1234 (0.0.0.0:4889))".
-func (s *Service) holder(ctx context.Context, port uint16) string {
+func (s *Service) holder(ctx context.Context, port tunnelport.Port) string {
 	_, be, err := s.core()
 	if err != nil {
 		return ""
@@ -207,7 +208,7 @@ func (s *Service) pathConfig(req *agentv1.PathCheckRequest) (pathprobe.Config, e
 	if err != nil {
 		return pathprobe.Config{}, err
 	}
-	cfg := pathprobe.Config{Local: local, Port: port, CheckID: req.GetCheckId(),
+	cfg := pathprobe.Config{Local: local, Port: uint16(port), CheckID: req.GetCheckId(),
 		Window: time.Duration(req.GetWindowMillis()) * time.Millisecond, Interval: time.Duration(req.GetIntervalMillis()) * time.Millisecond}
 	switch {
 	case req.GetCheckId() == "":
@@ -234,7 +235,7 @@ func (s *Service) pathConfig(req *agentv1.PathCheckRequest) (pathprobe.Config, e
 		if err != nil {
 			return cfg, err
 		}
-		cfg.ControlPort, cfg.ControlVNI = cp, req.GetControlVni()
+		cfg.ControlPort, cfg.ControlVNI = uint16(cp), req.GetControlVni()
 	}
 	for _, z := range req.GetSizes() {
 		cfg.Sizes = append(cfg.Sizes, int(z))

@@ -437,7 +437,7 @@ func (s *Service) probeStats(reset bool) *agentv1.ProbeStatsResponse {
 
 // toStatus maps a record to the API. PREPARING has no API phase: it is
 // reported as IDLE (nothing the coordinator may commit yet).
-func toStatus(r operation.Record, currentPort uint16) *agentv1.OperationStatus {
+func toStatus(r operation.Record, currentPort tunnelport.Port) *agentv1.OperationStatus {
 	if r.Staged() && (r.Phase == operation.PhaseCommitted || r.Phase == operation.PhaseConfirmed) {
 		// Switched: the device keeps its own port until the retirement;
 		// the port the node sends on is what the switch read back.
@@ -536,10 +536,10 @@ func checkOpID(id string) error {
 // checkPort reads a port field of a request: the range check is
 // tunnelport's, as in coordctl and the coordinator, so every layer refuses
 // a bad port in the same words.
-func checkPort(field string, p uint32) (uint16, error) {
+func checkPort(field string, p uint32) (tunnelport.Port, error) {
 	port, err := tunnelport.From(field, int64(p))
 	if err != nil {
 		return 0, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return uint16(port), nil
+	return port, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/operation"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -24,7 +25,7 @@ func checkStrategy(s string) (bool, error) {
 // stagedCheck turns an atomic preflight into the staged one: the same
 // port checks, the backend's staged problems, and the staged actions in
 // place of the flip's.
-func stagedCheck(ctx context.Context, be dataplane.Backend, c *dataplane.Check, to uint16) {
+func stagedCheck(ctx context.Context, be dataplane.Backend, c *dataplane.Check, to tunnelport.Port) {
 	st, ok := be.(dataplane.Stager)
 	if !ok {
 		c.Problems = append(c.Problems, fmt.Sprintf("backend %s does not support the staged strategy: use --strategy atomic", be.Name()))

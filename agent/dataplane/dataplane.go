@@ -14,13 +14,15 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // State is the tunnel state read back from the dataplane itself.
 type State struct {
 	Backend string            `json:"backend"`
 	Device  string            `json:"device"`
-	Port    uint16            `json:"port"`
+	Port    tunnelport.Port   `json:"port"`
 	Detail  map[string]string `json:"detail,omitempty"` // e.g. ofport, error, vni
 	// Written and Effective are set by Commit: when the change left for
 	// the dataplane (the OVSDB write sent; the kernel's old device first
@@ -37,14 +39,14 @@ type State struct {
 type Snapshot struct {
 	Backend  string          `json:"backend"`
 	Device   string          `json:"device"`
-	FromPort uint16          `json:"from_port"`
-	ToPort   uint16          `json:"to_port"`
+	FromPort tunnelport.Port `json:"from_port"`
+	ToPort   tunnelport.Port `json:"to_port"`
 	Data     json.RawMessage `json:"data,omitempty"`
 }
 
 // Check is the outcome of a preflight on one node.
 type Check struct {
-	CurrentPort  uint16
+	CurrentPort  tunnelport.Port
 	TargetFree   bool
 	TargetHolder string   // who holds the target port when it is not free
 	Problems     []string // empty when this node can go ahead
@@ -60,10 +62,10 @@ type Backend interface {
 	// Read returns the effective state, read back from the dataplane.
 	Read(ctx context.Context) (State, error)
 	// Preflight checks a change to port to. It changes nothing.
-	Preflight(ctx context.Context, to uint16) (Check, error)
+	Preflight(ctx context.Context, to tunnelport.Port) (Check, error)
 	// Snapshot records the prior state for a change from → to. It changes
 	// nothing and fails if the current port is not from.
-	Snapshot(ctx context.Context, from, to uint16) (Snapshot, error)
+	Snapshot(ctx context.Context, from, to tunnelport.Port) (Snapshot, error)
 	// Prepare opens the target port in the firewall and pre-builds the
 	// change. Nothing flips.
 	Prepare(ctx context.Context, s Snapshot) error
@@ -174,10 +176,10 @@ type Stager interface {
 	// StagedProblems names why this node cannot run the staged strategy
 	// (an overlay whose controller would undo the second receiver, say);
 	// empty when it can. Changes nothing.
-	StagedProblems(ctx context.Context, to uint16) []string
+	StagedProblems(ctx context.Context, to tunnelport.Port) []string
 	// StagedActions is what Listen, SwitchSend and Retire would do here,
 	// in order, for the plan. Changes nothing.
-	StagedActions(from, to uint16) []string
+	StagedActions(from, to tunnelport.Port) []string
 	// Listen opens s.ToPort in the firewall, then makes the node receive
 	// on s.ToPort as well as s.FromPort. Sending is unchanged.
 	Listen(ctx context.Context, s Snapshot) error

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // Method names accepted by Fake.SetFailure, Fake.FailNext and
@@ -44,9 +46,9 @@ type Fake struct {
 	mu       sync.Mutex
 	name     string
 	device   string
-	port     uint16
-	fw       map[uint16]bool
-	holders  map[uint16]string // ports held by some other socket (Preflight)
+	port     tunnelport.Port
+	fw       map[tunnelport.Port]bool
+	holders  map[tunnelport.Port]string // ports held by some other socket (Preflight)
 	notReady []string
 	fail     map[string]error // persistent failures
 	failNext map[string]error // one-shot failures
@@ -54,8 +56,8 @@ type Fake struct {
 	calls    []string
 	// The staged strategy: a second receiver's port (0: none) and the port
 	// the node sends on when it is not the tunnel's own (0: the tunnel's).
-	rx2  uint16
-	send uint16
+	rx2  tunnelport.Port
+	send tunnelport.Port
 	// stagedRefusal, when set, is StagedProblems' answer.
 	stagedRefusal string
 }
@@ -71,13 +73,13 @@ type fakeData struct {
 
 // NewFake returns a fake backend called name (e.g. "ovs") managing device,
 // with the tunnel on port and the firewall open for port only.
-func NewFake(name, device string, port uint16) *Fake {
+func NewFake(name, device string, port tunnelport.Port) *Fake {
 	return &Fake{
 		name:     name,
 		device:   device,
 		port:     port,
-		fw:       map[uint16]bool{port: true},
-		holders:  map[uint16]string{},
+		fw:       map[tunnelport.Port]bool{port: true},
+		holders:  map[tunnelport.Port]string{},
 		fail:     map[string]error{},
 		failNext: map[string]error{},
 		latency:  map[string]time.Duration{},
@@ -129,7 +131,7 @@ func (f *Fake) SetNotReady(names ...string) {
 
 // SetPort changes the tunnel port behind the agent's back, as an operator
 // or the CNI would.
-func (f *Fake) SetPort(p uint16) {
+func (f *Fake) SetPort(p tunnelport.Port) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.port = p
@@ -137,17 +139,17 @@ func (f *Fake) SetPort(p uint16) {
 
 // SetFirewall replaces the set of firewall openings (to set up a state a
 // test resumes from).
-func (f *Fake) SetFirewall(ports ...uint16) {
+func (f *Fake) SetFirewall(ports ...tunnelport.Port) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.fw = map[uint16]bool{}
+	f.fw = map[tunnelport.Port]bool{}
 	for _, p := range ports {
 		f.fw[p] = true
 	}
 }
 
 // SetHolder marks port as bound by holder (empty: free), for Preflight.
-func (f *Fake) SetHolder(port uint16, holder string) {
+func (f *Fake) SetHolder(port tunnelport.Port, holder string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if holder == "" {
@@ -158,7 +160,7 @@ func (f *Fake) SetHolder(port uint16, holder string) {
 }
 
 // Port returns the tunnel port.
-func (f *Fake) Port() uint16 {
+func (f *Fake) Port() tunnelport.Port {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.port
@@ -259,7 +261,7 @@ func (f *Fake) Read(ctx context.Context) (State, error) {
 }
 
 // Preflight implements Backend.
-func (f *Fake) Preflight(ctx context.Context, to uint16) (Check, error) {
+func (f *Fake) Preflight(ctx context.Context, to tunnelport.Port) (Check, error) {
 	if err := f.enter(ctx, MethodPreflight); err != nil {
 		return Check{}, err
 	}
@@ -283,7 +285,7 @@ func (f *Fake) Preflight(ctx context.Context, to uint16) (Check, error) {
 }
 
 // Snapshot implements Backend.
-func (f *Fake) Snapshot(ctx context.Context, from, to uint16) (Snapshot, error) {
+func (f *Fake) Snapshot(ctx context.Context, from, to tunnelport.Port) (Snapshot, error) {
 	if err := f.enter(ctx, MethodSnapshot); err != nil {
 		return Snapshot{}, err
 	}

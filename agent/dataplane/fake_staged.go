@@ -3,6 +3,8 @@ package dataplane
 import (
 	"context"
 	"fmt"
+
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // The Fake's staged strategy models what the invariant is about: the ports
@@ -26,27 +28,27 @@ func (f *Fake) Reboot() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rx2, f.send = 0, 0
-	f.fw = map[uint16]bool{f.port: true}
+	f.fw = map[tunnelport.Port]bool{f.port: true}
 }
 
 // Receives reports the ports the node receives on.
-func (f *Fake) Receives() []uint16 {
+func (f *Fake) Receives() []tunnelport.Port {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.rx2 != 0 && f.rx2 != f.port {
-		return []uint16{f.port, f.rx2}
+		return []tunnelport.Port{f.port, f.rx2}
 	}
-	return []uint16{f.port}
+	return []tunnelport.Port{f.port}
 }
 
 // Sends reports the port the node sends on.
-func (f *Fake) Sends() uint16 {
+func (f *Fake) Sends() tunnelport.Port {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.sendPort()
 }
 
-func (f *Fake) sendPort() uint16 {
+func (f *Fake) sendPort() tunnelport.Port {
 	if f.send != 0 {
 		return f.send
 	}
@@ -54,7 +56,7 @@ func (f *Fake) sendPort() uint16 {
 }
 
 // StagedProblems implements Stager.
-func (f *Fake) StagedProblems(context.Context, uint16) []string {
+func (f *Fake) StagedProblems(context.Context, tunnelport.Port) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stagedRefusal != "" {
@@ -64,7 +66,7 @@ func (f *Fake) StagedProblems(context.Context, uint16) []string {
 }
 
 // StagedActions implements Stager.
-func (f *Fake) StagedActions(from, to uint16) []string {
+func (f *Fake) StagedActions(from, to tunnelport.Port) []string {
 	return []string{
 		fmt.Sprintf("open udp/%d in the firewall; receive on %d beside %d", to, to, from),
 		fmt.Sprintf("send on %d", to),

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cutover-dev/cutover/pkg/iptables"
 	"github.com/cutover-dev/cutover/pkg/nftables"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // Firewall opens and closes the overlay port in the node's firewall: one rule
@@ -38,13 +39,13 @@ type Firewall struct {
 }
 
 // Rules returns the templates instantiated for port.
-func (f *Firewall) Rules(port uint16) []iptables.Rule {
+func (f *Firewall) Rules(port tunnelport.Port) []iptables.Rule {
 	if f == nil {
 		return nil
 	}
 	out := make([]iptables.Rule, len(f.Templates))
 	for i, t := range f.Templates {
-		t.DPort = port
+		t.DPort = uint16(port)
 		out[i] = t
 	}
 	return out
@@ -52,7 +53,7 @@ func (f *Firewall) Rules(port uint16) []iptables.Rule {
 
 // Present returns, for each rule of port, whether it is installed, keyed by
 // the rule's iptables-save line.
-func (f *Firewall) Present(port uint16) (map[string]bool, error) {
+func (f *Firewall) Present(port tunnelport.Port) (map[string]bool, error) {
 	present := map[string]bool{}
 	for _, r := range f.Rules(port) {
 		ok, err := f.IPT.HasRule(r)
@@ -70,7 +71,7 @@ func (f *Firewall) Present(port uint16) (map[string]bool, error) {
 // Open installs every rule of port (idempotent). The native nftables
 // chains are dealt with first: when one of them is refused, nothing has
 // changed.
-func (f *Firewall) Open(port uint16) error {
+func (f *Firewall) Open(port tunnelport.Port) error {
 	if err := f.openNFT(port); err != nil {
 		return err
 	}
@@ -94,7 +95,7 @@ func (f *Firewall) Open(port uint16) error {
 
 // Close removes the rules of port, except those listed in keep (rules that
 // were there before Cutover touched the node stay).
-func (f *Firewall) Close(port uint16, keep map[string]bool) error {
+func (f *Firewall) Close(port tunnelport.Port, keep map[string]bool) error {
 	for _, r := range f.Rules(port) {
 		if keep[r.String()] {
 			continue
@@ -138,7 +139,7 @@ func (f *Firewall) Problems() []string {
 }
 
 // Actions describes what Open and the later Close of from will do.
-func (f *Firewall) Actions(from, to uint16) (prepare, finalize []string) {
+func (f *Firewall) Actions(from, to tunnelport.Port) (prepare, finalize []string) {
 	for _, r := range f.Rules(to) {
 		prepare = append(prepare, fmt.Sprintf("iptables -t %s %s", r.Table, r))
 	}
@@ -158,14 +159,14 @@ func (f *Firewall) Actions(from, to uint16) (prepare, finalize []string) {
 const KeepComment = "cutover-keep-overlay-port"
 
 // keepRule is template t for port, marked as kept by the agent.
-func keepRule(t iptables.Rule, port uint16) iptables.Rule {
-	t.DPort, t.Comment = port, KeepComment
+func keepRule(t iptables.Rule, port tunnelport.Port) iptables.Rule {
+	t.DPort, t.Comment = uint16(port), KeepComment
 	return t
 }
 
 // Kept is what KeepOpen found and did, as iptables-save lines.
 type Kept struct {
-	Port    uint16
+	Port    tunnelport.Port
 	Found   []string // the port's rules already there (Prepare's, an operator's, the SDN's, or ours)
 	Opened  []string // marked rules added now
 	Removed []string // marked rules of other ports removed now
@@ -178,14 +179,14 @@ type Kept struct {
 // the overlay left them (callers pass it only when no operation is in
 // flight, whose undo may go back to such a port). Rules without the mark
 // are never removed. A nil *Firewall keeps nothing.
-func (f *Firewall) KeepOpen(port uint16, removeStale bool) (Kept, error) {
+func (f *Firewall) KeepOpen(port tunnelport.Port, removeStale bool) (Kept, error) {
 	k := Kept{Port: port}
 	if f == nil {
 		return k, nil
 	}
 	for _, t := range f.Templates {
 		plain, mark := t, keepRule(t, port)
-		plain.DPort = port
+		plain.DPort = uint16(port)
 		found := false
 		for _, r := range []iptables.Rule{plain, mark} {
 			ok, err := f.IPT.HasRule(r)
@@ -239,7 +240,7 @@ var dportRE = regexp.MustCompile(`--dport (\d+)\b`)
 // removeMarked deletes the marked rules of every port but except (0: all)
 // from the templates' chains. A rule is removed only when it is, byte for
 // byte, a template with the mark for its port.
-func (f *Firewall) removeMarked(except uint16) ([]string, error) {
+func (f *Firewall) removeMarked(except tunnelport.Port) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	for _, t := range f.Templates {
@@ -260,14 +261,14 @@ func (f *Firewall) removeMarked(except uint16) ([]string, error) {
 				continue
 			}
 			p, err := strconv.ParseUint(m[1], 10, 16)
-			if err != nil || uint16(p) == except {
+			if err != nil || tunnelport.Port(p) == except {
 				continue
 			}
 			for _, tt := range f.Templates {
 				if tt.Table != t.Table || tt.Chain != t.Chain {
 					continue
 				}
-				if r := keepRule(tt, uint16(p)); r.String() == strings.TrimSpace(l) {
+				if r := keepRule(tt, tunnelport.Port(p)); r.String() == strings.TrimSpace(l) {
 					if err := f.IPT.DeleteRule(r); err != nil {
 						return out, fmt.Errorf("firewall: remove %s: %w", r, err)
 					}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cutover-dev/cutover/pkg/iptables"
 	"github.com/cutover-dev/cutover/pkg/nftables"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // What the firewall does about native nftables chains that drop the port
@@ -49,12 +50,12 @@ func (f *Firewall) owned() nftables.Owned {
 // nftBlockers reads the ruleset and lists the chains that would drop port,
 // split into those the agent opens and those it refuses, with the refusal
 // text for each.
-func (f *Firewall) nftBlockers(ctx context.Context, port uint16) (rs *nftables.Ruleset, open []nftables.Blocker, refuse []string, err error) {
+func (f *Firewall) nftBlockers(ctx context.Context, port tunnelport.Port) (rs *nftables.Ruleset, open []nftables.Blocker, refuse []string, err error) {
 	rs, err = f.NFT.Ruleset(ctx)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("firewall: %w (is nft installed? --nftables=%s skips the check on a host without native nftables tables)", err, NFTIgnore)
 	}
-	for _, b := range rs.Blockers(f.owned(), port) {
+	for _, b := range rs.Blockers(f.owned(), uint16(port)) {
 		switch {
 		case b.Table == firewalldTable:
 			refuse = append(refuse, fmt.Sprintf("nftables %s drops UDP %d whatever iptables accepts, and firewalld rewrites that table on every reload, so the agent does not write into it: open the port in firewalld on every node (firewall-cmd --permanent --add-port=%d/udp && firewall-cmd --reload, in the zone of the node's underlay interface), then plan again", b, port, port))
@@ -67,14 +68,14 @@ func (f *Firewall) nftBlockers(ctx context.Context, port uint16) (rs *nftables.R
 	return rs, open, refuse, nil
 }
 
-func opening(b nftables.Blocker, port uint16) nftables.Opening {
-	return nftables.Opening{Family: b.Family, Table: b.Table, Chain: b.Chain, Port: port}
+func opening(b nftables.Blocker, port tunnelport.Port) nftables.Opening {
+	return nftables.Opening{Family: b.Family, Table: b.Table, Chain: b.Chain, Port: uint16(port)}
 }
 
 // NFTCheck is the preflight of the native nftables side: problems that
 // stop Open (a chain it refuses to write into, an unreadable ruleset), the
 // rules Prepare will insert and those Finalize will delete.
-func (f *Firewall) NFTCheck(from, to uint16) (problems, prepare, finalize []string) {
+func (f *Firewall) NFTCheck(from, to tunnelport.Port) (problems, prepare, finalize []string) {
 	if !f.nftOn() {
 		return nil, nil, nil
 	}
@@ -87,15 +88,15 @@ func (f *Firewall) NFTCheck(from, to uint16) (problems, prepare, finalize []stri
 	for _, b := range open {
 		prepare = append(prepare, opening(b, to).String()+"  ("+b.String()+")")
 	}
-	for _, o := range rs.OursAnywhere(from) {
-		finalize = append(finalize, fmt.Sprintf("nft delete rule %s %s %s handle … (comment %s)", o.Family, o.Table, o.Chain, nftables.Comment(from)))
+	for _, o := range rs.OursAnywhere(uint16(from)) {
+		finalize = append(finalize, fmt.Sprintf("nft delete rule %s %s %s handle … (comment %s)", o.Family, o.Table, o.Chain, nftables.Comment(uint16(from))))
 	}
 	return refuse, prepare, finalize
 }
 
 // openNFT runs before any iptables change: a refusal leaves the node as
 // it was.
-func (f *Firewall) openNFT(port uint16) error {
+func (f *Firewall) openNFT(port tunnelport.Port) error {
 	if !f.nftOn() {
 		return nil
 	}
@@ -118,7 +119,7 @@ func (f *Firewall) openNFT(port uint16) error {
 
 // closeNFT deletes the openings of port this package wrote, except those
 // keyed in keep.
-func (f *Firewall) closeNFT(port uint16, keep map[string]bool) error {
+func (f *Firewall) closeNFT(port tunnelport.Port, keep map[string]bool) error {
 	if !f.nftOn() {
 		return nil
 	}
@@ -129,7 +130,7 @@ func (f *Firewall) closeNFT(port uint16, keep map[string]bool) error {
 		return fmt.Errorf("firewall: %w", err)
 	}
 	var errs []error
-	for _, o := range rs.OursAnywhere(port) {
+	for _, o := range rs.OursAnywhere(uint16(port)) {
 		if keep[o.String()] {
 			continue
 		}
@@ -139,7 +140,7 @@ func (f *Firewall) closeNFT(port uint16, keep map[string]bool) error {
 }
 
 // presentNFT adds the openings of port already in the ruleset to present.
-func (f *Firewall) presentNFT(port uint16, present map[string]bool) error {
+func (f *Firewall) presentNFT(port tunnelport.Port, present map[string]bool) error {
 	if !f.nftOn() {
 		return nil
 	}
@@ -149,7 +150,7 @@ func (f *Firewall) presentNFT(port uint16, present map[string]bool) error {
 	if err != nil {
 		return fmt.Errorf("firewall: %w", err)
 	}
-	for _, o := range rs.OursAnywhere(port) {
+	for _, o := range rs.OursAnywhere(uint16(port)) {
 		present[o.String()] = true
 	}
 	return nil

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // Options configures a Machine.
@@ -206,14 +207,14 @@ func (m *Machine) NotReady() []string {
 // Prepare snapshots the prior state, persists it, then has the backend
 // open the target port and pre-build the change. A replay with the same id
 // and ports returns the record without acting again.
-func (m *Machine) Prepare(ctx context.Context, id string, from, to uint16) (Record, error) {
+func (m *Machine) Prepare(ctx context.Context, id string, from, to tunnelport.Port) (Record, error) {
 	return m.PrepareStrategy(ctx, id, from, to, "")
 }
 
 // PrepareStrategy is Prepare for a strategy: StrategyStaged has the
 // backend listen on both ports (dataplane.Stager) instead of pre-building
 // a flip, and arms no prepare timeout. Empty or StrategyAtomic: Prepare.
-func (m *Machine) PrepareStrategy(ctx context.Context, id string, from, to uint16, strategy string) (Record, error) {
+func (m *Machine) PrepareStrategy(ctx context.Context, id string, from, to tunnelport.Port, strategy string) (Record, error) {
 	if strategy == StrategyAtomic {
 		strategy = ""
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -25,8 +26,8 @@ var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 const (
 	opA     = "op-a"
 	opB     = "op-b"
-	from    = uint16(4789)
-	to      = uint16(4889)
+	from    = tunnelport.Port(4789)
+	to      = tunnelport.Port(4889)
 	deadman = 10 * time.Second
 )
 
@@ -35,7 +36,7 @@ type countObserver struct {
 	phases  []Phase
 	applied int
 	deadman int
-	port    uint16
+	port    tunnelport.Port
 }
 
 func (o *countObserver) PhaseChanged(p Phase) {
@@ -53,7 +54,7 @@ func (o *countObserver) DeadmanReverted() {
 	defer o.mu.Unlock()
 	o.deadman++
 }
-func (o *countObserver) PortObserved(p uint16) {
+func (o *countObserver) PortObserved(p tunnelport.Port) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.port = p
@@ -253,7 +254,7 @@ func TestHappyPath(t *testing.T) {
 func TestTransitions(t *testing.T) {
 	ctx := context.Background()
 	type step func(e *env) error
-	prepare := func(id string, f, tt uint16) step {
+	prepare := func(id string, f, tt tunnelport.Port) step {
 		return func(e *env) error { _, err := e.m.Prepare(ctx, id, f, tt); return err }
 	}
 	commit := func(id string) step {
@@ -543,15 +544,15 @@ func TestRestartAtEveryPersistedPoint(t *testing.T) {
 // dataplane as p's dump says, at clock now.
 func resumeFrom(t *testing.T, p savePoint, now time.Time) *env {
 	t.Helper()
-	var port uint16
+	var port tunnelport.Port
 	var fw string
 	if _, err := fmt.Sscanf(p.dump, "port=%d fw=[%s", &port, &fw); err != nil {
 		t.Fatalf("parse dump %q: %v", p.dump, err)
 	}
 	be := dataplane.NewFake("ovs", "vxlan0", port)
-	var open []uint16
+	var open []tunnelport.Port
 	for _, f := range strings.Fields(strings.Trim(p.dump[strings.Index(p.dump, "[")+1:], "]")) {
-		var n uint16
+		var n tunnelport.Port
 		fmt.Sscan(f, &n)
 		open = append(open, n)
 	}

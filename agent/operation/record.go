@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // Phase is where an operation stands on this node. The names match the
@@ -67,24 +68,24 @@ const (
 type Record struct {
 	ID       string              `json:"id"`
 	Phase    Phase               `json:"phase"`
-	FromPort uint16              `json:"from_port,omitempty"`
-	ToPort   uint16              `json:"to_port,omitempty"`
+	FromPort tunnelport.Port     `json:"from_port,omitempty"`
+	ToPort   tunnelport.Port     `json:"to_port,omitempty"`
 	Snapshot *dataplane.Snapshot `json:"snapshot,omitempty"`
 	// Strategy is StrategyStaged for a make-before-break operation (the
 	// backend's Stager methods); empty for the one-instant flip.
 	Strategy string `json:"strategy,omitempty"`
 
-	PrepareDeadline time.Time     `json:"prepare_deadline,omitzero"` // abort by itself after
-	CommitAt        time.Time     `json:"commit_at,omitzero"`        // as requested
-	Deadman         time.Duration `json:"deadman_ns,omitempty"`
-	Deadline        time.Time     `json:"deadline,omitzero"`  // dead-man deadline
-	Applied         time.Time     `json:"applied,omitzero"`   // when Commit woke and called the backend
-	Written         time.Time     `json:"written,omitzero"`   // when the change left for the dataplane
-	Effective       time.Time     `json:"effective,omitzero"` // when the dataplane confirmed it
-	ApplyDuration   time.Duration `json:"apply_ns,omitempty"`
-	Lateness        time.Duration `json:"lateness_ns,omitempty"` // applied - commit_at
-	ReadbackPort    uint16        `json:"readback_port,omitempty"`
-	CurrentPort     uint16        `json:"current_port,omitempty"` // last read back
+	PrepareDeadline time.Time       `json:"prepare_deadline,omitzero"` // abort by itself after
+	CommitAt        time.Time       `json:"commit_at,omitzero"`        // as requested
+	Deadman         time.Duration   `json:"deadman_ns,omitempty"`
+	Deadline        time.Time       `json:"deadline,omitzero"`  // dead-man deadline
+	Applied         time.Time       `json:"applied,omitzero"`   // when Commit woke and called the backend
+	Written         time.Time       `json:"written,omitzero"`   // when the change left for the dataplane
+	Effective       time.Time       `json:"effective,omitzero"` // when the dataplane confirmed it
+	ApplyDuration   time.Duration   `json:"apply_ns,omitempty"`
+	Lateness        time.Duration   `json:"lateness_ns,omitempty"` // applied - commit_at
+	ReadbackPort    tunnelport.Port `json:"readback_port,omitempty"`
+	CurrentPort     tunnelport.Port `json:"current_port,omitempty"` // last read back
 
 	Error      string    `json:"error,omitempty"`
 	RevertedBy string    `json:"reverted_by,omitempty"`
@@ -176,7 +177,7 @@ type Observer interface {
 	PhaseChanged(p Phase)
 	Applied(apply, lateness time.Duration)
 	DeadmanReverted()
-	PortObserved(port uint16)
+	PortObserved(port tunnelport.Port)
 }
 
 type nopObserver struct{}
@@ -184,4 +185,4 @@ type nopObserver struct{}
 func (nopObserver) PhaseChanged(Phase)                   {}
 func (nopObserver) Applied(time.Duration, time.Duration) {}
 func (nopObserver) DeadmanReverted()                     {}
-func (nopObserver) PortObserved(uint16)                  {}
+func (nopObserver) PortObserved(tunnelport.Port)         {}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	"github.com/cutover-dev/cutover/pkg/vxlan"
 )
 
@@ -78,7 +79,7 @@ func (b *Backend) disarm() {
 // passed move's checks (on from, configuration as in the snapshot). ok
 // false: the device may have changed since that read, nothing was
 // touched, and move must read afresh; why says what was seen.
-func (b *Backend) moveArmed(ac *armedCommit, to uint16) (o outcome, ok bool, why string, err error) {
+func (b *Backend) moveArmed(ac *armedCommit, to tunnelport.Port) (o outcome, ok bool, why string, err error) {
 	w, err := b.cfg.VXLAN.RecreateArmed(ac.a)
 	if vxlan.IsChanged(err) {
 		return outcome{}, false, err.Error(), nil

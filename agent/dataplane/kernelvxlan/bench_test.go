@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/harness/benchresult"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // BenchmarkBackendCommit runs 50 full operations (Snapshot, Prepare, Commit,
@@ -31,7 +32,7 @@ func BenchmarkBackendCommit(b *testing.B) {
 		return time.Duration(v) * time.Microsecond
 	}
 	for i := 0; i < rounds; i++ {
-		from, to := uint16(8472), uint16(4889)
+		from, to := tunnelport.Port(8472), tunnelport.Port(4889)
 		if i%2 == 1 {
 			from, to = to, from
 		}

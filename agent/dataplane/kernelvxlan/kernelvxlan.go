@@ -49,6 +49,7 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/pkg/conntrack"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	"github.com/cutover-dev/cutover/pkg/udpport"
 	"github.com/cutover-dev/cutover/pkg/vxlan"
 )
@@ -167,14 +168,14 @@ func (b *Backend) linkState(d vxlan.Device) dataplane.State {
 	if d.Up {
 		state = "up"
 	}
-	return dataplane.State{Backend: Name, Device: b.cfg.Device, Port: uint16(d.Port), Detail: map[string]string{
+	return dataplane.State{Backend: Name, Device: b.cfg.Device, Port: tunnelport.Port(d.Port), Detail: map[string]string{
 		"vni": strconv.Itoa(d.VNI), "mac": d.MAC, "mtu": strconv.Itoa(d.MTU), "state": state,
 		"ifindex": strconv.Itoa(d.Index),
 	}}
 }
 
 // Preflight implements dataplane.Backend. It only reads.
-func (b *Backend) Preflight(_ context.Context, to uint16) (dataplane.Check, error) {
+func (b *Backend) Preflight(_ context.Context, to tunnelport.Port) (dataplane.Check, error) {
 	var c dataplane.Check
 	s, err := b.readDevice()
 	if err != nil {
@@ -185,7 +186,7 @@ func (b *Backend) Preflight(_ context.Context, to uint16) (dataplane.Check, erro
 		return c, nil
 	}
 	d := s.Device
-	c.CurrentPort = uint16(d.Port)
+	c.CurrentPort = tunnelport.Port(d.Port)
 	switch {
 	case to == 0:
 		c.Problems = append(c.Problems, "target port 0: must be a UDP port 1-65535")
@@ -231,11 +232,11 @@ func (b *Backend) Preflight(_ context.Context, to uint16) (dataplane.Check, erro
 // device's own port, is not asked about), adding to c who holds it or why
 // that cannot be told (then it counts as free: the problem already stops
 // the cutover, and "held" would be a false claim).
-func (b *Backend) checkTarget(c *dataplane.Check, to uint16, current int) bool {
+func (b *Backend) checkTarget(c *dataplane.Check, to tunnelport.Port, current int) bool {
 	if b.cfg.Ports == nil || to == 0 || int(to) == current {
 		return true
 	}
-	free, holder, err := b.cfg.Ports.Free(to)
+	free, holder, err := b.cfg.Ports.Free(uint16(to))
 	switch {
 	case err != nil:
 		c.Problems = append(c.Problems, fmt.Sprintf("port %d: cannot tell whether it is free: %v", to, err))
@@ -258,7 +259,7 @@ func (b *Backend) checkTarget(c *dataplane.Check, to uint16, current int) bool {
 }
 
 // cniNote says what outside this backend must change for a known device.
-func cniNote(dev string, to uint16) string {
+func cniNote(dev string, to tunnelport.Port) string {
 	switch {
 	case strings.HasPrefix(dev, "flannel."):
 		return fmt.Sprintf(`outside this backend: set "Backend": {"Port": %d} in net-conf.json (ConfigMap kube-flannel-cfg), then restart flanneld on every node so it picks up the new ifindex`, to)
@@ -271,7 +272,7 @@ func cniNote(dev string, to uint16) string {
 }
 
 // Snapshot implements dataplane.Backend.
-func (b *Backend) Snapshot(_ context.Context, from, to uint16) (dataplane.Snapshot, error) {
+func (b *Backend) Snapshot(_ context.Context, from, to tunnelport.Port) (dataplane.Snapshot, error) {
 	if from == 0 || to == 0 || from == to {
 		return dataplane.Snapshot{}, fmt.Errorf("snapshot %s: ports %d -> %d: need two different UDP ports 1-65535", b.cfg.Device, from, to)
 	}
@@ -372,7 +373,7 @@ type outcome struct {
 //   - gone: a recreation interrupted inside its window (the agent died):
 //     rebuilt on to from the persisted snapshot, its last full state;
 //   - on any other port: someone else moved it; not touched.
-func (b *Backend) move(op string, prior vxlan.Snapshot, from, to uint16, checkIdentity bool) (outcome, error) {
+func (b *Backend) move(op string, prior vxlan.Snapshot, from, to tunnelport.Port, checkIdentity bool) (outcome, error) {
 	cur, err := b.cfg.VXLAN.Snapshot(b.cfg.Device)
 	base := cur
 	switch {
@@ -401,7 +402,7 @@ func (b *Backend) move(op string, prior vxlan.Snapshot, from, to uint16, checkId
 // readBack confirms a move with one link lookup: the port is what the
 // answer carries. The full read (FDB, neighbours, routes: six dumps) is
 // for the log and waits until after the answer (AfterCommit).
-func (b *Backend) readBack(op string, w vxlan.Window, to uint16) (outcome, error) {
+func (b *Backend) readBack(op string, w vxlan.Window, to tunnelport.Port) (outcome, error) {
 	t0 := time.Now()
 	d, err := b.cfg.VXLAN.Link(b.cfg.Device)
 	if err != nil {
@@ -433,12 +434,12 @@ func deviceDiff(a, b vxlan.Device) string {
 // is reported in the state's detail, not as an error: the device moved, and
 // stale entries only expire later (the caller must not roll back the
 // cluster for them).
-func (b *Backend) forget(st *dataplane.State, port uint16) {
+func (b *Backend) forget(st *dataplane.State, port tunnelport.Port) {
 	if b.cfg.Conntrack == nil {
 		return
 	}
 	t0 := time.Now()
-	n, err := b.cfg.Conntrack.DeleteUDPDstPort(port)
+	n, err := b.cfg.Conntrack.DeleteUDPDstPort(uint16(port))
 	st.Detail["conntrack_us"] = strconv.FormatInt(time.Since(t0).Microseconds(), 10)
 	st.Detail["conntrack_deleted"] = strconv.Itoa(n)
 	if err != nil {
@@ -619,7 +620,7 @@ func (b *Backend) Finalize(ctx context.Context, s dataplane.Snapshot) error {
 		}
 	}
 	if b.cfg.Conntrack != nil {
-		if _, err := b.cfg.Conntrack.DeleteUDPDstPort(s.FromPort); err != nil {
+		if _, err := b.cfg.Conntrack.DeleteUDPDstPort(uint16(s.FromPort)); err != nil {
 			return fmt.Errorf("finalize %s: old port's rules closed; conntrack cleanup of port %d failed (retry Finalize): %w", b.cfg.Device, s.FromPort, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/pkg/conntrack"
 	"github.com/cutover-dev/cutover/pkg/iptables"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	"github.com/cutover-dev/cutover/pkg/udpport"
 	"github.com/cutover-dev/cutover/pkg/vxlan"
 )
@@ -86,7 +87,7 @@ func (r *rig) dump() string {
 
 // want builds the expected dump: device on port, firewall rules for ports,
 // conntrack without the udp entries of the ports gone.
-func want(t *testing.T, port int, rules []uint16, gone ...uint16) string {
+func want(t *testing.T, port int, rules []tunnelport.Port, gone ...tunnelport.Port) string {
 	t.Helper()
 	w := &rig{vx: vxlan.NewFake(flannelDevice(port)), ipt: iptables.NewFake(iptables.BackendNFT)}
 	if err := w.ipt.EnsureChain("filter", "OS_FIREWALL_ALLOW"); err != nil {
@@ -94,14 +95,14 @@ func want(t *testing.T, port int, rules []uint16, gone ...uint16) string {
 	}
 	for _, p := range rules {
 		rule := allowTemplate
-		rule.DPort = p
+		rule.DPort = uint16(p)
 		if err := w.ipt.EnsureRule(rule); err != nil {
 			t.Fatal(err)
 		}
 	}
 	w.ct = newRigFlows()
 	for _, p := range gone {
-		if _, err := w.ct.DeleteUDPDstPort(p); err != nil {
+		if _, err := w.ct.DeleteUDPDstPort(uint16(p)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -204,18 +205,18 @@ func TestDesiredStatesInAnyOrder(t *testing.T) {
 func wantState(t *testing.T, phase string, committed bool) string {
 	switch phase {
 	case "prepared":
-		return want(t, from, []uint16{from, to})
+		return want(t, from, []tunnelport.Port{from, to})
 	case "committed":
-		return want(t, to, []uint16{from, to}, from)
+		return want(t, to, []tunnelport.Port{from, to}, from)
 	case "finalized":
-		return want(t, to, []uint16{to}, from)
+		return want(t, to, []tunnelport.Port{to}, from)
 	case "aborted":
-		return want(t, from, []uint16{from})
+		return want(t, from, []tunnelport.Port{from})
 	case "reverted":
 		if committed {
-			return want(t, from, []uint16{from}, from, to)
+			return want(t, from, []tunnelport.Port{from}, from, to)
 		}
-		return want(t, from, []uint16{from})
+		return want(t, from, []tunnelport.Port{from})
 	}
 	t.Fatalf("unknown phase %s", phase)
 	return ""
@@ -355,7 +356,7 @@ func TestSnapshotRefusesWrongFrom(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
 	for _, tc := range []struct {
-		from, to uint16
+		from, to tunnelport.Port
 		want     string
 	}{
 		{4000, to, "current port is 8472, not 4000"},

@@ -10,6 +10,7 @@ import (
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/agent/operation"
 	"github.com/cutover-dev/cutover/pkg/netns"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // Privileged: a rolled-back change must leave nothing
@@ -32,7 +33,7 @@ func leftOnPort(t *testing.T, n *node, newPort int) {
 	if len(extra) != 0 {
 		t.Errorf("%s after the rollback: VXLAN links besides %s left:\n%s", n.NS, labDev, strings.Join(extra, "\n"))
 	}
-	free, holder, err := n.b.cfg.Ports.Free(uint16(newPort))
+	free, holder, err := n.b.cfg.Ports.Free(uint16(tunnelport.Port(newPort)))
 	if err != nil || !free {
 		t.Errorf("%s after the rollback: port %d free %v (held by %s), %v", n.NS, newPort, free, holder, err)
 	}
@@ -45,7 +46,7 @@ func leftOnPort(t *testing.T, n *node, newPort int) {
 	}); err != nil {
 		t.Errorf("%s after the rollback: bind %s:%d as the path check does: %v", n.NS, n.Underlay, newPort, err)
 	}
-	c, err := n.b.Preflight(context.Background(), uint16(newPort))
+	c, err := n.b.Preflight(context.Background(), tunnelport.Port(newPort))
 	if err != nil || len(c.Problems) != 0 || !c.TargetFree {
 		t.Errorf("%s after the rollback: preflight of a retry to %d: %+v, %v", n.NS, newPort, c, err)
 	}

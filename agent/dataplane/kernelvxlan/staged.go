@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	"github.com/cutover-dev/cutover/pkg/vxlan"
 )
 
@@ -38,7 +39,7 @@ func (b *Backend) StagedLosesLess() (bool, string) {
 }
 
 // StagedProblems implements dataplane.Stager.
-func (b *Backend) StagedProblems(_ context.Context, to uint16) []string {
+func (b *Backend) StagedProblems(_ context.Context, to tunnelport.Port) []string {
 	s, err := b.readDevice()
 	if err != nil {
 		return []string{err.Error()}
@@ -58,7 +59,7 @@ func (b *Backend) StagedProblems(_ context.Context, to uint16) []string {
 }
 
 // StagedActions implements dataplane.Stager.
-func (b *Backend) StagedActions(from, to uint16) []string {
+func (b *Backend) StagedActions(from, to tunnelport.Port) []string {
 	open, closeOld := b.cfg.Firewall.Actions(from, to)
 	_, nftOpen, nftClose := b.cfg.Firewall.NFTCheck(from, to)
 	out := append(append([]string{}, open...), nftOpen...)
@@ -122,7 +123,7 @@ func (b *Backend) Unlisten(_ context.Context, s dataplane.Snapshot) error {
 
 // sendOn points every FDB remote of the device at port (0: the device's
 // own) and reads the device back; State.Port is the port it sends on.
-func (b *Backend) sendOn(op string, s dataplane.Snapshot, port, want uint16) (dataplane.State, error) {
+func (b *Backend) sendOn(op string, s dataplane.Snapshot, port, want tunnelport.Port) (dataplane.State, error) {
 	if _, err := b.decode(s); err != nil {
 		return dataplane.State{}, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/pkg/openflow"
 	"github.com/cutover-dev/cutover/pkg/ovs"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 	"github.com/cutover-dev/cutover/pkg/udpport"
 )
 
@@ -77,7 +78,7 @@ type Backend struct {
 }
 
 type pendingChange struct {
-	from, to uint16
+	from, to tunnelport.Port
 	change   ovs.PreparedChange
 }
 
@@ -152,11 +153,11 @@ func (b *Backend) state(iface ovs.Interface) (dataplane.State, error) {
 	if iface.Error != "" {
 		d["error"] = iface.Error
 	}
-	return dataplane.State{Backend: b.Name(), Device: b.cfg.Interface, Port: port, Detail: d}, nil
+	return dataplane.State{Backend: b.Name(), Device: b.cfg.Interface, Port: tunnelport.Port(port), Detail: d}, nil
 }
 
 // Preflight implements dataplane.Backend.
-func (b *Backend) Preflight(ctx context.Context, to uint16) (dataplane.Check, error) {
+func (b *Backend) Preflight(ctx context.Context, to tunnelport.Port) (dataplane.Check, error) {
 	var c dataplane.Check
 	iface, err := b.getInterface(ctx)
 	if err != nil {
@@ -206,11 +207,11 @@ func (b *Backend) Preflight(ctx context.Context, to uint16) (dataplane.Check, er
 // checkTarget reports whether port to is free on this node, adding to c
 // who holds it or why that cannot be told (then it counts as free: the
 // problem already stops the cutover, and "held" would be a false claim).
-func (b *Backend) checkTarget(c *dataplane.Check, to uint16) bool {
+func (b *Backend) checkTarget(c *dataplane.Check, to tunnelport.Port) bool {
 	if b.cfg.Ports == nil {
 		return true
 	}
-	free, holder, err := b.cfg.Ports.Free(to)
+	free, holder, err := b.cfg.Ports.Free(uint16(to))
 	switch {
 	case err != nil:
 		c.Problems = append(c.Problems, fmt.Sprintf("port %d: cannot tell whether it is free: %v", to, err))
@@ -223,7 +224,7 @@ func (b *Backend) checkTarget(c *dataplane.Check, to uint16) bool {
 }
 
 // Snapshot implements dataplane.Backend.
-func (b *Backend) Snapshot(ctx context.Context, from, to uint16) (dataplane.Snapshot, error) {
+func (b *Backend) Snapshot(ctx context.Context, from, to tunnelport.Port) (dataplane.Snapshot, error) {
 	iface, err := b.getInterface(ctx)
 	if err != nil {
 		return dataplane.Snapshot{}, fmt.Errorf("snapshot: %w", err)
@@ -281,7 +282,7 @@ func (b *Backend) Prepare(ctx context.Context, s dataplane.Snapshot) error {
 			return err
 		}
 	}
-	change, err := b.cfg.OVS.PrepareDstPort(ctx, b.cfg.Interface, s.FromPort, s.ToPort)
+	change, err := b.cfg.OVS.PrepareDstPort(ctx, b.cfg.Interface, uint16(s.FromPort), uint16(s.ToPort))
 	if err != nil {
 		change.Close()
 		return fmt.Errorf("prepare %s %d→%d: %w", b.cfg.Interface, s.FromPort, s.ToPort, err)
@@ -302,7 +303,7 @@ func (b *Backend) setPending(p *pendingChange) {
 }
 
 // takePending hands over the cached change for from→to, if Prepare built one.
-func (b *Backend) takePending(from, to uint16) ovs.PreparedChange {
+func (b *Backend) takePending(from, to tunnelport.Port) ovs.PreparedChange {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.pending
@@ -322,7 +323,7 @@ func (b *Backend) Commit(ctx context.Context, s dataplane.Snapshot) (dataplane.S
 	change := b.takePending(s.FromPort, s.ToPort)
 	if change == nil {
 		var err error
-		if change, err = b.cfg.OVS.PrepareDstPort(ctx, b.cfg.Interface, s.FromPort, s.ToPort); err != nil {
+		if change, err = b.cfg.OVS.PrepareDstPort(ctx, b.cfg.Interface, uint16(s.FromPort), uint16(s.ToPort)); err != nil {
 			change.Close()
 			return dataplane.State{}, fmt.Errorf("commit %s %d→%d: %w", b.cfg.Interface, s.FromPort, s.ToPort, err)
 		}
@@ -373,7 +374,7 @@ func (b *Backend) Revert(ctx context.Context, s dataplane.Snapshot) (dataplane.S
 	case s.FromPort:
 		// Never committed, or reverted already: nothing to flip.
 	case s.ToPort:
-		iface, err := b.cfg.OVS.SetDstPort(ctx, b.cfg.Interface, s.ToPort, s.FromPort)
+		iface, err := b.cfg.OVS.SetDstPort(ctx, b.cfg.Interface, uint16(s.ToPort), uint16(s.FromPort))
 		if err != nil {
 			return dataplane.State{}, fmt.Errorf("revert %s %d→%d: %w", b.cfg.Interface, s.ToPort, s.FromPort, err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cutover-dev/cutover/pkg/openflow"
 	"github.com/cutover-dev/cutover/pkg/ovs"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // The staged strategy's receive ports and their redirect flows: where the
@@ -48,7 +49,7 @@ func rxOld(iface string) string { return iface + "-cot-old" }
 // tunnels is where a staged node's tunnels are: vxlan0's port and ofport,
 // and each receive port's (port 0: it does not exist).
 type tunnels struct {
-	tunnel, rx, old       uint16
+	tunnel, rx, old       tunnelport.Port
 	ofport, rxOFP, oldOFP int64
 }
 
@@ -59,12 +60,12 @@ func (b *Backend) readTunnels(ctx context.Context) (tunnels, error) {
 		return tunnels{}, err
 	}
 	t := tunnels{ofport: iface.OFPort}
-	if t.tunnel, err = iface.DstPort(); err != nil {
+	if t.tunnel, err = dstPort(iface); err != nil {
 		return t, err
 	}
 	for _, r := range []struct {
 		name string
-		port *uint16
+		port *tunnelport.Port
 		ofp  *int64
 	}{{RxName(b.cfg.Interface), &t.rx, &t.rxOFP}, {rxOld(b.cfg.Interface), &t.old, &t.oldOFP}} {
 		i, err := b.cfg.OVS.GetInterface(ctx, r.name)
@@ -74,7 +75,7 @@ func (b *Backend) readTunnels(ctx context.Context) (tunnels, error) {
 		case err != nil:
 			return t, fmt.Errorf("receive port %s: %w", r.name, err)
 		}
-		if *r.port, err = i.DstPort(); err != nil {
+		if *r.port, err = dstPort(i); err != nil {
 			return t, err
 		}
 		if i.OFPort <= 0 {
@@ -87,7 +88,7 @@ func (b *Backend) readTunnels(ctx context.Context) (tunnels, error) {
 
 // where names the tunnels' ports for an error.
 func (b *Backend) where(t tunnels) string {
-	on := func(p uint16) string {
+	on := func(p tunnelport.Port) string {
 		if p == 0 {
 			return "absent"
 		}
@@ -191,7 +192,7 @@ func freeOFPorts(used map[int64]bool) (int64, error) {
 
 // rxPort is a receive port: vxlan0's options but dst_port, bound to the
 // node IP, at OpenFlow port ofport.
-func (b *Backend) rxPort(sd snapshot, name string, port uint16, ofport int64) ovs.Interface {
+func (b *Backend) rxPort(sd snapshot, name string, port tunnelport.Port, ofport int64) ovs.Interface {
 	options := maps.Clone(sd.Options)
 	if options == nil {
 		options = map[string]string{}
@@ -278,4 +279,10 @@ func (b *Backend) keep(ctx context.Context) (bool, error) {
 // delReceivers removes both receive ports in one transaction.
 func (b *Backend) delReceivers(ctx context.Context) error {
 	return b.cfg.OVS.ChangePorts(ctx, ovs.PortsChange{Bridge: b.cfg.Bridge, Del: []string{RxName(b.cfg.Interface), rxOld(b.cfg.Interface)}})
+}
+
+// dstPort is i's options:dst_port as the agent's port type.
+func dstPort(i ovs.Interface) (tunnelport.Port, error) {
+	p, err := i.DstPort()
+	return tunnelport.Port(p), err
 }

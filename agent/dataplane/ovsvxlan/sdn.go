@@ -22,6 +22,7 @@ import (
 
 	"github.com/cutover-dev/cutover/pkg/iptables"
 	"github.com/cutover-dev/cutover/pkg/openflow"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // Chains and the drop flow of openshift-sdn, byte for byte as the SDN
@@ -46,7 +47,7 @@ func SDNFirewallTemplates() []iptables.Rule {
 }
 
 // SDNDropFlow is the SDN's drop flow for port.
-func SDNDropFlow(port uint16) openflow.Flow {
+func SDNDropFlow(port tunnelport.Port) openflow.Flow {
 	return openflow.Flow{Table: SDNDropTable, Priority: SDNDropPriority,
 		Match:   []openflow.Field{{Key: "udp"}, {Key: "udp_dst", Value: strconv.Itoa(int(port))}},
 		Actions: "drop"}
@@ -65,7 +66,7 @@ type PortFlows struct {
 }
 
 // Flows returns the templates instantiated for port.
-func (p *PortFlows) Flows(port uint16) []openflow.Flow {
+func (p *PortFlows) Flows(port tunnelport.Port) []openflow.Flow {
 	if p == nil {
 		return nil
 	}
@@ -92,7 +93,7 @@ func flowKey(f openflow.Flow) string {
 
 // Present returns, for each flow of port, whether the bridge holds it (same
 // table, priority, match and actions), keyed by flowKey.
-func (p *PortFlows) Present(ctx context.Context, port uint16) (map[string]bool, error) {
+func (p *PortFlows) Present(ctx context.Context, port tunnelport.Port) (map[string]bool, error) {
 	if p == nil {
 		return nil, nil
 	}
@@ -114,7 +115,7 @@ func (p *PortFlows) Present(ctx context.Context, port uint16) (map[string]bool, 
 
 // Add installs every flow of port (OpenFlow add replaces an identical
 // match, so a replay is harmless).
-func (p *PortFlows) Add(ctx context.Context, port uint16) error {
+func (p *PortFlows) Add(ctx context.Context, port tunnelport.Port) error {
 	for _, f := range p.Flows(port) {
 		if err := p.OF.AddFlow(ctx, p.Bridge, f); err != nil {
 			return fmt.Errorf("flows: add %s on %s: %w", f, p.Bridge, err)
@@ -125,7 +126,7 @@ func (p *PortFlows) Add(ctx context.Context, port uint16) error {
 
 // Remove deletes the flows of port (strictly: exactly that table, priority
 // and match), except those in keep.
-func (p *PortFlows) Remove(ctx context.Context, port uint16, keep map[string]bool) error {
+func (p *PortFlows) Remove(ctx context.Context, port tunnelport.Port, keep map[string]bool) error {
 	for _, f := range p.Flows(port) {
 		if keep[flowKey(f)] {
 			continue
@@ -138,7 +139,7 @@ func (p *PortFlows) Remove(ctx context.Context, port uint16, keep map[string]boo
 }
 
 // Actions describes what Add of to and the later Remove of from will do.
-func (p *PortFlows) Actions(from, to uint16) (prepare, finalize []string) {
+func (p *PortFlows) Actions(from, to tunnelport.Port) (prepare, finalize []string) {
 	for _, f := range p.Flows(to) {
 		prepare = append(prepare, fmt.Sprintf("ovs-ofctl add-flow %s %s", p.Bridge, f))
 	}
@@ -152,7 +153,7 @@ func (p *PortFlows) Actions(from, to uint16) (prepare, finalize []string) {
 // firewall template's chain, the rules of from found there, and for each
 // port flow, whether the bridge holds the one of from. Problems are things
 // that make the cutover unsafe (the bridge unreadable).
-func (b *Backend) found(ctx context.Context, from uint16) (found, problems []string) {
+func (b *Backend) found(ctx context.Context, from tunnelport.Port) (found, problems []string) {
 	if fw := b.cfg.Firewall; fw != nil {
 		for _, r := range fw.Rules(from) {
 			ok, err := fw.IPT.HasRule(r)

@@ -11,6 +11,7 @@ import (
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/pkg/openflow"
 	"github.com/cutover-dev/cutover/pkg/ovs"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // The staged strategy on an OVS bridge (docs/staged.md; measured on the
@@ -63,7 +64,7 @@ var (
 )
 
 // StagedProblems implements dataplane.Stager.
-func (b *Backend) StagedProblems(ctx context.Context, to uint16) []string {
+func (b *Backend) StagedProblems(ctx context.Context, to tunnelport.Port) []string {
 	var out []string
 	switch {
 	case b.cfg.SDN:
@@ -130,7 +131,7 @@ func (b *Backend) StagedLosesLess() (bool, string) {
 }
 
 // StagedActions implements dataplane.Stager.
-func (b *Backend) StagedActions(from, to uint16) []string {
+func (b *Backend) StagedActions(from, to tunnelport.Port) []string {
 	open, closeOld := b.cfg.Firewall.Actions(from, to)
 	out := append([]string{}, open...)
 	rx := RxName(b.cfg.Interface)
@@ -268,7 +269,7 @@ func (b *Backend) dropReceivers(ctx context.Context) error {
 // over as it goes.
 func (b *Backend) unswitch(ctx context.Context, s dataplane.Snapshot) error {
 	return b.cfg.OVS.ChangePorts(ctx, ovs.PortsChange{Bridge: b.cfg.Bridge,
-		Move: []ovs.Move{{Name: b.cfg.Interface, From: s.ToPort, To: s.FromPort}}, Del: []string{rxOld(b.cfg.Interface)}})
+		Move: []ovs.Move{{Name: b.cfg.Interface, From: uint16(s.ToPort), To: uint16(s.FromPort)}}, Del: []string{rxOld(b.cfg.Interface)}})
 }
 
 // Unlisten implements dataplane.Stager: the receive ports and their flows
@@ -310,7 +311,7 @@ func (b *Backend) Unlisten(ctx context.Context, s dataplane.Snapshot) error {
 }
 
 // sendState is the interface's state with Port the port the node sends on.
-func (b *Backend) sendState(ctx context.Context, port uint16, t0, t1 time.Time) (dataplane.State, error) {
+func (b *Backend) sendState(ctx context.Context, port tunnelport.Port, t0, t1 time.Time) (dataplane.State, error) {
 	st, err := b.Read(ctx)
 	if err != nil {
 		return st, err
@@ -363,7 +364,7 @@ func (b *Backend) SwitchSend(ctx context.Context, s dataplane.Snapshot) (datapla
 			return dataplane.State{}, fmt.Errorf("switch sending: OpenFlow port %d, which %s needs (its flow is in place), is taken by another interface: not switching; roll back and run the operation again", t.rxOFP+1, rxOld(b.cfg.Interface))
 		}
 		sw := ovs.PortsChange{Bridge: b.cfg.Bridge, Add: []ovs.Interface{b.rxPort(sd, rxOld(b.cfg.Interface), s.FromPort, t.rxOFP+1)},
-			Move: []ovs.Move{{Name: b.cfg.Interface, From: s.FromPort, To: s.ToPort}}}
+			Move: []ovs.Move{{Name: b.cfg.Interface, From: uint16(s.FromPort), To: uint16(s.ToPort)}}}
 		t0 = time.Now()
 		if err := b.cfg.OVS.ChangePorts(ctx, sw); err != nil {
 			return dataplane.State{}, fmt.Errorf("switch sending: %w", err)
@@ -424,7 +425,7 @@ func (b *Backend) Retire(ctx context.Context, s dataplane.Snapshot) (dataplane.S
 		// the new port): vxlan0 joins the receiver on the new port first.
 		// Bound to the node IP, the receiver is more specific, so both
 		// stay registered, and it keeps receiving until it goes.
-		if err := b.cfg.OVS.ChangePorts(ctx, ovs.PortsChange{Bridge: b.cfg.Bridge, Move: []ovs.Move{{Name: b.cfg.Interface, From: s.FromPort, To: s.ToPort}}}); err != nil {
+		if err := b.cfg.OVS.ChangePorts(ctx, ovs.PortsChange{Bridge: b.cfg.Bridge, Move: []ovs.Move{{Name: b.cfg.Interface, From: uint16(s.FromPort), To: uint16(s.ToPort)}}}); err != nil {
 			return dataplane.State{}, fmt.Errorf("retire: move %s to %d: %w", b.cfg.Interface, s.ToPort, err)
 		}
 	default:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cutover-dev/cutover/agent/dataplane"
 	"github.com/cutover-dev/cutover/pkg/openflow"
+	"github.com/cutover-dev/cutover/pkg/tunnelport"
 )
 
 // stagedRig is realRig with what the staged strategy needs: OpenFlow
@@ -202,7 +203,7 @@ func TestRealStagedPhases(t *testing.T) {
 	}
 	step := r.stepper(ctx, t, of, want)
 	listen := func() error { return b.Listen(ctx, snap) }
-	sw := func(port uint16, fn func(context.Context, dataplane.Snapshot) (dataplane.State, error)) func() error {
+	sw := func(port tunnelport.Port, fn func(context.Context, dataplane.Snapshot) (dataplane.State, error)) func() error {
 		return func() error {
 			st, err := fn(ctx, snap)
 			if err == nil && (st.Port != port || st.Detail["send_port"] != fmt.Sprint(port)) {
