@@ -225,8 +225,8 @@ func (op *Op) NoteCommit(node string, a CommitAnswer) {
 // and the margin the lead left (the instant minus the last Commit's
 // arrival). Has* say which were measured.
 type Spreads struct {
-	Commit, Write, Effect, Margin          time.Duration
-	HasCommit, HasWrite, HasEffect, HasMar bool
+	Commit, Write, Effect, Margin             time.Duration
+	HasCommit, HasWrite, HasEffect, HasMargin bool
 }
 
 // EndCommit sets the report's spreads once every Commit call of an atomic
@@ -257,7 +257,7 @@ func (op *Op) EndCommit() Spreads {
 		op.report.EffectSpreadNanos = s.Effect.Nanoseconds()
 	}
 	if op.LastArrival != 0 && !op.CommitAt.IsZero() {
-		s.Margin, s.HasMar = time.Duration(op.CommitAt.UnixNano()-op.LastArrival), true
+		s.Margin, s.HasMargin = time.Duration(op.CommitAt.UnixNano()-op.LastArrival), true
 		op.report.CommitMarginNanos = s.Margin.Nanoseconds()
 	}
 	return s

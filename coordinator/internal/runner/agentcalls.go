@@ -242,7 +242,7 @@ func (rn *Runner) commitSpread(op *opstate.Op) {
 	if s.HasEffect {
 		rn.Metrics.EffectSpread.Set(s.Effect.Seconds())
 	}
-	if s.HasMar {
+	if s.HasMargin {
 		rn.Metrics.CommitMargin.Set(s.Margin.Seconds())
 	}
 }

@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"slices"
 	"time"
 
 	"github.com/cutover-dev/cutover/coordinator/internal/barrier"
@@ -54,8 +53,10 @@ func (rn *Runner) commitLead(op *opstate.Op) time.Duration {
 	for _, s := range op.Offsets {
 		r.MaxRTT = max(r.MaxRTT, s.RTT)
 	}
+	lead := timing.Lead{Min: rn.Cfg.CommitLeadMin, RTTx: rn.Cfg.CommitLeadRTTx, PerAgent: rn.Cfg.CommitLeadPerAgt}
 	op.Mu.Lock()
-	r.Prepare, r.Answers = op.PrepDur, slices.Clone(op.PrepAnswers)
-	op.Mu.Unlock()
-	return timing.CommitLead(timing.Lead{Min: rn.Cfg.CommitLeadMin, RTTx: rn.Cfg.CommitLeadRTTx, PerAgent: rn.Cfg.CommitLeadPerAgt}, r)
+	defer op.Mu.Unlock()
+	// CommitLead sorts a copy of its own: the answers are read in place.
+	r.Prepare, r.Answers = op.PrepDur, op.PrepAnswers
+	return timing.CommitLead(lead, r)
 }
