@@ -7,6 +7,15 @@ package probe
 // a send call per probe) cost an agent 6 % of a core at 3 peers every
 // 10 ms, most of it in the kernel's wake-ups (make bench-agent).
 //
+// Two agents that probe each other send one datagram per pair and tick,
+// not two: the answer to the peer's latest probe rides in this node's
+// next probe to it (kindReqResp), which leaves on the same tick the
+// answer would have. Half the datagrams is half the kernel's packet path,
+// the larger part of the mesh's cost. The coordinator's sample is
+// symmetric for it (every node probes those that probe it). An answer
+// rides only to a peer whose probe said it reads one; an agent before
+// this gets its answers alone, as before, and answers alone.
+//
 // Reading late on purpose costs no accuracy: every datagram carries the
 // kernel's receive stamp (SO_TIMESTAMPNS), and an answer counts when it
 // arrived. What it costs is the answers this node gives: up to one
@@ -52,16 +61,26 @@ type msg struct {
 }
 
 // buffers holds one goroutine's datagrams: rx for reads, tx for what it
-// sends, and the socket's scratch for both.
+// sends, and the socket's scratch for both; rides are the answers this
+// tick's probes will carry.
 type buffers struct {
 	rx      []msg
 	tx      []msg
-	txBytes [][packetSize]byte
+	txBytes [][ridingSize]byte
 	sc      *scratch
+	rides   []ride
+}
+
+// ride is an answer waiting for this tick's probe to its asker.
+type ride struct {
+	to    netip.AddrPort
+	seq   uint64
+	ts    int64
+	taken bool
 }
 
 func newBuffers() *buffers {
-	b := &buffers{rx: make([]msg, batch), tx: make([]msg, 0, 2*batch), txBytes: make([][packetSize]byte, 2*batch), sc: newScratch(2 * batch)}
+	b := &buffers{rx: make([]msg, batch), tx: make([]msg, 0, 2*batch), txBytes: make([][ridingSize]byte, 2*batch), sc: newScratch(2 * batch), rides: make([]ride, 0, MaxPeers)}
 	for i := range b.rx {
 		b.rx[i].buf = make([]byte, 1500)
 		b.rx[i].oob = make([]byte, 128)
@@ -70,14 +89,40 @@ func newBuffers() *buffers {
 }
 
 // add queues one datagram to send; false when the batch is full.
-func (b *buffers) add(kind byte, seq uint64, ts int64, to netip.AddrPort) bool {
+func (b *buffers) add(p packet, to netip.AddrPort) bool {
 	i := len(b.tx)
 	if i == len(b.txBytes) {
 		return false
 	}
-	encode(b.txBytes[i][:], kind, seq, ts)
-	b.tx = append(b.tx, msg{buf: b.txBytes[i][:], n: packetSize, addr: to})
+	n := encode(b.txBytes[i][:], p)
+	b.tx = append(b.tx, msg{buf: b.txBytes[i][:], n: n, addr: to})
 	return true
+}
+
+// rideFor is the index of the answer waiting for a probe to to; -1: none.
+func (b *buffers) rideFor(to netip.AddrPort) int {
+	for i := range b.rides {
+		if !b.rides[i].taken && b.rides[i].to == to {
+			return i
+		}
+	}
+	return -1
+}
+
+// answerRides sends alone every answer no probe took (its asker left the
+// peer set meanwhile, or the batch was full), then forgets the rides.
+func (b *buffers) answerRides(s *sock) {
+	for _, r := range b.rides {
+		if r.taken {
+			continue
+		}
+		p := packet{kind: kindResp, seq: r.seq, ts: r.ts}
+		if !b.add(p, r.to) {
+			b.flush(s)
+			b.add(p, r.to)
+		}
+	}
+	b.rides = b.rides[:0]
 }
 
 // flush sends what was queued. A send error (no route while the overlay
@@ -181,7 +226,7 @@ func (m *Mesh) tick(s *sock, b *buffers) {
 	for {
 		n, err := s.read(b.sc, b.rx, false)
 		if n > 0 {
-			m.handle(b.rx[:n], b, m.cfg.Interval)
+			m.handle(b.rx[:n], b, m.cfg.Interval, true)
 		}
 		if err != nil || n < len(b.rx) {
 			break
@@ -189,10 +234,12 @@ func (m *Mesh) tick(s *sock, b *buffers) {
 		b.flush(s) // a full batch: send its answers before reading on
 	}
 	m.round(b)
+	b.answerRides(s)
 	b.flush(s)
 }
 
-// round queues one probe to every peer.
+// round queues one probe to every peer, with the answer to its latest
+// probe riding where one waits.
 func (m *Mesh) round(b *buffers) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -206,8 +253,16 @@ func (m *Mesh) round(b *buffers) {
 	for _, ps := range m.order {
 		seq := ps.nextSeq
 		sent := m.now()
-		if !b.add(kindReq, seq, sent.UnixNano(), ps.peer.Addr) {
+		p := packet{kind: kindReq, seq: seq, ts: sent.UnixNano() | rides}
+		r := b.rideFor(ps.peer.Addr)
+		if r >= 0 {
+			p.kind, p.ansSeq, p.ansTS = kindReqResp, b.rides[r].seq, uint64(b.rides[r].ts)
+		}
+		if !b.add(p, ps.peer.Addr) {
 			return // the batch is full: the rest go next round
+		}
+		if r >= 0 {
+			b.rides[r].taken = true
 		}
 		ps.nextSeq++
 		ps.sentAt[seq%window] = sent.UnixNano()
@@ -216,35 +271,54 @@ func (m *Mesh) round(b *buffers) {
 	}
 }
 
-// handle counts the answers in ms and queues the answers to the requests;
-// slack is how late the loop reads on purpose (no stall).
-func (m *Mesh) handle(ms []msg, b *buffers, slack time.Duration) {
+// handle counts the answers in ms and queues the answers to the probes;
+// slack is how late the loop reads on purpose (no stall). With mayRide, an
+// answer to a peer this mesh probes waits for this tick's probe to it
+// (round), where the asker reads one.
+func (m *Mesh) handle(ms []msg, b *buffers, slack time.Duration, mayRide bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
 	for i := range ms {
 		d := &ms[i]
-		kind, seq, ts, ok := decode(d.buf[:d.n])
+		p, ok := decode(d.buf[:d.n])
 		if !ok {
 			continue
 		}
 		at, stamped := rxStamp(d.oob[:d.oobn])
-		switch kind {
-		case kindReq:
-			if !b.add(kindResp, seq, ts, d.addr) {
-				continue // more requests than a batch: unanswered, lost to the asker
-			}
-			m.answered++
+		from := unmap(d.addr)
+		if p.kind == kindReq || p.kind == kindReqResp {
+			m.answerLocked(b, from, p.seq, p.ts, mayRide)
 			if stamped {
 				m.noteStallLocked(now.Sub(stampOrNow(at, now)) - slack)
 			}
-		case kindResp:
+		}
+		if p.kind == kindResp || p.kind == kindReqResp {
+			seq, ts := p.seq, p.ts
+			if p.kind == kindReqResp {
+				seq, ts = p.ansSeq, int64(p.ansTS)
+			}
 			if stamped {
 				m.rxStamped.Add(1)
 			}
-			from := d.addr
-			m.onReplyLocked(netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), seq, ts, at, now, slack)
+			m.onReplyLocked(from, seq, ts&^rides, at, now, slack)
 		}
+	}
+}
+
+// answerLocked answers the probe seq, ts from: riding in this tick's
+// probe to from where it may (mayRide: a tick's; from reads riding
+// answers; this mesh probes from; no other answer to it waits), else
+// alone.
+func (m *Mesh) answerLocked(b *buffers, from netip.AddrPort, seq uint64, ts int64, mayRide bool) {
+	m.answered++
+	if mayRide && (ts&rides != 0 || rideToAll()) && m.peers[from] != nil && b.rideFor(from) < 0 {
+		b.rides = append(b.rides, ride{to: from, seq: seq, ts: ts})
+		m.rode++
+		return
+	}
+	if !b.add(packet{kind: kindResp, seq: seq, ts: ts}, from) {
+		m.answered-- // more probes than a batch: unanswered, lost to the asker
 	}
 }
 
@@ -276,7 +350,7 @@ func (r *reader) run(ctx context.Context) {
 		}
 		n, err := r.s.read(b.sc, b.rx, true)
 		if n > 0 {
-			r.m.handle(b.rx[:n], b, 0)
+			r.m.handle(b.rx[:n], b, 0, false)
 			b.flush(r.s)
 		}
 		if err != nil && !errors.Is(err, errAgain) {

@@ -18,7 +18,7 @@ func TestFlushKeepsItsBuffers(t *testing.T) {
 	to := netip.MustParseAddrPort("127.0.0.1:9") // discard: nothing need listen
 	tick := func() {
 		for i := range 6 {
-			b.add(kindReq, uint64(i), 1, to)
+			b.add(packet{kind: kindReq, seq: uint64(i), ts: 1}, to)
 		}
 		b.flush(s)
 	}

@@ -26,7 +26,14 @@ const FaultInjectBuilt = true
 // (harness/lab TestMeterAgreementBitesHiddenLoss).
 const FaultInjectHideLossEnv = "COT_FAULTINJECT_PROBE_HIDE_LOSS"
 
+// FaultInjectRideToAllEnv, set to 1, makes the mesh put its answers in
+// its probes to every peer, whether the peer's probe said it reads them
+// or not: an agent that forgot the older agents of a rolling upgrade
+// (TestRidingAnswersSpareOlderAgentsBites).
+const FaultInjectRideToAllEnv = "COT_FAULTINJECT_PROBE_RIDE_TO_ALL"
+
 var (
+	rideAll      = os.Getenv(FaultInjectRideToAllEnv) == "1"
 	dropEvery, _ = strconv.ParseUint(os.Getenv(FaultInjectDropEnv), 10, 64)
 	hideLoss     = os.Getenv(FaultInjectHideLossEnv) == "1"
 )
@@ -34,3 +41,5 @@ var (
 func dropAnswer(seq uint64) bool { return dropEvery > 0 && seq%dropEvery == 0 }
 
 func hiddenLoss() bool { return hideLoss }
+
+func rideToAll() bool { return rideAll }

@@ -10,3 +10,5 @@ const FaultInjectBuilt = false
 func dropAnswer(uint64) bool { return false }
 
 func hiddenLoss() bool { return false }
+
+func rideToAll() bool { return false }

@@ -28,10 +28,25 @@ import (
 )
 
 const (
-	magic      = 0x43555450 // "CUTP"
-	kindReq    = 1
-	kindResp   = 2
-	packetSize = 4 + 1 + 8 + 8
+	magic = 0x43555450 // "CUTP"
+	// kindReq asks for an echo, kindResp is one. Both are packetSize
+	// bytes: magic, kind, seq, ts.
+	kindReq  = 1
+	kindResp = 2
+	// kindReqResp is a probe that carries the answer to the peer's
+	// latest probe (ridingSize bytes: a kindReq and then the answer's seq
+	// and ts), so that two agents probing each other send one datagram
+	// per pair and tick instead of two. It goes only to a peer whose
+	// probe said it reads one (rides): an agent before it decodes
+	// packetSize bytes of kinds 1 and 2 only and would lose both.
+	kindReqResp = 3
+	packetSize  = 4 + 1 + 8 + 8
+	ridingSize  = packetSize + 8 + 8
+	// rides is a flag in a probe's ts: its sender reads kindReqResp. The
+	// ts is the send time in Unix nanoseconds, far below bit 62 until
+	// the year 2116, and every echo returns it as it came (an agent
+	// before the flag too), so the flag costs older peers nothing.
+	rides = int64(1) << 62
 	// window is how many probes per peer are remembered; at 1 ms that is
 	// 65 s, far longer than any answer can take.
 	window = 1 << 16
@@ -200,8 +215,9 @@ type Mesh struct {
 	// ticking says the RunAt loop reads on its ticks (batch.go); the
 	// blocking reader is parked meanwhile.
 	ticking atomic.Bool
-	// Answered counts echo requests this node answered for others.
-	answered uint64
+	// answered counts the probes this node answered for others, rode
+	// those of them whose answer rode in a probe.
+	answered, rode uint64
 	// rxStamped counts answers that carried the kernel's receive stamp.
 	rxStamped atomic.Uint64
 	// stall is the longest this agent fell behind its own mesh since the
@@ -420,20 +436,41 @@ func (m *Mesh) Snapshot(reset bool) ([]Stats, time.Duration) {
 	return out, stall
 }
 
-func encode(b []byte, kind byte, seq uint64, ts int64) {
-	binary.BigEndian.PutUint32(b[0:4], magic)
-	b[4] = kind
-	binary.BigEndian.PutUint64(b[5:13], seq)
-	binary.BigEndian.PutUint64(b[13:21], uint64(ts))
+// packet is one decoded datagram: a probe (seq, ts), an answer, or a
+// probe with an answer riding (ansSeq, ansTS).
+type packet struct {
+	kind          byte
+	seq           uint64
+	ts            int64
+	ansSeq, ansTS uint64
 }
 
-func decode(b []byte) (kind byte, seq uint64, ts int64, ok bool) {
-	if len(b) != packetSize || binary.BigEndian.Uint32(b[0:4]) != magic {
-		return 0, 0, 0, false
+// encode writes p into b (packetSize bytes, ridingSize for kindReqResp)
+// and returns its length.
+func encode(b []byte, p packet) int {
+	binary.BigEndian.PutUint32(b[0:4], magic)
+	b[4] = p.kind
+	binary.BigEndian.PutUint64(b[5:13], p.seq)
+	binary.BigEndian.PutUint64(b[13:21], uint64(p.ts))
+	if p.kind != kindReqResp {
+		return packetSize
 	}
-	kind = b[4]
-	if kind != kindReq && kind != kindResp {
-		return 0, 0, 0, false
+	binary.BigEndian.PutUint64(b[21:29], p.ansSeq)
+	binary.BigEndian.PutUint64(b[29:37], p.ansTS)
+	return ridingSize
+}
+
+func decode(b []byte) (packet, bool) {
+	if len(b) < packetSize || binary.BigEndian.Uint32(b[0:4]) != magic {
+		return packet{}, false
 	}
-	return kind, binary.BigEndian.Uint64(b[5:13]), int64(binary.BigEndian.Uint64(b[13:21])), true
+	p := packet{kind: b[4], seq: binary.BigEndian.Uint64(b[5:13]), ts: int64(binary.BigEndian.Uint64(b[13:21]))}
+	switch {
+	case (p.kind == kindReq || p.kind == kindResp) && len(b) == packetSize:
+	case p.kind == kindReqResp && len(b) == ridingSize:
+		p.ansSeq, p.ansTS = binary.BigEndian.Uint64(b[21:29]), binary.BigEndian.Uint64(b[29:37])
+	default:
+		return packet{}, false
+	}
+	return p, true
 }

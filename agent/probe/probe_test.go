@@ -88,18 +88,31 @@ func TestMeshCountsAnswersLossesAndGaps(t *testing.T) {
 }
 
 func TestCodecRejectsForeignPackets(t *testing.T) {
-	var b [packetSize]byte
-	encode(b[:], kindReq, 7, 42)
-	if k, s, ts, ok := decode(b[:]); !ok || k != kindReq || s != 7 || ts != 42 {
-		t.Fatalf("round trip: %v %v %v %v", k, s, ts, ok)
-	}
-	for name, p := range map[string][]byte{
-		"short":     b[:10],
-		"long":      append(b[:], 0),
-		"bad magic": append([]byte{0, 0, 0, 0}, b[4:]...),
-		"bad kind":  append(append([]byte{}, b[:4]...), append([]byte{9}, b[5:]...)...),
+	var b [ridingSize]byte
+	for _, p := range []packet{
+		{kind: kindReq, seq: 7, ts: 42 | rides},
+		{kind: kindResp, seq: 7, ts: 42},
+		{kind: kindReqResp, seq: 7, ts: 42 | rides, ansSeq: 9, ansTS: 41},
 	} {
-		if _, _, _, ok := decode(p); ok {
+		n := encode(b[:], p)
+		if got, ok := decode(b[:n]); !ok || got != p {
+			t.Fatalf("round trip of %+v (%d bytes): %+v %v", p, n, got, ok)
+		}
+	}
+	// An agent before riding answers decoded exactly packetSize bytes of
+	// kinds 1 and 2: a probe with an answer in it must not look like one.
+	if n := encode(b[:], packet{kind: kindReqResp}); n == packetSize || b[4] == kindReq || b[4] == kindResp {
+		t.Fatalf("a riding answer is %d bytes of kind %d: an older agent would read it", n, b[4])
+	}
+	n := encode(b[:], packet{kind: kindReq, seq: 7, ts: 42})
+	for name, p := range map[string][]byte{
+		"short":         b[:10],
+		"long":          append(b[:n:n], 0),
+		"bad magic":     append([]byte{0, 0, 0, 0}, b[4:n]...),
+		"bad kind":      append(append([]byte{}, b[:4]...), append([]byte{9}, b[5:n]...)...),
+		"riding, short": append(append([]byte{}, b[:4]...), append([]byte{kindReqResp}, b[5:n]...)...),
+	} {
+		if _, ok := decode(p); ok {
 			t.Errorf("%s: decoded", name)
 		}
 	}
@@ -389,6 +402,9 @@ func TestFaultInjectionOffByDefault(t *testing.T) {
 	}
 	if hiddenLoss() {
 		t.Fatal("hiddenLoss in the default build")
+	}
+	if rideToAll() {
+		t.Fatal("rideToAll in the default build")
 	}
 }
 

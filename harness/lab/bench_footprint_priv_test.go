@@ -33,8 +33,8 @@ type footprintFigure struct {
 	// lab benchmarks' rate (how much of this machine their probes take).
 	Probes string `json:"probes"`
 	// Agent is whose agent ran: "this" (the tree's) or "base <rev>" (the
-	// code before the mesh's wait left the Go runtime's timer, built from
-	// footprintBase), measured in the same run to compare by ratio.
+	// code before answers rode in probes, built from footprintBase),
+	// measured in the same run to compare by ratio.
 	Agent        string  `json:"agent"`
 	Nodes        int     `json:"nodes"`
 	ProbePeers   int     `json:"probe_peers"`
@@ -57,9 +57,11 @@ type footprintFigure struct {
 	WakesPerSecMedian float64 `json:"wakes_per_s_median"`
 	UserMedianPct     float64 `json:"user_median_pct_of_core"`
 	SysMedianPct      float64 `json:"sys_median_pct_of_core"`
-	// PacketsPerSec is what one probing agent sends, and as many it
-	// receives: its probes and the answers to as many probes of others
-	// (peers spread evenly). KernelPacketPct is what those packets cost
+	// PacketsPerSec is what one probing agent sends (median; the UDP
+	// datagrams its node's namespace sent over the window), and as many
+	// it receives: its probes, and its answers to its peers' probes that
+	// did not ride in one (the sample is symmetric: every peer probes
+	// back). KernelPacketPct is what those packets cost
 	// the kernel, part of sys: packets/s × the per-packet costs that
 	// calibrate measures on the same lab (sending through VXLAN and the
 	// veth, whose receive side in the peer's namespace runs on the
@@ -109,13 +111,13 @@ func BenchmarkAgentFootprint(b *testing.B) {
 			}
 		})
 	}
-	// The base's packets are the same: its rows take the share measured
-	// beside this tree's.
+	// The base's rows take the per-packet cost calibrated beside this
+	// tree's, for the packets they sent.
 	for i := range figs {
 		for _, f := range figs {
 			if figs[i].Agent != "this" && f.Agent == "this" && f.Probes == figs[i].Probes && f.PacketCost != nil {
-				figs[i].PacketsPerSec, figs[i].KernelPacketPct = f.PacketsPerSec, f.KernelPacketPct
-				figs[i].RestPct = figs[i].CPUMedianPct - f.KernelPacketPct
+				figs[i].KernelPacketPct = 100 * figs[i].PacketsPerSec * (f.PacketCost.SendUS + f.PacketCost.RecvUS) / 1e6
+				figs[i].RestPct = figs[i].CPUMedianPct - figs[i].KernelPacketPct
 			}
 		}
 	}
@@ -139,11 +141,11 @@ func BenchmarkAgentFootprint(b *testing.B) {
 	})
 }
 
-// footprintBase is the last commit whose probe mesh waited for its ticks
-// on a Go ticker, its tick's I/O through the runtime's syscall path: the
-// "before" the benchmark measures beside this tree (COT_FOOTPRINT_BASE
-// names another).
-const footprintBase = "359bf9be6627fe10da74d455011faa554fedcaff"
+// footprintBase is the last commit whose probe mesh sent every answer
+// alone (two datagrams per pair and tick where both probe): the "before"
+// the benchmark measures beside this tree (COT_FOOTPRINT_BASE names
+// another).
+const footprintBase = "9adb119ff44ec1ceeaec810c0403db1b3b72a870"
 
 // footprintRatio is this tree's median over the base's, per probing rate.
 type footprintRatio struct {
@@ -202,10 +204,11 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 		waitLog(b, l, "probe peers of the last operation dropped", 30*time.Second)
 		time.Sleep(time.Second)
 	}
-	user0, sys0, sw0 := make([]uint64, n), make([]uint64, n), make([]uint64, n)
+	user0, sys0, sw0, out0 := make([]uint64, n), make([]uint64, n), make([]uint64, n), make([]uint64, n)
 	for i, p := range agents {
 		user0[i], sys0[i] = cpuTicks(b, p.PID)
 		sw0[i] = ctxSwitches(b, p.PID)
+		out0[i] = udpOut(b, p.PID)
 	}
 	t0 := time.Now()
 	rssMax := make([]float64, n)
@@ -221,13 +224,14 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 		c := calibrate(b, l, cfg.ProbeInterval)
 		cost = &c
 	}
-	cpuPct, userPct, sysPct, wakes := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+	cpuPct, userPct, sysPct, wakes, pps := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 	pct := func(ticks uint64) float64 { return 100 * float64(ticks) / clockTicks / elapsed.Seconds() }
 	for i, p := range agents {
 		u, st := cpuTicks(b, p.PID)
 		userPct[i], sysPct[i] = pct(u-user0[i]), pct(st-sys0[i])
 		cpuPct[i] = pct(u - user0[i] + st - sys0[i])
 		wakes[i] = float64(ctxSwitches(b, p.PID)-sw0[i]) / elapsed.Seconds()
+		pps[i] = float64(udpOut(b, p.PID)-out0[i]) / elapsed.Seconds()
 		if !p.Alive() {
 			b.Fatalf("%s exited during the window", p)
 		}
@@ -248,9 +252,11 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 	if probes == "idle" {
 		f.ProbePeers = 0 // between operations
 	}
+	if f.ProbePeers > 0 {
+		f.PacketsPerSec = median(pps)
+	}
 	if f.ProbePeers > 0 && cost != nil {
 		f.PacketCost = cost
-		f.PacketsPerSec = 2 * float64(f.ProbePeers) / cfg.ProbeInterval.Seconds()
 		f.KernelPacketPct = 100 * f.PacketsPerSec * (cost.SendUS + cost.RecvUS) / 1e6
 		f.RestPct = f.CPUMedianPct - f.KernelPacketPct
 	}
@@ -318,6 +324,38 @@ func cpuTicks(b *testing.B, pid int) (user, sys uint64) {
 		b.Fatalf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
 	}
 	return u, st
+}
+
+// udpOut is the UDP datagrams sent from pid's network namespace (a lab
+// node's: its agent's probes and answers; VXLAN's own datagrams are the
+// kernel's and not counted), from /proc/PID/net/snmp.
+func udpOut(b *testing.B, pid int) uint64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/snmp")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var names []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Udp:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, name := range names {
+			if name == "OutDatagrams" && i < len(f) {
+				v, err := strconv.ParseUint(f[i], 10, 64)
+				if err != nil {
+					b.Fatalf("/proc/%d/net/snmp OutDatagrams %q: %v", pid, f[i], err)
+				}
+				return v
+			}
+		}
+	}
+	b.Fatalf("/proc/%d/net/snmp: no Udp OutDatagrams", pid)
+	return 0
 }
 
 // rssMB is VmRSS of pid in MB (10^6 bytes).

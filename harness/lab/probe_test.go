@@ -27,10 +27,19 @@ func TestProbePeersOf(t *testing.T) {
 			if probedBy[n.Name] != len(ProbePeersOf(n, nodes, k)) {
 				t.Errorf("k=%d: %s probed by %d nodes, want as many as it probes", k, n.Name, probedBy[n.Name])
 			}
+			for _, p := range ProbePeersOf(n, nodes, k) {
+				back := false
+				for _, q := range ProbePeersOf(p, nodes, k) {
+					back = back || q.Name == n.Name
+				}
+				if !back {
+					t.Errorf("k=%d: %s probes %s, which does not probe it back: their answers cannot ride", k, n.Name, p.Name)
+				}
+			}
 		}
 		return strings.TrimSpace(b.String())
 	}
-	if g := got(2); !strings.HasPrefix(g, "n1:n2,n5 n2:n3,n6 ") || !strings.HasSuffix(g, "n8:n1,n4") {
+	if g := got(2); !strings.HasPrefix(g, "n1:n2,n8 n2:n3,n1 ") || !strings.HasSuffix(g, "n8:n1,n7") {
 		t.Errorf("k=2: %s", g)
 	}
 	if g, all := got(0), got(7); g != all || !strings.HasPrefix(g, "n1:n2,n3,n4,n5,n6,n7,n8 ") {
@@ -63,7 +72,7 @@ func TestProbeConfig(t *testing.T) {
 	if err := (Config{Nodes: 4, ProbePeers: 4, NoProbes: true}).Default().Validate(); err != nil {
 		t.Errorf("NoProbes ignores probe settings: %v", err)
 	}
-	args := strings.Join(agentArgs(Config{Name: "x", Nodes: 3, ProbePeers: 1}.Default(), newNode("x", "/d", 1, BackendOVS), "/p"), " ")
+	args := strings.Join(agentArgs(Config{Name: "x", Nodes: 2, ProbePeers: 1}.Default(), newNode("x", "/d", 1, BackendOVS), "/p"), " ")
 	if !strings.Contains(args, "--probe-listen 198.19.1.1:9445 --probe-peers n2=198.19.2.1:9445 --probe-interval 10ms --probe-timeout 200ms") {
 		t.Errorf("agent args: %s", args)
 	}

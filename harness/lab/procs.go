@@ -19,6 +19,7 @@ import (
 
 	"github.com/cutover-dev/cutover/pkg/netns"
 	"github.com/cutover-dev/cutover/pkg/pki"
+	"github.com/cutover-dev/cutover/pkg/ringsample"
 )
 
 // Coordinator ports on the hub's management address.
@@ -115,23 +116,20 @@ func coordinatorArgs(cfg Config, inventory, pkiDir string) []string {
 }
 
 // ProbePeersOf is the peers node n probes: all others when k is 0 (or
-// covers them all), else k peers at evenly spread distances around the ring
-// of nodes, so that every node is probed by exactly k others and pairs of
-// near and far indexes are both sampled.
+// covers them all), else the coordinator's sample of k (pkg/ringsample):
+// the same distances both ways around the ring of nodes, so that every
+// node probes exactly those that probe it (their answers ride in their
+// probes) and pairs of near and far indexes are both sampled.
 func ProbePeersOf(n Node, nodes []Node, k int) []Node {
-	others := len(nodes) - 1
-	if k <= 0 || k >= others {
-		k = others
-	}
 	self := -1
 	for i, p := range nodes {
 		if p.Index == n.Index {
 			self = i
 		}
 	}
-	out := make([]Node, 0, k)
-	for j := 0; j < k; j++ {
-		d := 1 + j*others/k // distinct in 1..others for k ≤ others
+	dists := ringsample.Distances(len(nodes), k)
+	out := make([]Node, 0, len(dists))
+	for _, d := range dists {
 		out = append(out, nodes[(self+d)%len(nodes)])
 	}
 	return out

@@ -15,26 +15,14 @@ import (
 const smallFrame = 256
 
 // Peers is whom each node exchanges frames with, both ways: every
-// other node up to sampleAbove nodes, else the probe sample of k (every
-// node sends to and receives from k others) made symmetric, so that every
-// node is sender and receiver of each of its pairs. The second result
-// says which.
+// other node up to sampleAbove nodes, else the probe sample of k, which
+// is symmetric (every node is sender and receiver of each of its pairs).
+// The second result says which.
 func Peers(nodes []string, sampleAbove, k int) (map[string][]string, string) {
 	if len(nodes) <= sampleAbove {
 		return probemesh.Sample(nodes, 0), "every pair"
 	}
-	s := probemesh.Sample(nodes, k)
-	sym := map[string][]string{}
-	for from, tos := range s {
-		for _, to := range tos {
-			sym[from] = append(sym[from], to)
-			sym[to] = append(sym[to], from)
-		}
-	}
-	for n := range sym {
-		sym[n] = slices.Compact(slices.Sorted(slices.Values(sym[n])))
-	}
-	return sym, fmt.Sprintf("sampled above %d nodes: every node exchanges frames both ways with at least %d others (a ring at spread distances, as the probe mesh)", sampleAbove, k)
+	return probemesh.Sample(nodes, k), fmt.Sprintf("sampled above %d nodes: every node exchanges frames both ways with at least %d others (a ring at spread distances, as the probe mesh)", sampleAbove, k)
 }
 
 // Sizes are the outer packet sizes sent: a small frame, steps below

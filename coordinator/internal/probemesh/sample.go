@@ -2,16 +2,23 @@ package probemesh
 
 import (
 	"slices"
+
+	"github.com/cutover-dev/cutover/pkg/ringsample"
 )
 
 // Sample is the probe mesh the coordinator hands out with Prepare:
 // for every node, the peers it probes. Nodes are taken sorted and set on
-// a ring; node i probes the nodes at k distances spread evenly around it
-// (1, 1+(N-1)/k, 1+2(N-1)/k, …), so every node sends to exactly k others
-// and is probed by exactly k others, and both near and far pairs of the
-// order are sampled. k ≤ 0, or k ≥ N-1, is every other node. It does no
-// I/O and depends on nothing but its arguments (the same inventory gives
-// the same sample on every coordinator).
+// a ring; node i probes the nodes at k distances spread evenly over the
+// ring's half (1, 1+m/h, 1+2m/h, …, m the half's length, h = k/2) and the
+// same distances the other way, and, for an odd k, the node opposite.
+// So the sample is symmetric: every node probes exactly those that probe
+// it, and two agents probing each other answer inside their own probes
+// (one datagram per pair and tick, not two; agent/probe). Both near and
+// far pairs of the order are sampled. An odd k over an odd number of
+// nodes has no node opposite and no such sample: k+1 is taken. k ≤ 0, or
+// k ≥ N-1, is every other node. It does no I/O and depends on nothing but
+// its arguments (the same inventory gives the same sample on every
+// coordinator).
 func Sample(nodes []string, k int) map[string][]string {
 	ns := slices.Compact(slices.Sorted(slices.Values(nodes)))
 	n := len(ns)
@@ -19,17 +26,9 @@ func Sample(nodes []string, k int) map[string][]string {
 	if n < 2 {
 		return out
 	}
-	if k <= 0 || k > n-1 {
-		k = n - 1
-	}
-	dists := make([]int, k)
-	for j := range k {
-		// Distinct and within 1..n-1: j*(n-1)/k grows by at least 1 per j
-		// because k ≤ n-1.
-		dists[j] = 1 + j*(n-1)/k
-	}
+	dists := ringsample.Distances(n, k)
 	for i, from := range ns {
-		peers := make([]string, 0, k)
+		peers := make([]string, 0, len(dists))
 		for _, d := range dists {
 			peers = append(peers, ns[(i+d)%n])
 		}

@@ -10,8 +10,8 @@ func TestProbeSample(t *testing.T) {
 	for _, tc := range []struct {
 		n, k, want int // want: peers per node
 	}{
-		{1, 3, 0}, {2, 3, 1}, {3, 3, 2}, {4, 3, 3}, {5, 3, 3}, {8, 3, 3}, {8, 0, 7}, {8, 7, 7}, {8, 9, 7},
-		{64, 3, 3}, {64, 1, 1}, {65, 64, 64}, {10, 4, 4},
+		{1, 3, 0}, {2, 3, 1}, {3, 3, 2}, {4, 3, 3}, {5, 3, 4}, {8, 3, 3}, {8, 0, 7}, {8, 7, 7}, {8, 9, 7},
+		{64, 3, 3}, {64, 1, 1}, {65, 64, 64}, {10, 4, 4}, {9, 3, 4}, {9, 4, 4}, {33, 3, 4}, {32, 3, 3}, {1000, 3, 3}, {1000, 8, 8},
 	} {
 		t.Run(fmt.Sprintf("n%d_k%d", tc.n, tc.k), func(t *testing.T) {
 			var nodes []string
@@ -39,6 +39,10 @@ func TestProbeSample(t *testing.T) {
 				}
 				for _, p := range peers {
 					probedBy[p]++
+					// Symmetric: the peer probes back, so answers ride.
+					if !slices.Contains(s[p], from) {
+						t.Fatalf("%s probes %s, which does not probe it back", from, p)
+					}
 				}
 			}
 			for _, n := range nodes {
@@ -51,15 +55,19 @@ func TestProbeSample(t *testing.T) {
 }
 
 // The ring spread samples near and far pairs: with 8 nodes and k=3 node 0
-// probes at distances 1, 3 and 5.
+// probes its neighbours (distances 1 and 7) and the node opposite (4);
+// with 16 and k=4, distances 1, 4, 12 and 15.
 func TestProbeSampleSpread(t *testing.T) {
 	s := Sample([]string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"}, 3)
-	if got := fmt.Sprint(s["n0"], s["n6"]); got != "[n1 n3 n5] [n1 n3 n7]" {
+	if got := fmt.Sprint(s["n0"], s["n6"]); got != "[n1 n4 n7] [n2 n5 n7]" {
 		t.Errorf("n0, n6 probe %s", got)
 	}
 	pairs := Pairs(s, []string{"n6", "n0"})
-	if got := fmt.Sprint(pairs); got != "[n0→n1 n0→n3 n0→n5 n6→n1 n6→n3 n6→n7]" {
+	if got := fmt.Sprint(pairs); got != "[n0→n1 n0→n4 n0→n7 n6→n2 n6→n5 n6→n7]" {
 		t.Errorf("pairs %s", got)
+	}
+	if got := fmt.Sprint(Sample([]string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p"}, 4)["a"]); got != "[b e m p]" {
+		t.Errorf("16 nodes, k=4: a probes %s", got)
 	}
 }
 
