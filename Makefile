@@ -154,8 +154,8 @@ bench-pathcheck: ## underlay path check time (coordctl pathcheck) at N=8, both b
 	@mkdir -p results
 	set -o pipefail; cd harness/lab && CI=true COT_PATH_BENCH_SIZES=$${COT_PATH_BENCH_SIZES:-8} flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkPathCheck -benchtime 1x -timeout 30m . | tee ../../results/bench-pathcheck.txt
 
-bench-agent: lab ## the agent at rest in an 8-node lab, probe mesh at its default rate and off: RSS and CPU, results/agent_footprint.json, docs/benchmarks.md
-	CI=true flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkAgentFootprint -benchtime 1x -timeout 15m ./harness/lab/
+bench-agent: lab ## the agent at rest in an 8-node lab, probe mesh at its default rate, at 1 ms (3 rounds beside the base agent), idle and off: RSS and CPU, results/agent_footprint.json, docs/benchmarks.md
+	CI=true flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkAgentFootprint -benchtime 1x -timeout 30m ./harness/lab/
 
 bench-coordinator: ## the real coordinator over 1,000 and 10,000 simulated agents (COT_SCALE_SIM_SIZES), and what its idle agent connections hold: results/coordinator_scale_sim.json, results/agent_conn_memory.json, docs/benchmarks.md
 	$(GO) test -run '^$$' -bench 'BenchmarkCoordinatorScaleSim|BenchmarkAgentConnMemory' -benchtime 1x -timeout 30m ./coordinator/

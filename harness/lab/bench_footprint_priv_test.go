@@ -36,6 +36,7 @@ type footprintFigure struct {
 	// code before answers rode in probes, built from footprintBase),
 	// measured in the same run to compare by ratio.
 	Agent        string  `json:"agent"`
+	Round        int     `json:"round"`
 	Nodes        int     `json:"nodes"`
 	ProbePeers   int     `json:"probe_peers"`
 	IntervalMS   float64 `json:"interval_ms"`
@@ -87,7 +88,9 @@ type footprintFigure struct {
 // 10 min, the only change), and with probes off. The targets: RSS <=
 // 30 MB, idle CPU <= 0.5 % of a core; probing, <= 1 % at the default rate
 // and <= 5 % at 1 ms. The probing rates also run the agent of
-// footprintBase, and the file gives this tree's figures over the base's.
+// footprintBase, in COT_FOOTPRINT_ROUNDS (3) rounds alternating with this
+// tree's, and the file gives this tree's figures over the base's, round by
+// round, with their median and range.
 // Figures, not a pass/fail: results/agent_footprint.json.
 func BenchmarkAgentFootprint(b *testing.B) {
 	testenv.RequirePrivileged(b, append(ovsBins, "go", "git")...)
@@ -96,49 +99,123 @@ func BenchmarkAgentFootprint(b *testing.B) {
 	rev := cmp.Or(os.Getenv("COT_FOOTPRINT_BASE"), footprintBase)
 	base := labtest.AgentAt(b, rev)
 	baseName := "base " + rev[:min(len(rev), 12)]
+	rounds := envInt("COT_FOOTPRINT_ROUNDS", 3)
 	var figs []footprintFigure
-	// The probing rates run the base agent and this tree's one after the
-	// other, base first: the machine is shared, and only a ratio within
-	// one run says what a change did.
-	for _, r := range []struct{ probes, agent, bin string }{
-		{"probing", baseName, base}, {"probing", "this", filepath.Join(bin, "agent")},
-		{"idle", "this", filepath.Join(bin, "agent")}, {"off", "this", filepath.Join(bin, "agent")},
-		{"probing-1ms", baseName, base}, {"probing-1ms", "this", filepath.Join(bin, "agent")},
-	} {
-		b.Run("probes="+r.probes+"/agent="+strings.Fields(r.agent)[0], func(b *testing.B) {
+	// The probing rates run the base agent and this tree's one in
+	// alternating rounds, base first: the machine is shared, and only
+	// ratios within one run, with their spread over the rounds, say what
+	// a change did.
+	type row struct {
+		probes, agent, bin string
+		round              int
+	}
+	var runs []row
+	for _, probes := range []string{"probing", "probing-1ms"} {
+		for r := 1; r <= rounds; r++ {
+			runs = append(runs, row{probes, baseName, base, r}, row{probes, "this", filepath.Join(bin, "agent"), r})
+		}
+		if probes == "probing" {
+			runs = append(runs, row{"idle", "this", filepath.Join(bin, "agent"), 1}, row{"off", "this", filepath.Join(bin, "agent"), 1})
+		}
+	}
+	for _, r := range runs {
+		b.Run(fmt.Sprintf("probes=%s/agent=%s/round=%d", r.probes, strings.Fields(r.agent)[0], r.round), func(b *testing.B) {
 			for b.Loop() {
-				figs = append(figs, measureFootprint(b, bin, r.bin, r.agent, r.probes, 8, window, r.agent == "this" && strings.HasPrefix(r.probes, "probing")))
+				// The per-packet cost is calibrated once per rate, on
+				// this tree's first round.
+				f := measureFootprint(b, bin, r.bin, r.agent, r.probes, 8, window, r.agent == "this" && r.round == 1 && strings.HasPrefix(r.probes, "probing"))
+				f.Round = r.round
+				figs = append(figs, f)
 			}
 		})
 	}
-	// The base's rows take the per-packet cost calibrated beside this
-	// tree's, for the packets they sent.
+	// Every probing row takes the per-packet cost calibrated on its rate,
+	// for the packets it sent.
+	costs := map[string]*packetCost{}
+	for _, f := range figs {
+		if f.PacketCost != nil {
+			costs[f.Probes] = f.PacketCost
+		}
+	}
 	for i := range figs {
-		for _, f := range figs {
-			if figs[i].Agent != "this" && f.Agent == "this" && f.Probes == figs[i].Probes && f.PacketCost != nil {
-				figs[i].KernelPacketPct = 100 * figs[i].PacketsPerSec * (f.PacketCost.SendUS + f.PacketCost.RecvUS) / 1e6
-				figs[i].RestPct = figs[i].CPUMedianPct - figs[i].KernelPacketPct
-			}
+		if c := costs[figs[i].Probes]; c != nil {
+			figs[i].KernelPacketPct = 100 * figs[i].PacketsPerSec * (c.SendUS + c.RecvUS) / 1e6
+			figs[i].RestPct = figs[i].CPUMedianPct - figs[i].KernelPacketPct
 		}
 	}
 	var ratios []footprintRatio
-	for _, f := range figs {
-		if f.Agent != "this" {
+	var summary []footprintSummary
+	for _, probes := range []string{"probing", "probing-1ms"} {
+		rr := footprintRatio{Probes: probes}
+		var cpu, user, sys, wakes []float64
+		for _, f := range figs {
+			if f.Probes != probes || f.Agent != "this" {
+				continue
+			}
+			for _, g := range figs {
+				if g.Probes == probes && g.Agent == baseName && g.Round == f.Round {
+					cpu, user = append(cpu, f.CPUMedianPct/g.CPUMedianPct), append(user, f.UserMedianPct/g.UserMedianPct)
+					sys, wakes = append(sys, f.SysMedianPct/g.SysMedianPct), append(wakes, f.WakesPerSecMedian/g.WakesPerSecMedian)
+				}
+			}
+		}
+		if len(cpu) == 0 {
 			continue
 		}
-		for _, g := range figs {
-			if g.Probes == f.Probes && g.Agent == baseName {
-				ratios = append(ratios, footprintRatio{Probes: f.Probes, CPU: f.CPUMedianPct / g.CPUMedianPct,
-					User: f.UserMedianPct / g.UserMedianPct, Sys: f.SysMedianPct / g.SysMedianPct, Wakes: f.WakesPerSecMedian / g.WakesPerSecMedian})
-				b.Logf("probes %s: this/base CPU %.2f (%.2f%% -> %.2f%%), wakes %.2f (%.0f -> %.0f /s)", f.Probes,
-					f.CPUMedianPct/g.CPUMedianPct, g.CPUMedianPct, f.CPUMedianPct, f.WakesPerSecMedian/g.WakesPerSecMedian, g.WakesPerSecMedian, f.WakesPerSecMedian)
-			}
+		rr.CPU, rr.User, rr.Sys, rr.Wakes = median(cpu), median(user), median(sys), median(wakes)
+		rr.CPUMin, rr.CPUMax, rr.CPURounds = minOf(cpu), maxOf(cpu), cpu
+		ratios = append(ratios, rr)
+		b.Logf("probes %s: this/base CPU %.2f (%.2f-%.2f over %d rounds), wakes %.2f", probes, rr.CPU, rr.CPUMin, rr.CPUMax, len(cpu), rr.Wakes)
+		for _, agent := range []string{baseName, "this"} {
+			summary = append(summary, summarize(figs, probes, agent))
 		}
 	}
 	benchresult.Save(b, "agent_footprint.json", map[string]any{
-		"benchmark": "agent_footprint", "cpus": runtime.NumCPU(), "base": rev, "figures": figs,
-		"ratio_this_to_base": ratios,
+		"benchmark": "agent_footprint", "cpus": runtime.NumCPU(), "base": rev, "rounds": rounds, "figures": figs,
+		"summary": summary, "ratio_this_to_base": ratios,
 	})
+}
+
+// footprintSummary is one agent's rounds at one probing rate: the median
+// of each figure over the rounds, and the CPU's range.
+type footprintSummary struct {
+	Probes          string  `json:"probes"`
+	Agent           string  `json:"agent"`
+	Rounds          int     `json:"rounds"`
+	CPUMedianPct    float64 `json:"cpu_median_pct_of_core"`
+	CPUMinPct       float64 `json:"cpu_min_pct_of_core"`
+	CPUMaxPct       float64 `json:"cpu_max_pct_of_core"`
+	UserMedianPct   float64 `json:"user_median_pct_of_core"`
+	SysMedianPct    float64 `json:"sys_median_pct_of_core"`
+	WakesPerSec     float64 `json:"wakes_per_s_median"`
+	PacketsPerSec   float64 `json:"packets_per_s"`
+	KernelPacketPct float64 `json:"kernel_packet_path_pct_of_core"`
+	RestPct         float64 `json:"rest_pct_of_core"`
+	TargetCPUPct    float64 `json:"target_cpu_pct_of_core"`
+}
+
+func summarize(figs []footprintFigure, probes, agent string) footprintSummary {
+	var cpu, user, sys, wakes, pps, kernel, rest []float64
+	target := 0.0
+	for _, f := range figs {
+		if f.Probes == probes && f.Agent == agent {
+			cpu, user, sys = append(cpu, f.CPUMedianPct), append(user, f.UserMedianPct), append(sys, f.SysMedianPct)
+			wakes, pps = append(wakes, f.WakesPerSecMedian), append(pps, f.PacketsPerSec)
+			kernel, rest = append(kernel, f.KernelPacketPct), append(rest, f.RestPct)
+			target = f.TargetCPUPct
+		}
+	}
+	return footprintSummary{Probes: probes, Agent: agent, Rounds: len(cpu), CPUMedianPct: median(cpu), CPUMinPct: minOf(cpu), CPUMaxPct: maxOf(cpu),
+		UserMedianPct: median(user), SysMedianPct: median(sys), WakesPerSec: median(wakes), PacketsPerSec: median(pps),
+		KernelPacketPct: median(kernel), RestPct: median(rest), TargetCPUPct: target}
+}
+
+func minOf(v []float64) float64 {
+	m := v[0]
+	for _, x := range v[1:] {
+		m = min(m, x)
+	}
+	return m
 }
 
 // footprintBase is the last commit whose probe mesh sent every answer
@@ -147,13 +224,19 @@ func BenchmarkAgentFootprint(b *testing.B) {
 // another).
 const footprintBase = "9adb119ff44ec1ceeaec810c0403db1b3b72a870"
 
-// footprintRatio is this tree's median over the base's, per probing rate.
+// footprintRatio is this tree's figures over the base's, per probing
+// rate: the median over the rounds of each round's ratio.
 type footprintRatio struct {
 	Probes string  `json:"probes"`
 	CPU    float64 `json:"cpu"`
 	User   float64 `json:"user"`
 	Sys    float64 `json:"sys"`
 	Wakes  float64 `json:"wakes"`
+	// CPUMin and CPUMax are the range of the rounds' ratios, CPURounds
+	// each round's (this over the base run just before it).
+	CPUMin    float64   `json:"cpu_min"`
+	CPUMax    float64   `json:"cpu_max"`
+	CPURounds []float64 `json:"cpu_rounds"`
 }
 
 func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, window time.Duration, calibrateHere bool) footprintFigure {

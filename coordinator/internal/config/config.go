@@ -192,7 +192,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.ClockParallel, "clock-parallel", c.ClockParallel, "agents whose clocks are sampled at once (a round trip queued behind the coordinator's own calls is not the network's)")
 	fs.IntVar(&c.RollbackAttempts, "rollback-attempts", c.RollbackAttempts, "tries of an abort or rollback per agent, at least, before the operation is declared failed")
 	fs.DurationVar(&c.ProbeSettle, "probe-settle", c.ProbeSettle, "before the report's final probe read, wait this long for probes in flight to settle (at least the agents' --probe-timeout; 0: read at once)")
-	fs.IntVar(&c.ProbePeersK, "probe-peers-k", c.ProbePeersK, "peers each node probes in the mesh sent with Prepare and checked by verify: every node sends to and is probed by this many others (0: all)")
+	fs.IntVar(&c.ProbePeersK, "probe-peers-k", c.ProbePeersK, "peers each node probes in the mesh sent with Prepare and checked by verify: every node probes this many others, the same that probe it (an odd count over an odd number of nodes: one more; 0: all)")
 	fs.VarPF(invertedBool{&c.NoProbeVerify}, "probe-verify", "", "verify after the change that every sampled pair answers probes over the overlay (false: results are flagged as unverified, never a clean success)").NoOptDefVal = "true"
 	fs.DurationVar(&c.VerifyBudget, "verify-budget", c.VerifyBudget, "how long verify waits for every sampled probe pair to answer after the flip (capped by the step timeout)")
 	fs.StringVar(&c.DefaultStrategy, "default-strategy", c.DefaultStrategy, "what a cutover that names no strategy runs over the whole overlay: auto (staged where every node accepts it and loses less with it, else atomic) or atomic (every node at one instant)")

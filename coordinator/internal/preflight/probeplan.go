@@ -25,8 +25,8 @@ type ProbePlan struct {
 
 // PlanProbes collects every agent's probe address, the whole inventory's
 // (a target's overlay reaches nodes outside the targets too), and samples
-// the mesh: every probed node sends to and is probed by --probe-peers-k
-// others. A target without a probe address is a preflight problem naming
+// the mesh: every probed node probes --probe-peers-k others, the same
+// that probe it (probemesh.Sample). A target without a probe address is a preflight problem naming
 // its probe_off_reason, unless the request accepts an unverified result
 // (allow_unprobed: it is left out and the result flagged). A node outside
 // the targets that has none, or does not answer, is left out of the mesh
