@@ -8,9 +8,9 @@ package probe
 // 10 ms, most of it in the kernel's wake-ups (make bench-agent).
 //
 // Two agents that probe each other send one datagram per pair and tick,
-// not two: the answer to the peer's latest probe rides in this node's
-// next probe to it (kindReqResp), which leaves on the same tick the
-// answer would have. Half the datagrams is half the kernel's packet path,
+// not two: the answers to the peer's probes read on a tick ride in this
+// node's probe to it on that tick (kindReqResp), which leaves when the
+// answers alone would have. Half the datagrams is half the kernel's packet path,
 // the larger part of the mesh's cost. The coordinator's sample is
 // symmetric for it (every node probes those that probe it). An answer
 // rides only to a peer whose probe said it reads one; an agent before
@@ -66,7 +66,7 @@ type msg struct {
 type buffers struct {
 	rx      []msg
 	tx      []msg
-	txBytes [][ridingSize]byte
+	txBytes [][packetSize + maxRiding*answerSize]byte
 	sc      *scratch
 	rides   []ride
 }
@@ -80,7 +80,7 @@ type ride struct {
 }
 
 func newBuffers() *buffers {
-	b := &buffers{rx: make([]msg, batch), tx: make([]msg, 0, 2*batch), txBytes: make([][ridingSize]byte, 2*batch), sc: newScratch(2 * batch), rides: make([]ride, 0, MaxPeers)}
+	b := &buffers{rx: make([]msg, batch), tx: make([]msg, 0, 2*batch), txBytes: make([][packetSize + maxRiding*answerSize]byte, 2*batch), sc: newScratch(2 * batch), rides: make([]ride, 0, maxRiding*MaxPeers)}
 	for i := range b.rx {
 		b.rx[i].buf = make([]byte, 1500)
 		b.rx[i].oob = make([]byte, 128)
@@ -99,14 +99,38 @@ func (b *buffers) add(p packet, to netip.AddrPort) bool {
 	return true
 }
 
-// rideFor is the index of the answer waiting for a probe to to; -1: none.
-func (b *buffers) rideFor(to netip.AddrPort) int {
+// riders puts the answers waiting for a probe to to into p (up to
+// maxRiding), and says how many.
+func (b *buffers) riders(to netip.AddrPort, p *packet) int {
+	n := 0
 	for i := range b.rides {
-		if !b.rides[i].taken && b.rides[i].to == to {
-			return i
+		if n < maxRiding && !b.rides[i].taken && b.rides[i].to == to {
+			p.ans[n] = echo{b.rides[i].seq, b.rides[i].ts}
+			n++
 		}
 	}
-	return -1
+	return n
+}
+
+// take marks the answers riders gave to to as sent.
+func (b *buffers) take(to netip.AddrPort, n int) {
+	for i := range b.rides {
+		if n > 0 && !b.rides[i].taken && b.rides[i].to == to {
+			b.rides[i].taken = true
+			n--
+		}
+	}
+}
+
+// waiting is how many answers to to wait for a probe.
+func (b *buffers) waiting(to netip.AddrPort) int {
+	n := 0
+	for i := range b.rides {
+		if !b.rides[i].taken && b.rides[i].to == to {
+			n++
+		}
+	}
+	return n
 }
 
 // answerRides sends alone every answer no probe took (its asker left the
@@ -254,16 +278,13 @@ func (m *Mesh) round(b *buffers) {
 		seq := ps.nextSeq
 		sent := m.now()
 		p := packet{kind: kindReq, seq: seq, ts: sent.UnixNano() | rides}
-		r := b.rideFor(ps.peer.Addr)
-		if r >= 0 {
-			p.kind, p.ansSeq, p.ansTS = kindReqResp, b.rides[r].seq, uint64(b.rides[r].ts)
+		if p.nAns = b.riders(ps.peer.Addr, &p); p.nAns > 0 {
+			p.kind = kindReqResp
 		}
 		if !b.add(p, ps.peer.Addr) {
 			return // the batch is full: the rest go next round
 		}
-		if r >= 0 {
-			b.rides[r].taken = true
-		}
+		b.take(ps.peer.Addr, p.nAns)
 		ps.nextSeq++
 		ps.sentAt[seq%window] = sent.UnixNano()
 		ps.answered[seq%window] = false
@@ -293,26 +314,25 @@ func (m *Mesh) handle(ms []msg, b *buffers, slack time.Duration, mayRide bool) {
 				m.noteStallLocked(now.Sub(stampOrNow(at, now)) - slack)
 			}
 		}
-		if p.kind == kindResp || p.kind == kindReqResp {
-			seq, ts := p.seq, p.ts
-			if p.kind == kindReqResp {
-				seq, ts = p.ansSeq, int64(p.ansTS)
-			}
+		if p.kind == kindResp {
+			p.ans[0], p.nAns = echo{p.seq, p.ts}, 1
+		}
+		for _, e := range p.ans[:p.nAns] {
 			if stamped {
 				m.rxStamped.Add(1)
 			}
-			m.onReplyLocked(from, seq, ts&^rides, at, now, slack)
+			m.onReplyLocked(from, e.seq, e.ts&^rides, at, now, slack)
 		}
 	}
 }
 
 // answerLocked answers the probe seq, ts from: riding in this tick's
 // probe to from where it may (mayRide: a tick's; from reads riding
-// answers; this mesh probes from; no other answer to it waits), else
-// alone.
+// answers; this mesh probes from; fewer than maxRiding answers to it
+// wait), else alone.
 func (m *Mesh) answerLocked(b *buffers, from netip.AddrPort, seq uint64, ts int64, mayRide bool) {
 	m.answered++
-	if mayRide && (ts&rides != 0 || rideToAll()) && m.peers[from] != nil && b.rideFor(from) < 0 {
+	if mayRide && (ts&rides != 0 || rideToAll()) && m.peers[from] != nil && b.waiting(from) < maxRiding {
 		b.rides = append(b.rides, ride{to: from, seq: seq, ts: ts})
 		m.rode++
 		return

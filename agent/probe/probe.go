@@ -33,15 +33,19 @@ const (
 	// bytes: magic, kind, seq, ts.
 	kindReq  = 1
 	kindResp = 2
-	// kindReqResp is a probe that carries the answer to the peer's
-	// latest probe (ridingSize bytes: a kindReq and then the answer's seq
-	// and ts), so that two agents probing each other send one datagram
-	// per pair and tick instead of two. It goes only to a peer whose
+	// kindReqResp is a probe that carries the answers to the peer's
+	// probes since the last one (a kindReq and then 1 to maxRiding
+	// answers, a seq and a ts each: ridingSize(n) bytes), so that two
+	// agents probing each other send one datagram per pair and tick
+	// instead of two. More than one rides when the peer's probes came
+	// faster than this node's ticks read them (its tick drifted, a
+	// stall), which an answer alone would turn back into two datagrams. It goes only to a peer whose
 	// probe said it reads one (rides): an agent before it decodes
 	// packetSize bytes of kinds 1 and 2 only and would lose both.
 	kindReqResp = 3
 	packetSize  = 4 + 1 + 8 + 8
-	ridingSize  = packetSize + 8 + 8
+	answerSize  = 8 + 8
+	maxRiding   = 4
 	// rides is a flag in a probe's ts: its sender reads kindReqResp. The
 	// ts is the send time in Unix nanoseconds, far below bit 62 until
 	// the year 2116, and every echo returns it as it came (an agent
@@ -436,17 +440,27 @@ func (m *Mesh) Snapshot(reset bool) ([]Stats, time.Duration) {
 	return out, stall
 }
 
-// packet is one decoded datagram: a probe (seq, ts), an answer, or a
-// probe with an answer riding (ansSeq, ansTS).
-type packet struct {
-	kind          byte
-	seq           uint64
-	ts            int64
-	ansSeq, ansTS uint64
+// ridingSize is the length of a kindReqResp with n answers.
+func ridingSize(n int) int { return packetSize + n*answerSize }
+
+// echo is one answer: the seq and ts of the probe it answers.
+type echo struct {
+	seq uint64
+	ts  int64
 }
 
-// encode writes p into b (packetSize bytes, ridingSize for kindReqResp)
-// and returns its length.
+// packet is one decoded datagram: a probe (seq, ts), an answer, or a
+// probe with answers riding (ans[:nAns]).
+type packet struct {
+	kind byte
+	seq  uint64
+	ts   int64
+	nAns int
+	ans  [maxRiding]echo
+}
+
+// encode writes p into b (packetSize bytes, ridingSize(p.nAns) for
+// kindReqResp) and returns its length.
 func encode(b []byte, p packet) int {
 	binary.BigEndian.PutUint32(b[0:4], magic)
 	b[4] = p.kind
@@ -455,9 +469,12 @@ func encode(b []byte, p packet) int {
 	if p.kind != kindReqResp {
 		return packetSize
 	}
-	binary.BigEndian.PutUint64(b[21:29], p.ansSeq)
-	binary.BigEndian.PutUint64(b[29:37], p.ansTS)
-	return ridingSize
+	for i, e := range p.ans[:p.nAns] {
+		at := packetSize + i*answerSize
+		binary.BigEndian.PutUint64(b[at:at+8], e.seq)
+		binary.BigEndian.PutUint64(b[at+8:at+16], uint64(e.ts))
+	}
+	return ridingSize(p.nAns)
 }
 
 func decode(b []byte) (packet, bool) {
@@ -465,10 +482,15 @@ func decode(b []byte) (packet, bool) {
 		return packet{}, false
 	}
 	p := packet{kind: b[4], seq: binary.BigEndian.Uint64(b[5:13]), ts: int64(binary.BigEndian.Uint64(b[13:21]))}
+	rest := len(b) - packetSize
 	switch {
-	case (p.kind == kindReq || p.kind == kindResp) && len(b) == packetSize:
-	case p.kind == kindReqResp && len(b) == ridingSize:
-		p.ansSeq, p.ansTS = binary.BigEndian.Uint64(b[21:29]), binary.BigEndian.Uint64(b[29:37])
+	case (p.kind == kindReq || p.kind == kindResp) && rest == 0:
+	case p.kind == kindReqResp && rest > 0 && rest%answerSize == 0 && rest/answerSize <= maxRiding:
+		p.nAns = rest / answerSize
+		for i := range p.nAns {
+			at := packetSize + i*answerSize
+			p.ans[i] = echo{binary.BigEndian.Uint64(b[at : at+8]), int64(binary.BigEndian.Uint64(b[at+8 : at+16]))}
+		}
 	default:
 		return packet{}, false
 	}

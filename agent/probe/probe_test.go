@@ -88,11 +88,12 @@ func TestMeshCountsAnswersLossesAndGaps(t *testing.T) {
 }
 
 func TestCodecRejectsForeignPackets(t *testing.T) {
-	var b [ridingSize]byte
+	var b [packetSize + maxRiding*answerSize]byte
 	for _, p := range []packet{
 		{kind: kindReq, seq: 7, ts: 42 | rides},
 		{kind: kindResp, seq: 7, ts: 42},
-		{kind: kindReqResp, seq: 7, ts: 42 | rides, ansSeq: 9, ansTS: 41},
+		{kind: kindReqResp, seq: 7, ts: 42 | rides, nAns: 1, ans: [maxRiding]echo{{9, 41}}},
+		{kind: kindReqResp, seq: 7, ts: 42 | rides, nAns: maxRiding, ans: [maxRiding]echo{{9, 41}, {10, 43}, {11, 45}, {12, 47 | rides}}},
 	} {
 		n := encode(b[:], p)
 		if got, ok := decode(b[:n]); !ok || got != p {
@@ -101,16 +102,18 @@ func TestCodecRejectsForeignPackets(t *testing.T) {
 	}
 	// An agent before riding answers decoded exactly packetSize bytes of
 	// kinds 1 and 2: a probe with an answer in it must not look like one.
-	if n := encode(b[:], packet{kind: kindReqResp}); n == packetSize || b[4] == kindReq || b[4] == kindResp {
+	if n := encode(b[:], packet{kind: kindReqResp, nAns: 1}); n == packetSize || b[4] == kindReq || b[4] == kindResp {
 		t.Fatalf("a riding answer is %d bytes of kind %d: an older agent would read it", n, b[4])
 	}
 	n := encode(b[:], packet{kind: kindReq, seq: 7, ts: 42})
 	for name, p := range map[string][]byte{
-		"short":         b[:10],
-		"long":          append(b[:n:n], 0),
-		"bad magic":     append([]byte{0, 0, 0, 0}, b[4:n]...),
-		"bad kind":      append(append([]byte{}, b[:4]...), append([]byte{9}, b[5:n]...)...),
-		"riding, short": append(append([]byte{}, b[:4]...), append([]byte{kindReqResp}, b[5:n]...)...),
+		"short":        b[:10],
+		"long":         append(b[:n:n], 0),
+		"bad magic":    append([]byte{0, 0, 0, 0}, b[4:n]...),
+		"bad kind":     append(append([]byte{}, b[:4]...), append([]byte{9}, b[5:n]...)...),
+		"riding, none": append(append([]byte{}, b[:4]...), append([]byte{kindReqResp}, b[5:n]...)...),
+		"riding, torn": append(append(append([]byte{}, b[:4]...), append([]byte{kindReqResp}, b[5:n]...)...), make([]byte, answerSize-1)...),
+		"riding, many": append(append(append([]byte{}, b[:4]...), append([]byte{kindReqResp}, b[5:n]...)...), make([]byte, (maxRiding+1)*answerSize)...),
 	} {
 		if _, ok := decode(p); ok {
 			t.Errorf("%s: decoded", name)
