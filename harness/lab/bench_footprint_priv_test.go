@@ -302,11 +302,6 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 		time.Sleep(500 * time.Millisecond)
 	}
 	elapsed := time.Since(t0)
-	var cost *packetCost
-	if calibrateHere {
-		c := calibrate(b, l, cfg.ProbeInterval)
-		cost = &c
-	}
 	cpuPct, userPct, sysPct, wakes, pps := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 	pct := func(ticks uint64) float64 { return 100 * float64(ticks) / clockTicks / elapsed.Seconds() }
 	for i, p := range agents {
@@ -318,6 +313,13 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 		if !p.Alive() {
 			b.Fatalf("%s exited during the window", p)
 		}
+	}
+	// Calibrated once the window's counters are read: its seconds of
+	// packets and the agents' ticks meanwhile are not the window's.
+	var cost *packetCost
+	if calibrateHere {
+		c := calibrate(b, l, cfg.ProbeInterval)
+		cost = &c
 	}
 	f := footprintFigure{
 		Probes: probes, Agent: agent, Nodes: n, ProbePeers: cfg.ProbePeers, IntervalMS: float64(cfg.ProbeInterval) / 1e6, WindowS: elapsed.Seconds(),
