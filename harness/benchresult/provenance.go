@@ -56,6 +56,10 @@ type Provenance struct {
 	Note string `json:"note,omitempty"`
 }
 
+// EnvCommit names the commit a results file records where git cannot
+// tell (a bundle run on a machine without git).
+const EnvCommit = "COT_BENCH_COMMIT"
+
 // Collect returns the provenance of a run in the repository at root, now.
 // It never fails: what it cannot read it leaves unknown and names in Note,
 // since a benchmark that ran for minutes should not lose its figures to a
@@ -64,7 +68,12 @@ func Collect(root string) Provenance {
 	var notes []string
 	p := Provenance{UTC: time.Now().UTC().Format(time.RFC3339), Cores: runtime.NumCPU(), Tool: tool(root)}
 	p.Commit = "unknown"
-	if c, err := gitCommit(root); err != nil {
+	if c, err := gitCommit(root); err != nil && os.Getenv(EnvCommit) != "" {
+		// A machine without git (the many-core machine) runs a bundle
+		// that recorded its commit when it was made (hack/manycore-bundle.sh).
+		p.Commit = os.Getenv(EnvCommit)
+		notes = append(notes, "commit from "+EnvCommit+", set by the bundle that ran: "+err.Error())
+	} else if err != nil {
 		notes = append(notes, err.Error())
 	} else {
 		p.Commit = c

@@ -152,7 +152,7 @@ type roundsResults struct {
 // Writes results/<COT_LAB_BENCH_NAME>.json (lab_cutover_n8) and its tables
 // in docs/benchmarks.md.
 func BenchmarkLabCutoverRounds(b *testing.B) {
-	testenv.RequirePrivileged(b, append(ovsBins, "go")...)
+	testenv.RequirePrivileged(b, append(ovsBins, labtest.BuildTools()...)...)
 	bin := labtest.Binaries(b)
 	interval := envDur("COT_LAB_BENCH_INTERVAL", time.Millisecond)
 	peers := envInt("COT_LAB_BENCH_PEERS", 2)

@@ -8,11 +8,24 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/cutover-dev/cutover/harness/testenv"
 )
+
+// EnvBin names a directory of prebuilt lab binaries (Binaries).
+const EnvBin = "COT_LAB_BIN"
+
+// BuildTools is what Binaries needs on PATH: go, unless EnvBin names
+// prebuilt binaries.
+func BuildTools() []string {
+	if os.Getenv(EnvBin) != "" {
+		return nil
+	}
+	return []string{"go"}
+}
 
 var (
 	once sync.Once
@@ -24,8 +37,20 @@ var (
 // tree once per test binary (the tests that need them share it), so no test
 // runs stale binaries from bin/, and returns their directory. Call Cleanup from
 // TestMain after m.Run to remove it.
+//
+// With COT_LAB_BIN set (EnvBin) it builds nothing and returns that
+// directory, which must hold the four: a machine without Go runs a
+// bundle's prebuilt binaries (hack/manycore-bundle.sh).
 func Binaries(t testing.TB) string {
 	t.Helper()
+	if d := os.Getenv(EnvBin); d != "" {
+		for _, name := range []string{"agent", "coordinator", "coordctl", "cutover-lab"} {
+			if _, err := os.Stat(filepath.Join(d, name)); err != nil {
+				t.Fatalf("%s=%s: %v", EnvBin, d, err)
+			}
+		}
+		return d
+	}
 	testenv.RequireBinaries(t, "go")
 	once.Do(func() {
 		dir, err = os.MkdirTemp("", "cot-lab-bin-")
