@@ -154,6 +154,9 @@ bench-pathcheck: ## underlay path check time (coordctl pathcheck) at N=8, both b
 	@mkdir -p results
 	set -o pipefail; cd harness/lab && CI=true COT_PATH_BENCH_SIZES=$${COT_PATH_BENCH_SIZES:-8} flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkPathCheck -benchtime 1x -timeout 30m . | tee ../../results/bench-pathcheck.txt
 
+manycore-bundle: ## what travels to the many-core machine for N=32/64 at 1 ms (hack/manycore-run.sh runs it there): static binaries, the lab's test binary and tools into .manycore/
+	hack/manycore-bundle.sh
+
 bench-agent: lab ## the agent at rest in an 8-node lab, probe mesh at its default rate, at 1 ms (3 rounds beside the base agent), idle and off: RSS and CPU, results/agent_footprint.json, docs/benchmarks.md
 	CI=true flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkAgentFootprint -benchtime 1x -timeout 30m ./harness/lab/
 

@@ -7,11 +7,14 @@
 # That machine has no Go, no git and none of the lab's tools (no ip, bridge,
 # iptables, nft, OVS: ../shared/notes/many-core-machine.md), and everything
 # that travels must fit in 64 MiB. So the bundle holds:
-#   bin/     the agent, coordinator, coordctl and cutover-lab, static, and
-#            the lab's test binary (lab.test), static: labtest.Binaries
-#            takes them from COT_LAB_BIN instead of building;
+#   bin/     the agent, coordinator and coordctl, static, and the lab's
+#            test binary (lab.test), static: labtest.Binaries takes them
+#            from COT_LAB_BIN instead of building;
 #   real/    this machine's Debian tools, as they are;
 #   lib/     every library they link and the loader that runs them;
+# every file of bin/, real/ and lib/ xz-compressed (.xz: 99 MiB would not
+# travel, 45 do) but xz itself and what it links, with which the run
+# unpacks the rest;
 #   tools/   one wrapper per command name the lab and the agents run,
 #            which starts the real tool through the carried loader
 #            (iptables and its siblings are one multi-call binary that
@@ -30,13 +33,13 @@ mkdir -p "$out"/{bin,real,lib,tools,xtables,share}
 
 export CGO_ENABLED=0
 flags=(-trimpath -ldflags '-s -w')
-go build "${flags[@]}" -o "$out/bin/" ./agent/cmd/agent ./coordinator/cmd/coordinator ./coordinator/cmd/coordctl ./harness/cmd/cutover-lab
+go build "${flags[@]}" -o "$out/bin/" ./agent/cmd/agent ./coordinator/cmd/coordinator ./coordinator/cmd/coordctl
 go test -c "${flags[@]}" -o "$out/bin/lab.test" ./harness/lab
 
 # Every command name the lab, its agents and OVS run (harness/lab,
 # harness/ovsproc, agent/, pkg/): a name missing here fails the run there
 # with "executable file not found", which TestManycoreBundle here shows first.
-tools=(ip bridge ping tc ss ethtool conntrack nft flock nsenter
+tools=(xz ip bridge ping tc ss ethtool conntrack nft flock nsenter
 	iptables iptables-save iptables-restore iptables-nft iptables-nft-save iptables-nft-restore
 	iptables-legacy iptables-legacy-save iptables-legacy-restore
 	ip6tables ip6tables-save ip6tables-restore
@@ -66,6 +69,15 @@ done
 # The loader's name is known only once a tool linked it.
 sed -i "s|/lib/[^\"]*-LOADER\"|/lib/$loader\"|" "$out"/tools/*
 cp -r /usr/lib/x86_64-linux-gnu/xtables/. "$out/xtables/"
+# Compressed to travel; the run unpacks them with the bundle's xz, which
+# must run before: it and its libraries stay as they are.
+keep=("real/xz" "lib/$loader")
+while read -r lib; do keep+=("lib/$(basename "$lib")"); done < <(ldd "$(readlink -f "$(command -v xz)")" | awk '$2 == "=>" && $3 ~ /^\// {print $3}')
+for f in "$out"/bin/* "$out"/real/* "$out"/lib/*; do
+	rel=${f#"$out"/}
+	[[ " ${keep[*]} " == *" $rel "* ]] && continue
+	xz -9 -T0 "$f"
+done
 cp /usr/share/openvswitch/vswitch.ovsschema "$out/share/"
 git rev-parse HEAD > "$out/COMMIT"
 if [[ -n "$(git status --porcelain --untracked-files=no -- . ':(exclude)results' ':(exclude)*.md')" ]]; then

@@ -39,12 +39,14 @@ var (
 // TestMain after m.Run to remove it.
 //
 // With COT_LAB_BIN set (EnvBin) it builds nothing and returns that
-// directory, which must hold the four: a machine without Go runs a
-// bundle's prebuilt binaries (hack/manycore-bundle.sh).
+// directory, which must hold the agent, coordinator and coordctl: a
+// machine without Go runs a bundle's prebuilt binaries
+// (hack/manycore-bundle.sh; no cutover-lab, which its benchmarks do not
+// run).
 func Binaries(t testing.TB) string {
 	t.Helper()
 	if d := os.Getenv(EnvBin); d != "" {
-		for _, name := range []string{"agent", "coordinator", "coordctl", "cutover-lab"} {
+		for _, name := range []string{"agent", "coordinator", "coordctl"} {
 			if _, err := os.Stat(filepath.Join(d, name)); err != nil {
 				t.Fatalf("%s=%s: %v", EnvBin, d, err)
 			}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# manycore-run.sh: the lab benchmarks this 2-core machine cannot run, on the
+# many-core machine, from the bundle hack/manycore-bundle.sh made:
+#
+#   make manycore-bundle      (here: writes .manycore/, git-ignored)
+#   device run, command "bash hack/manycore-run.sh", carry [".manycore"]
+#
+# For each size in COT_MANYCORE_SIZES (32) it runs BenchmarkLabCutoverRounds
+# (make bench-lab-n8's benchmark: limit, parallel, atomic and staged in
+# alternating rounds, both backends, probes every 1 ms to 2 peers) with
+# COT_MANYCORE_ROUNDS rounds (3), and writes results/lab_cutover_n<N>_manycore.json
+# and its log to $OUT (results/ without one). The files' provenance names the
+# machine (its cores) and the bundle's commit. Copy them into results/ here.
+#
+# COT_MANYCORE_STRICT=1 runs the benchmark with PATH holding the bundle's
+# tools alone: on a machine that has the tools it shows that the bundle
+# lacks none (harness/lab TestManycoreBundle, which also names another
+# bundle with COT_MANYCORE_BUNDLE).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+b="${COT_MANYCORE_BUNDLE:-$PWD/.manycore}"
+if [[ ! -e "$b/bin/lab.test.xz" && ! -x "$b/bin/lab.test" ]]; then
+	echo "manycore-run: no bundle in $b: run make manycore-bundle here and carry .manycore" >&2
+	exit 2
+fi
+# The bundle travels xz-compressed but for xz itself (manycore-bundle.sh).
+for f in "$b"/bin/*.xz "$b"/real/*.xz "$b"/lib/*.xz; do
+	[[ -e "$f" && ! -e "${f%.xz}" ]] || continue
+	"$b/tools/xz" -dc "$f" > "${f%.xz}"
+	chmod +x "${f%.xz}"
+done
+commit=$(<"$b/COMMIT")
+out="${OUT:-$PWD/results}"
+res="${CUTOVER_RESULTS:-$PWD/results}" # where the benchmark writes (harness/benchresult)
+mkdir -p "$out" "$res"
+# ovsdb-tool create reads the schema from where Debian puts it
+# (harness/ovsproc.Schema); the machine is lent bare and given back.
+if [[ ! -e /usr/share/openvswitch/vswitch.ovsschema ]]; then
+	mkdir -p /usr/share/openvswitch
+	cp "$b/share/vswitch.ovsschema" /usr/share/openvswitch/
+fi
+ulimit -n 65536 2>/dev/null || true
+path="$b/tools:$PATH"
+if [[ "${COT_MANYCORE_STRICT:-0}" == 1 ]]; then
+	path="$b/tools"
+fi
+rc=0
+for n in ${COT_MANYCORE_SIZES:-32}; do
+	name="lab_cutover_n${n}_manycore"
+	echo "== $name: $(nproc) cores, commit $commit, $(date -u +%FT%TZ)"
+	(
+		cd harness/lab
+		env PATH="$path" CI=true COT_LAB_BIN="$b/bin" COT_BENCH_COMMIT="$commit" \
+			CUTOVER_BENCH_TOOL="hack/manycore-run.sh (COT_MANYCORE_SIZES=$n)" \
+			COT_LAB_BENCH_NAME="$name" COT_LAB_BENCH_NODES="$n" COT_LAB_BENCH_ROUNDS="${COT_MANYCORE_ROUNDS:-3}" \
+			"$b/bin/lab.test" -test.run '^$' -test.bench BenchmarkLabCutoverRounds -test.benchtime 1x \
+			-test.timeout "${COT_MANYCORE_TIMEOUT:-9m}" -test.v
+	) > "$out/$name.txt" 2>&1 || rc=$?
+	tail -n 40 "$out/$name.txt"
+	if [[ -e "$res/$name.json" && "$out" != "$res" ]]; then
+		cp "$res/$name.json" "$out/"
+	fi
+done
+exit "$rc"
