@@ -18,7 +18,7 @@ import (
 // here, not in the few minutes a lent machine lasts. A small run: 4 nodes,
 // one round of the limit and the atomic cutover on both backends.
 func TestManycoreBundle(t *testing.T) {
-	testenv.RequirePrivileged(t, append(ovsBins, "go", "git", "gzip", "ldd")...)
+	testenv.RequirePrivileged(t, append(ovsBins, "go", "git", "xz", "ldd", "nft", "conntrack", "ethtool", "ping", "ss", "tc", "flock", "nsenter")...)
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
