@@ -26,7 +26,6 @@ import (
 	"github.com/cutover-dev/cutover/harness/lab/labtest"
 	"github.com/cutover-dev/cutover/harness/testenv"
 	"github.com/cutover-dev/cutover/pkg/ovs"
-	"github.com/cutover-dev/cutover/pkg/vxlan"
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
 
@@ -462,93 +461,6 @@ func (bl *benchLab) limitOVS(from, to int) (cutoverFigure, []time.Duration) {
 		took[k] = confirmed[k].Sub(sent[k])
 	}
 	f.WriteSpreadMS, f.EffectSpreadMS = float64(spreadOf(sent))/1e6, float64(spreadOf(confirmed))/1e6
-	restoreDirect(b, ctx, l, nodes, from, to, "limit")
-	return f, took
-}
-
-// limitKernel is the kernel VXLAN counterpart of limitOVS: one process
-// holding a netlink handle in every node's namespace, each node's new
-// device prebuilt and its read armed ahead (pkg/vxlan Prebuild and Arm,
-// what the agent does in Prepare and before the instant), every node's
-// recreate started at once. It is the least a kernel change can cost on
-// this lab; took is each node's window, from the old device's deletion
-// to its last entry restored.
-func (bl *benchLab) limitKernel(from, to int) (cutoverFigure, []time.Duration) {
-	b, ctx, l, nodes := bl.b, bl.ctx, bl.l, bl.nodes
-	for _, node := range nodes {
-		if err := l.OpenPortDirect(ctx, node, to); err != nil {
-			b.Fatal(err)
-		}
-	}
-	ks := make([]*vxlan.Kernel, len(nodes))
-	armed := make([]*vxlan.Armed, len(nodes))
-	for k, node := range nodes {
-		n, err := l.Node(node)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if ks[k], err = vxlan.Open(n.Netns); err != nil {
-			b.Fatalf("%s: %v", node, err)
-		}
-		defer ks[k].Close()
-		snap, err := ks[k].Snapshot(lab.KernelDevice)
-		if err != nil {
-			b.Fatalf("%s: %v", node, err)
-		}
-		if snap.Device.Port != from {
-			b.Fatalf("%s: %s is on port %d, want %d", node, lab.KernelDevice, snap.Device.Port, from)
-		}
-		if _, err := ks[k].Prebuild(snap, to); err != nil {
-			b.Fatalf("%s: prebuild: %v", node, err)
-		}
-		if armed[k], err = ks[k].Arm(ctx, lab.KernelDevice, to); err != nil {
-			b.Fatalf("%s: arm: %v", node, err)
-		}
-		defer armed[k].Close()
-	}
-	if _, err := l.ProbeStats(ctx, true); err != nil {
-		b.Fatal(err)
-	}
-	// A thread per node, as the agents are a process each: with
-	// GOMAXPROCS at the cores, a recreate that runs in the kernel (its
-	// netlink calls, queued on the RTNL lock) holds its P until sysmon
-	// takes it, and the others wait to start (a 20 ms start spread at
-	// N = 8 on 2 cores).
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(len(nodes) + 1))
-	began, done := make([]time.Time, len(nodes)), make([]time.Time, len(nodes))
-	took := make([]time.Duration, len(nodes))
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for k := range nodes {
-		wg.Go(func() {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			<-start
-			began[k] = time.Now()
-			w, err := ks[k].RecreateArmed(armed[k])
-			done[k] = time.Now()
-			if err != nil {
-				b.Errorf("%s: recreate: %v", nodes[k], err)
-			}
-			took[k] = w.Total
-		})
-	}
-	t0 := time.Now()
-	close(start)
-	wg.Wait()
-	wall := time.Since(t0)
-	time.Sleep(bl.settle)
-	pairs, err := l.ProbeStats(ctx, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	f := figure(bl.base, "limit", pairs, spreadOf(done), wall)
-	f.WriteSpreadMS, f.EffectSpreadMS = float64(spreadOf(began))/1e6, float64(spreadOf(done))/1e6
-	for k, node := range nodes {
-		if err := ks[k].Cleanup(lab.KernelDevice); err != nil {
-			b.Errorf("%s: cleanup: %v", node, err)
-		}
-	}
 	restoreDirect(b, ctx, l, nodes, from, to, "limit")
 	return f, took
 }
