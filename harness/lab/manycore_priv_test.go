@@ -16,7 +16,8 @@ import (
 // machine does (hack/manycore-run.sh), with PATH holding the bundle's tools
 // alone: a tool the lab, the agents or OVS run that the bundle lacks fails
 // here, not in the few minutes a lent machine lasts. A small run: 4 nodes,
-// one round of the limit and the atomic cutover on both backends.
+// one round of the limit (OVS only) and the atomic cutover on both
+// backends.
 func TestManycoreBundle(t *testing.T) {
 	testenv.RequirePrivileged(t, append(ovsBins, "go", "git", "xz", "ldd", "nft", "conntrack", "ethtool", "ping", "ss", "tc", "flock", "nsenter")...)
 	root, err := filepath.Abs("../..")
@@ -64,7 +65,8 @@ func TestManycoreBundle(t *testing.T) {
 			got = append(got, s.Backend+"/"+s.Method)
 		}
 	}
-	if strings.Join(got, " ") != "ovs/limit ovs/cutover kernel-vxlan/limit kernel-vxlan/cutover" {
-		t.Errorf("rows %v: want the limit and the cutover on both backends at N=4", got)
+	// The limit is OVS only (BenchmarkLabCutoverRounds says why).
+	if strings.Join(got, " ") != "ovs/limit ovs/cutover kernel-vxlan/cutover" {
+		t.Errorf("rows %v: want the limit and the cutover on OVS, the cutover on kernel VXLAN, at N=4", got)
 	}
 }
