@@ -10,8 +10,8 @@ package probe
 // Two agents that probe each other send one datagram per pair and tick,
 // not two: the answers to the peer's probes read on a tick ride in this
 // node's probe to it on that tick (kindReqResp), which leaves when the
-// answers alone would have. Half the datagrams is half the kernel's packet path,
-// the larger part of the mesh's cost. The coordinator's sample is
+// answers alone would have. Half the datagrams is half the kernel's
+// packet path, the larger part of the mesh's cost. The coordinator's sample is
 // symmetric for it (every node probes those that probe it). An answer
 // rides only to a peer whose probe said it reads one; an agent before
 // this gets its answers alone, as before, and answers alone.
@@ -99,38 +99,16 @@ func (b *buffers) add(p packet, to netip.AddrPort) bool {
 	return true
 }
 
-// riders puts the answers waiting for a probe to to into p (up to
-// maxRiding), and says how many.
-func (b *buffers) riders(to netip.AddrPort, p *packet) int {
-	n := 0
+// waiting is where in b.rides the answers waiting for a probe to to are,
+// the first maxRiding of them, and how many that is.
+func (b *buffers) waiting(to netip.AddrPort) (at [maxRiding]int, n int) {
 	for i := range b.rides {
 		if n < maxRiding && !b.rides[i].taken && b.rides[i].to == to {
-			p.ans[n] = echo{b.rides[i].seq, b.rides[i].ts}
+			at[n] = i
 			n++
 		}
 	}
-	return n
-}
-
-// take marks the answers riders gave to to as sent.
-func (b *buffers) take(to netip.AddrPort, n int) {
-	for i := range b.rides {
-		if n > 0 && !b.rides[i].taken && b.rides[i].to == to {
-			b.rides[i].taken = true
-			n--
-		}
-	}
-}
-
-// waiting is how many answers to to wait for a probe.
-func (b *buffers) waiting(to netip.AddrPort) int {
-	n := 0
-	for i := range b.rides {
-		if !b.rides[i].taken && b.rides[i].to == to {
-			n++
-		}
-	}
-	return n
+	return at, n
 }
 
 // answerRides sends alone every answer no probe took (its asker left the
@@ -262,8 +240,8 @@ func (m *Mesh) tick(s *sock, b *buffers) {
 	b.flush(s)
 }
 
-// round queues one probe to every peer, with the answer to its latest
-// probe riding where one waits.
+// round queues one probe to every peer, with the answers to its probes
+// riding where some wait.
 func (m *Mesh) round(b *buffers) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -278,13 +256,17 @@ func (m *Mesh) round(b *buffers) {
 		seq := ps.nextSeq
 		sent := m.now()
 		p := packet{kind: kindReq, seq: seq, ts: sent.UnixNano() | rides}
-		if p.nAns = b.riders(ps.peer.Addr, &p); p.nAns > 0 {
-			p.kind = kindReqResp
+		at, n := b.waiting(ps.peer.Addr)
+		for i, r := range at[:n] {
+			p.kind, p.ans[i] = kindReqResp, echo{b.rides[r].seq, b.rides[r].ts}
 		}
+		p.nAns = n
 		if !b.add(p, ps.peer.Addr) {
 			return // the batch is full: the rest go next round
 		}
-		b.take(ps.peer.Addr, p.nAns)
+		for _, r := range at[:n] {
+			b.rides[r].taken = true
+		}
 		ps.nextSeq++
 		ps.sentAt[seq%window] = sent.UnixNano()
 		ps.answered[seq%window] = false
@@ -332,7 +314,7 @@ func (m *Mesh) handle(ms []msg, b *buffers, slack time.Duration, mayRide bool) {
 // wait), else alone.
 func (m *Mesh) answerLocked(b *buffers, from netip.AddrPort, seq uint64, ts int64, mayRide bool) {
 	m.answered++
-	if mayRide && (ts&rides != 0 || rideToAll()) && m.peers[from] != nil && b.waiting(from) < maxRiding {
+	if _, n := b.waiting(from); mayRide && (ts&rides != 0 || rideToAll()) && m.peers[from] != nil && n < maxRiding {
 		b.rides = append(b.rides, ride{to: from, seq: seq, ts: ts})
 		m.rode++
 		return

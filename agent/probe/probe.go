@@ -39,9 +39,10 @@ const (
 	// agents probing each other send one datagram per pair and tick
 	// instead of two. More than one rides when the peer's probes came
 	// faster than this node's ticks read them (its tick drifted, a
-	// stall), which an answer alone would turn back into two datagrams. It goes only to a peer whose
-	// probe said it reads one (rides): an agent before it decodes
-	// packetSize bytes of kinds 1 and 2 only and would lose both.
+	// stall), which an answer alone would turn back into two datagrams.
+	// It goes only to a peer whose probe said it reads one (rides): an
+	// agent before it decodes packetSize bytes of kinds 1 and 2 only and
+	// would lose both.
 	kindReqResp = 3
 	packetSize  = 4 + 1 + 8 + 8
 	answerSize  = 8 + 8
