@@ -44,7 +44,9 @@ tools=(xz ip bridge ping tc ss ethtool conntrack nft flock nsenter
 	iptables-legacy iptables-legacy-save iptables-legacy-restore
 	ip6tables ip6tables-save ip6tables-restore
 	ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-ofctl ovs-appctl ovsdb-client)
-loader=""
+# The loader every tool is started through (ld-linux), as ldd names it.
+loader=$(basename "$(ldd "$(readlink -f "$(command -v ip)")" | awk '$1 ~ /^\/.*ld-linux/ {print $1}')")
+[[ "$loader" == ld-linux* ]] || { echo "manycore-bundle: no dynamic loader in ldd's output for ip" >&2; exit 1; }
 for t in "${tools[@]}"; do
 	path=$(command -v "$t") || { echo "manycore-bundle: $t: not installed here (.ci/run installs the lab's tools)" >&2; exit 1; }
 	real=$(readlink -f "$path")
@@ -52,7 +54,6 @@ for t in "${tools[@]}"; do
 	[[ -e "$out/real/$name" ]] || cp "$real" "$out/real/$name"
 	while read -r lib; do
 		[[ -n "$lib" ]] || continue
-		case "$(basename "$lib")" in ld-linux*) loader=$(basename "$lib") ;; esac
 		[[ -e "$out/lib/$(basename "$lib")" ]] || cp -L "$lib" "$out/lib/"
 	done < <(ldd "$real" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}')
 	# $0 is the wrapper's absolute path when PATH holds tools/ absolutely
@@ -61,13 +62,10 @@ for t in "${tools[@]}"; do
 	cat > "$out/tools/$t" <<EOF
 #!/bin/sh
 b=\${0%/tools/*}
-XTABLES_LIBDIR=\$b/xtables exec "\$b/lib/$loader-LOADER" --library-path "\$b/lib" --argv0 "$t" "\$b/real/$name" "\$@"
+XTABLES_LIBDIR=\$b/xtables exec "\$b/lib/$loader" --library-path "\$b/lib" --argv0 "$t" "\$b/real/$name" "\$@"
 EOF
 	chmod +x "$out/tools/$t"
 done
-[[ -n "$loader" ]] || { echo "manycore-bundle: no dynamic loader found in ldd's output" >&2; exit 1; }
-# The loader's name is known only once a tool linked it.
-sed -i "s|/lib/[^\"]*-LOADER\"|/lib/$loader\"|" "$out"/tools/*
 cp -r /usr/lib/x86_64-linux-gnu/xtables/. "$out/xtables/"
 # Compressed to travel; the run unpacks them with the bundle's xz, which
 # must run before: it and its libraries stay as they are.

@@ -162,8 +162,9 @@ func BenchmarkAgentFootprint(b *testing.B) {
 		if len(cpu) == 0 {
 			continue
 		}
-		rr.CPU, rr.User, rr.Sys, rr.Wakes = median(cpu), median(user), median(sys), median(wakes)
-		rr.CPUMin, rr.CPUMax, rr.CPURounds = minOf(cpu), maxOf(cpu), cpu
+		c := statOf(cpu)
+		rr.CPU, rr.User, rr.Sys, rr.Wakes = c.Median, median(user), median(sys), median(wakes)
+		rr.CPUMin, rr.CPUMax, rr.CPURounds = c.Min, c.Max, cpu
 		ratios = append(ratios, rr)
 		b.Logf("probes %s: this/base CPU %.2f (%.2f-%.2f over %d rounds), wakes %.2f", probes, rr.CPU, rr.CPUMin, rr.CPUMax, len(cpu), rr.Wakes)
 		for _, agent := range []string{baseName, "this"} {
@@ -205,17 +206,10 @@ func summarize(figs []footprintFigure, probes, agent string) footprintSummary {
 			target = f.TargetCPUPct
 		}
 	}
-	return footprintSummary{Probes: probes, Agent: agent, Rounds: len(cpu), CPUMedianPct: median(cpu), CPUMinPct: minOf(cpu), CPUMaxPct: maxOf(cpu),
+	c := statOf(cpu)
+	return footprintSummary{Probes: probes, Agent: agent, Rounds: c.N, CPUMedianPct: c.Median, CPUMinPct: c.Min, CPUMaxPct: c.Max,
 		UserMedianPct: median(user), SysMedianPct: median(sys), WakesPerSec: median(wakes), PacketsPerSec: median(pps),
 		KernelPacketPct: median(kernel), RestPct: median(rest), TargetCPUPct: target}
-}
-
-func minOf(v []float64) float64 {
-	m := v[0]
-	for _, x := range v[1:] {
-		m = min(m, x)
-	}
-	return m
 }
 
 // footprintBase is the last commit whose probe mesh sent every answer
