@@ -38,17 +38,7 @@ func hasLatePeer(s vxlan.Snapshot) (fdb, neigh bool) {
 func TestArmedUnchanged(t *testing.T) {
 	a, b := newLab(t, 4789)
 	for _, n := range []*node{a, b} {
-		before, err := n.Kernel.Snapshot(dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := n.Kernel.Prebuild(before, 4889); err != nil {
-			t.Fatal(err)
-		}
-		armed, err := n.Kernel.Arm(context.Background(), dev, 4889)
-		if err != nil {
-			t.Fatal(err)
-		}
+		before, armed := prebuildAndArm(t, n.Kernel)
 		if armed.Snap.Text() != before.Text() {
 			t.Fatalf("%s: armed read\n%s\nwant\n%s", n.NS, armed.Snap.Text(), before.Text())
 		}
@@ -86,17 +76,7 @@ func TestArmedWatchSeesCNI(t *testing.T) {
 	for _, what := range []string{"fdb and neighbour", "route", "address"} {
 		t.Run(strings.ReplaceAll(what, " ", "_"), func(t *testing.T) {
 			a, _ := newLab(t, 4789)
-			snap, err := a.Kernel.Snapshot(dev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.Kernel.Prebuild(snap, 4889); err != nil {
-				t.Fatal(err)
-			}
-			armed, err := a.Kernel.Arm(context.Background(), dev, 4889)
-			if err != nil {
-				t.Fatal(err)
-			}
+			snap, armed := prebuildAndArm(t, a.Kernel)
 			switch what {
 			case "fdb and neighbour":
 				cniAdds(t, a.NS)
@@ -138,17 +118,7 @@ func TestArmedWatchSeesCNI(t *testing.T) {
 func TestArmedWatchBites(t *testing.T) {
 	a, _ := newLab(t, 4789)
 	vxlan.BlindWatch(a.Kernel)
-	snap, err := a.Kernel.Snapshot(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Kernel.Prebuild(snap, 4889); err != nil {
-		t.Fatal(err)
-	}
-	armed, err := a.Kernel.Arm(context.Background(), dev, 4889)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, armed := prebuildAndArm(t, a.Kernel)
 	cniAdds(t, a.NS)
 	if _, err := a.Kernel.RecreateArmed(armed); err != nil {
 		t.Fatalf("blind RecreateArmed: %v", err)
@@ -179,4 +149,23 @@ func TestArmedClosed(t *testing.T) {
 	if _, err := a.Kernel.Arm(ctx, dev, 4889); err == nil {
 		t.Fatal("Arm with its context done: no error")
 	}
+}
+
+// prebuildAndArm does what the agent does before the commit instant:
+// reads dev (the snapshot it returns), prebuilds its device on 4889, and
+// reads ahead under the watch (Arm).
+func prebuildAndArm(t *testing.T, k *vxlan.Kernel) (vxlan.Snapshot, *vxlan.Armed) {
+	t.Helper()
+	snap, err := k.Snapshot(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Prebuild(snap, 4889); err != nil {
+		t.Fatal(err)
+	}
+	armed, err := k.Arm(context.Background(), dev, 4889)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap, armed
 }
