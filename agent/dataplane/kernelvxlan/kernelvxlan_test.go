@@ -379,13 +379,7 @@ func TestSnapshotRefusesWrongFrom(t *testing.T) {
 func TestDriftIsNotTouched(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
-	snap, err := r.b.Snapshot(ctx, from, to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.b.Prepare(ctx, snap); err != nil {
-		t.Fatal(err)
-	}
+	snap := r.prepared(t)
 	if _, err := r.vx.Recreate(flannelDevice(from), 5000); err != nil {
 		t.Fatal(err)
 	}
@@ -451,13 +445,7 @@ func TestCommitUsesFreshEntriesAndRefusesChangedDevice(t *testing.T) {
 func TestArmedCommit(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
-	snap, err := r.b.Snapshot(ctx, from, to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.b.Prepare(ctx, snap); err != nil {
-		t.Fatal(err)
-	}
+	snap := r.prepared(t)
 	if err := r.b.ArmCommit(ctx, snap); err != nil {
 		t.Fatal(err)
 	}
@@ -627,13 +615,7 @@ func TestReadAndReady(t *testing.T) {
 func TestFinalizeForgetsLatePeers(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
-	snap, err := r.b.Snapshot(ctx, from, to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.b.Prepare(ctx, snap); err != nil {
-		t.Fatal(err)
-	}
+	snap := r.prepared(t)
 	if _, err := r.b.Commit(ctx, snap); err != nil {
 		t.Fatal(err)
 	}
@@ -708,4 +690,19 @@ func TestPreparePrebuilds(t *testing.T) {
 	if len(r.vx.Prebuilt) != 0 {
 		t.Fatalf("a refused Prepare prebuilt %v", r.vx.Prebuilt)
 	}
+}
+
+// prepared is Snapshot and Prepare from from to to, what every commit
+// starts from.
+func (r *rig) prepared(t *testing.T) dataplane.Snapshot {
+	t.Helper()
+	ctx := context.Background()
+	snap, err := r.b.Snapshot(ctx, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.Prepare(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	return snap
 }
