@@ -81,9 +81,9 @@ func ensureNamespace(t *testing.T, cs kubernetes.Interface, name string) {
 	}
 }
 
-// mkNodeWithAgent creates a Ready node and a Ready agent pod on it at
-// hostIP, with the statuses a kubelet would set.
-func mkNodeWithAgent(t *testing.T, admin kubernetes.Interface, node, hostIP string) {
+// mkReadyNode creates node with the Ready condition a kubelet would set.
+func mkReadyNode(t *testing.T, admin kubernetes.Interface, node string) {
+	t.Helper()
 	ctx := context.Background()
 	n, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{})
 	if err != nil {
@@ -94,6 +94,13 @@ func mkNodeWithAgent(t *testing.T, admin kubernetes.Interface, node, hostIP stri
 	if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// mkNodeWithAgent creates a Ready node and a Ready agent pod on it at
+// hostIP, with the statuses a kubelet would set.
+func mkNodeWithAgent(t *testing.T, admin kubernetes.Interface, node, hostIP string) {
+	ctx := context.Background()
+	mkReadyNode(t, admin, node)
 	p, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "agent-" + node, Labels: map[string]string{"app.kubernetes.io/name": "cutover-agent"}},
 		Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, AutomountServiceAccountToken: new(bool),
@@ -105,7 +112,7 @@ func mkNodeWithAgent(t *testing.T, admin kubernetes.Interface, node, hostIP stri
 	p.Status.Phase = corev1.PodRunning
 	p.Status.HostIP, p.Status.HostIPs = hostIP, []corev1.HostIP{{IP: hostIP}}
 	p.Status.PodIP, p.Status.PodIPs = hostIP, []corev1.PodIP{{IP: hostIP}}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
 	if _, err := admin.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -553,15 +560,7 @@ func TestClusterInventoryFollows(t *testing.T) {
 	}
 
 	// n3 joins after the leader started: Ready, its agent pod Pending.
-	n, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n3"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := metav1.Now()
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
-	if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	mkReadyNode(t, admin, "n3")
 	pod, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "agent-n3", Labels: map[string]string{"app.kubernetes.io/name": "cutover-agent"}},
 		Spec: corev1.PodSpec{NodeName: "n3", HostNetwork: true, AutomountServiceAccountToken: new(bool),
@@ -601,7 +600,7 @@ func TestClusterInventoryFollows(t *testing.T) {
 	}
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.HostIP, pod.Status.HostIPs = "198.18.0.3", []corev1.HostIP{{IP: "198.18.0.3"}}
-	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
 	if _, err := admin.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
