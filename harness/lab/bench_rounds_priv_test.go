@@ -136,7 +136,7 @@ type roundsResults struct {
 // backend (COT_LAB_BENCH_BACKENDS) of COT_LAB_BENCH_NODES nodes (8) in
 // COT_LAB_BENCH_ROUNDS rounds (5), every method of COT_LAB_BENCH_METHODS
 // (limit,parallel,cutover,staged; BenchmarkLabCutover says what each is;
-// limit is OVS only) once per round, the order turned by one each round:
+// limit is limitOVS or limitKernel) once per round, the order turned by one each round:
 // a run of noise (another lab's test, a burst of load) then lands on
 // every method rather than on one, and each method's median and range
 // over the rounds show the noise floor beside its figure. A coordctl
@@ -195,13 +195,6 @@ func benchRounds(b *testing.B, bin, backend string, n int, interval time.Duratio
 		}
 		return 4889
 	}
-	if backend != lab.BackendOVS {
-		// No kernel limit: the same prebuilt, armed recreate run from
-		// one process, a thread per node, lost 6× what the agents did
-		// (its windows queued on the lab's one RTNL lock for up to 75
-		// ms), so it bounds nothing.
-		methods = slices.DeleteFunc(slices.Clone(methods), func(m string) bool { return m == "limit" })
-	}
 	var rows []roundFigure
 	var timings []nodeTiming
 	for r := range rounds {
@@ -214,7 +207,11 @@ func benchRounds(b *testing.B, bin, backend string, n int, interval time.Duratio
 				f = bl.direct(method, method == "parallel", cur, other())
 			case "limit":
 				var took []time.Duration
-				f, took = bl.limitOVS(cur, other())
+				if backend == lab.BackendOVS {
+					f, took = bl.limitOVS(cur, other())
+				} else {
+					f, took = bl.limitKernel(cur, other())
+				}
 				for k, d := range took {
 					timings = append(timings, nodeTiming{Backend: backend, Method: "limit", Round: r + 1, Node: bl.nodes[k], WriteToEffectMS: benchresult.Millis(d)})
 				}

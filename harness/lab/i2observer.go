@@ -105,7 +105,11 @@ type i2Link struct {
 }
 
 // kernelDevice is the lab's kernel VXLAN overlay device (topo.go).
-const kernelDevice = "flannel.1"
+const kernelDevice = KernelDevice
+
+// KernelDevice is the kernel VXLAN device of a kernel-vxlan lab's nodes,
+// flannel's name.
+const KernelDevice = "flannel.1"
 
 // ObserveI2 starts the monitors on every node for a move to port to,
 // waits until they are subscribed and the current state was read once,

@@ -14,6 +14,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(kernelLimitEnv); spec != "" {
+		os.Exit(kernelLimitNode(spec)) // a kernel limit node, not a test run
+	}
 	code := m.Run()
 	labtest.Cleanup()
 	os.Exit(code)
