@@ -278,6 +278,10 @@ func Run(ctx context.Context, cfg Config, opts ...Option) error {
 // setupCore builds the backend (retrying while it fails) and the operation
 // machine over the persisted record. It returns (nil, nil) when ctx ends
 // first, and an error only when the record cannot be read.
+// afterCommitHold caps how long an answered commit's after-work waits for
+// the other nodes' windows (operation.Options.AfterCommitHold).
+const afterCommitHold = 500 * time.Millisecond
+
 func setupCore(ctx context.Context, cfg Config, o runOptions, svc *Service, store operation.Store, metrics *Metrics, log *slog.Logger) (*operation.Machine, error) {
 	var lastErr string
 	for {
@@ -296,6 +300,9 @@ func setupCore(ctx context.Context, cfg Config, o runOptions, svc *Service, stor
 				Observer:       metrics,
 				Logger:         log,
 				FlipDelay:      flipDelay(), // nil but in the test-only build
+				// The lateness budget (the coordinator's 200 ms by
+				// default), up to this.
+				AfterCommitHold: afterCommitHold,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("operation record: %w", err)

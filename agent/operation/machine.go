@@ -51,6 +51,14 @@ type Options struct {
 	// sets it (agent/faultinject.go): a barrier that does not hold, which
 	// the lab's spread bounds must catch. nil in the shipped agent.
 	FlipDelay func() time.Duration
+	// AfterCommitHold caps how long an answered commit's after-work
+	// (afterCommit: the record, the backend's cleanup, the log) waits
+	// after the commit instant so that it does not run while other nodes
+	// are still in their windows: until the instant plus the commit's
+	// lateness budget, or plus this cap when the budget is larger or
+	// zero. The next command for the machine cuts the wait short. Zero:
+	// no wait (the unit tests' default; the agent sets it).
+	AfterCommitHold time.Duration
 }
 
 // Machine is the operation state machine of one agent. Its methods are safe
@@ -69,10 +77,15 @@ type Machine struct {
 	prepareTimeout time.Duration
 	callTimeout    time.Duration
 	flipDelay      func() time.Duration // Options.FlipDelay
+	holdCap        time.Duration        // Options.AfterCommitHold
 
-	opMu   sync.Mutex // serialises mutations, held across backend calls
-	timer  Timer      // the armed prepare-timeout or dead-man timer
-	gen    uint64     // bumped on every transition: stale timers do nothing
+	opMu sync.Mutex // serialises mutations, held across backend calls; taken by lockOp
+	// hold, while an answered commit's after-work waits (afterCommit), is
+	// closed by the next command to end that wait; nil otherwise.
+	holdMu sync.Mutex
+	hold   chan struct{}
+	timer  Timer  // the armed prepare-timeout or dead-man timer
+	gen    uint64 // bumped on every transition: stale timers do nothing
 	closed bool
 
 	mu  sync.Mutex // guards rec and relistenErr, held briefly
@@ -100,6 +113,7 @@ func New(ctx context.Context, o Options) (*Machine, error) {
 		prepareTimeout: o.PrepareTimeout,
 		callTimeout:    o.CallTimeout,
 		flipDelay:      o.FlipDelay,
+		holdCap:        o.AfterCommitHold,
 	}
 	if m.clock == nil {
 		m.clock = RealClock{}
@@ -120,7 +134,7 @@ func New(ctx context.Context, o Options) (*Machine, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.opMu.Lock()
+	m.lockOp()
 	defer m.opMu.Unlock()
 	if rec == nil {
 		m.obs.PhaseChanged(PhaseIdle)
@@ -163,7 +177,7 @@ func New(ctx context.Context, o Options) (*Machine, error) {
 // Close disarms the timers (the record on disk keeps the deadlines: a
 // restarted agent re-arms them). It does not touch the dataplane.
 func (m *Machine) Close() {
-	m.opMu.Lock()
+	m.lockOp()
 	defer m.opMu.Unlock()
 	m.closed = true
 	m.disarmLocked()
@@ -221,7 +235,7 @@ func (m *Machine) PrepareStrategy(ctx context.Context, id string, from, to tunne
 	if strategy != "" && strategy != StrategyStaged {
 		return Record{}, errf(CodeInvalidArgument, nil, "strategy %q: must be %q or %q", strategy, StrategyAtomic, StrategyStaged)
 	}
-	m.opMu.Lock()
+	m.lockOp()
 	defer m.opMu.Unlock()
 	if cur := m.current(); cur != nil && cur.ID == id && cur.Snapshot != nil && cur.Strategy != strategy {
 		return *cur, errf(CodeInvalidArgument, nil,
@@ -318,7 +332,7 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 	if deadman <= 0 {
 		return Record{}, errf(CodeInvalidArgument, nil, "deadman %s: must be positive", deadman)
 	}
-	m.opMu.Lock()
+	m.lockOp()
 	unlock := true // false: afterCommit holds the lock on and releases it
 	defer func() {
 		if unlock {
@@ -424,8 +438,56 @@ func (m *Machine) CommitWithin(ctx context.Context, id string, at time.Time, dea
 	// Commit, Confirm, Rollback) is served only once it is done.
 	unlock = false
 	m.afterWG.Add(1)
-	go m.afterCommit(rec, st, late, dur)
+	until, cut := m.holdAfter(rec, start, budget)
+	go m.afterCommit(rec, st, late, dur, until, cut)
 	return rec, nil
+}
+
+// holdAfter is when an answered commit's after-work may start, and what
+// the next command closes to start it at once (nil: it need not wait).
+// On one node nothing else waits for that work; where nodes share a
+// kernel (the lab, the many-core machine's) an early node's work (an
+// fsync, six netlink dumps, a dump of the whole conntrack table) ran
+// while later nodes were inside their windows and stretched them: the
+// windows' median 7 ms against 3 ms for the same recreate with nothing
+// beside it, the effect spread 12-39 ms at N = 8 (make bench-lab-n8).
+// By the instant plus the lateness budget every node that applies has
+// begun to; the work then runs. A staged switch has no common instant.
+func (m *Machine) holdAfter(rec Record, start time.Time, budget time.Duration) (time.Time, chan struct{}) {
+	if m.holdCap <= 0 || rec.Staged() {
+		return time.Time{}, nil
+	}
+	d := m.holdCap
+	if budget > 0 {
+		d = min(budget, d)
+	}
+	until := start.Add(d)
+	if !until.After(m.clock.Now()) {
+		return time.Time{}, nil
+	}
+	cut := make(chan struct{})
+	m.holdMu.Lock()
+	m.hold = cut
+	m.holdMu.Unlock()
+	return until, cut
+}
+
+// lockOp takes opMu for a command, first ending the hold of an answered
+// commit's after-work (holdAfter), which holds opMu: the command would
+// otherwise wait for it.
+func (m *Machine) lockOp() {
+	m.endHold(nil)
+	m.opMu.Lock()
+}
+
+// endHold ends the hold cut (any: nil), if it is still the current one.
+func (m *Machine) endHold(cut chan struct{}) {
+	m.holdMu.Lock()
+	defer m.holdMu.Unlock()
+	if m.hold != nil && (cut == nil || m.hold == cut) {
+		close(m.hold)
+		m.hold = nil
+	}
 }
 
 // armCommit lets the backend do the reading its Commit needs now, while
@@ -488,7 +550,9 @@ func (m *Machine) abandoned(ctx context.Context, rec Record, abandon time.Time) 
 }
 
 // afterCommit is what an applied commit needs that its answer need not
-// wait for; it holds opMu, taken by CommitWithin, and releases it.
+// wait for; it holds opMu, taken by CommitWithin, and releases it. It
+// starts once the hold holdAfter set ends (until, or cut closed by the
+// next command): the other nodes' windows come first.
 // Recording the applied result (an fsync: 11-50 ms per node in an 8-node
 // lab) can wait: the record saved before the flip is already COMMITTED
 // with an earlier deadline, so a restart in between reverts no later
@@ -497,9 +561,17 @@ func (m *Machine) abandoned(ctx context.Context, rec Record, abandon time.Time) 
 // the log line can wait too. Together they held each answer back by
 // 150-250 ms at N = 8 and ~600 ms at N = 32 in the lab, and the
 // coordinator judged the node late by it.
-func (m *Machine) afterCommit(rec Record, st dataplane.State, late, dur time.Duration) {
+func (m *Machine) afterCommit(rec Record, st dataplane.State, late, dur time.Duration, until time.Time, cut chan struct{}) {
 	defer m.afterWG.Done()
 	defer m.opMu.Unlock()
+	held := time.Duration(0)
+	if cut != nil {
+		th := m.clock.Now()
+		t := m.clock.AfterFunc(until.Sub(th), func() { m.endHold(cut) })
+		<-cut
+		t.Stop()
+		held = m.clock.Now().Sub(th)
+	}
 	t0 := m.clock.Now()
 	if err := m.store.Save(rec); err != nil {
 		// The persisted record already holds an earlier deadline: a
@@ -519,7 +591,7 @@ func (m *Machine) afterCommit(rec Record, st dataplane.State, late, dur time.Dur
 	}
 	// What the backend measured (the kernel's window, say) goes to the
 	// log: an operator comparing nodes after a change reads it there.
-	attrs := []any{"operation", rec.ID, "port", st.Port, "late", late, "apply", dur, "record", saved}
+	attrs := []any{"operation", rec.ID, "port", st.Port, "late", late, "apply", dur, "held", held, "record", saved}
 	for _, d := range []map[string]string{st.Detail, after} {
 		for _, k := range slices.Sorted(maps.Keys(d)) {
 			attrs = append(attrs, k, d[k])
@@ -529,14 +601,18 @@ func (m *Machine) afterCommit(rec Record, st dataplane.State, late, dur time.Dur
 }
 
 // Settle waits until the work of every answered commit (afterCommit) is
-// done: the applied result recorded, the backend's cleanup run.
-func (m *Machine) Settle() { m.afterWG.Wait() }
+// done: the applied result recorded, the backend's cleanup run. It ends
+// the work's hold first.
+func (m *Machine) Settle() {
+	m.endHold(nil)
+	m.afterWG.Wait()
+}
 
 // Confirm disarms the dead-man timer: the change stays. CONFIRMED is
 // persisted before the timer is disarmed, so a confirm that cannot be
 // recorded is refused and the dead-man still reverts.
 func (m *Machine) Confirm(_ context.Context, id string) (Record, error) {
-	m.opMu.Lock()
+	m.lockOp()
 	defer m.opMu.Unlock()
 	cur, err := m.sameOpLocked(id)
 	if err != nil {
@@ -578,7 +654,7 @@ func (m *Machine) Rollback(ctx context.Context, id, reason string) (Record, erro
 // on both (PREPARED): the coordinator unlistens nobody until no node
 // sends the new port. sendOnly on an atomic operation is refused.
 func (m *Machine) RollbackScope(ctx context.Context, id, reason string, sendOnly bool) (Record, error) {
-	m.opMu.Lock()
+	m.lockOp()
 	defer m.opMu.Unlock()
 	cur := m.current()
 	if sendOnly {
@@ -614,7 +690,7 @@ func (m *Machine) RollbackScope(ctx context.Context, id, reason string, sendOnly
 
 // Finalize removes the old port's firewall rules after a confirmed change.
 func (m *Machine) Finalize(ctx context.Context, id string) (Record, error) {
-	m.opMu.Lock()
+	m.lockOp()
 	defer m.opMu.Unlock()
 	cur, err := m.sameOpLocked(id)
 	if err != nil {

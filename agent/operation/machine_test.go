@@ -109,12 +109,17 @@ type env struct {
 	clock *FakeClock
 	obs   *countObserver
 	m     *Machine
+	hold  time.Duration // Options.AfterCommitHold
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newHoldEnv(t, 0) }
+
+// newHoldEnv is newEnv with an answered commit's after-work held up to
+// hold (Options.AfterCommitHold).
+func newHoldEnv(t *testing.T, hold time.Duration) *env {
 	t.Helper()
 	be := dataplane.NewFake("ovs", "vxlan0", from)
-	e := &env{t: t, be: be, clock: NewFakeClock(t0), obs: &countObserver{},
+	e := &env{t: t, be: be, clock: NewFakeClock(t0), obs: &countObserver{}, hold: hold,
 		store: &recordingStore{FileStore: FileStore{Dir: t.TempDir()}, be: be}}
 	e.start()
 	return e
@@ -123,7 +128,7 @@ func newEnv(t *testing.T) *env {
 func (e *env) start() {
 	e.t.Helper()
 	m, err := New(context.Background(), Options{Backend: e.be, Store: e.store, Clock: e.clock,
-		PrepareTimeout: 5 * time.Minute, Observer: e.obs, Logger: quiet})
+		PrepareTimeout: 5 * time.Minute, Observer: e.obs, Logger: quiet, AfterCommitHold: e.hold})
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}

@@ -12,7 +12,7 @@ import (
 // abort and revert both of them (and the coordinator's calls) share.
 
 func (m *Machine) deadmanFired(gen uint64) {
-	m.opMu.Lock()
+	m.lockOp()
 	defer m.opMu.Unlock()
 	if m.closed || gen != m.gen {
 		return // confirmed, rolled back or re-armed meanwhile
@@ -26,7 +26,7 @@ func (m *Machine) deadmanFired(gen uint64) {
 }
 
 func (m *Machine) prepareTimedOut(gen uint64) {
-	m.opMu.Lock()
+	m.lockOp()
 	defer m.opMu.Unlock()
 	if m.closed || gen != m.gen {
 		return

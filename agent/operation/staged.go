@@ -243,7 +243,7 @@ func (m *Machine) setRelistenErr(rec Record, err error) {
 func (m *Machine) retryRelisten(id string) {
 	for {
 		time.Sleep(relistenRetry)
-		m.opMu.Lock()
+		m.lockOp()
 		cur := m.current()
 		if m.closed || cur == nil || cur.ID != id || !cur.Staged() ||
 			(cur.Phase != PhasePrepared && cur.Phase != PhaseCommitted && cur.Phase != PhaseConfirmed) {
