@@ -94,8 +94,11 @@ func kernelLimitNode(spec string) int {
 	defer armed.Close()
 	in := json.NewDecoder(os.Stdin)
 	var m limitMsg
-	if err := errors.Join(out.Encode(limitMsg{Armed: true}), in.Decode(&m)); err != nil || m.At == 0 {
-		return fail(fmt.Errorf("waiting for the instant: %v (got %+v)", err, m))
+	if err := errors.Join(out.Encode(limitMsg{Armed: true}), in.Decode(&m)); err != nil {
+		return fail(fmt.Errorf("waiting for the instant: %w", err))
+	}
+	if m.At == 0 {
+		return fail(fmt.Errorf("waiting for the instant: got %+v", m))
 	}
 	time.Sleep(time.Until(time.Unix(0, m.At)))
 	began := time.Now()
@@ -104,8 +107,11 @@ func kernelLimitNode(spec string) int {
 	if err != nil {
 		return fail(fmt.Errorf("recreate: %w", err))
 	}
-	if err := errors.Join(out.Encode(limitMsg{Began: began.UnixNano(), Done: done.UnixNano(), Window: int64(w.Total)}), in.Decode(&m)); err != nil || !m.Cleanup {
-		return fail(fmt.Errorf("waiting for the cleanup: %v (got %+v)", err, m))
+	if err := errors.Join(out.Encode(limitMsg{Began: began.UnixNano(), Done: done.UnixNano(), Window: int64(w.Total)}), in.Decode(&m)); err != nil {
+		return fail(fmt.Errorf("waiting for the cleanup: %w", err))
+	}
+	if !m.Cleanup {
+		return fail(fmt.Errorf("waiting for the cleanup: got %+v", m))
 	}
 	if err := k.Cleanup(dev); err != nil {
 		return fail(fmt.Errorf("cleanup: %w", err))
