@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: images agent-debs release release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n8 bench-lab-n32 bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged bench-lab-staged-n32 bench-ovs-port-stall bench-coordinator-ab cluster-tools cluster-e2e
+.PHONY: images agent-debs release release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n8 bench-lab-n32 bench-lab-n32-rounds bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged bench-lab-staged-n32 bench-ovs-port-stall bench-coordinator-ab cluster-tools cluster-e2e
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -124,7 +124,7 @@ lab-meter: build lab ## the probe mesh against an independent echo ring during c
 
 bench-lab: ## lab cutover benchmark (N=8,16,32; field-report loop vs parallel vs Cutover): results/lab_cutover.json, docs/benchmarks.md
 	@mkdir -p results
-	set -o pipefail; cd harness/lab && flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab.txt
+	set -o pipefail; cd harness/lab && flock /tmp/cutover-priv.lock $(GO) test -run '^$$' -bench '^BenchmarkLabCutover$$' -benchtime 1x -timeout 60m . | tee ../../results/bench-lab.txt
 
 bench-lab-n8: lab ## limit, parallel, atomic and staged at N=8, probes every 1 ms, both backends, in 5 alternating rounds (COT_LAB_BENCH_ROUNDS), median and range of each, where the effect spread goes: results/lab_cutover_n8.json, docs/benchmarks.md
 	@mkdir -p results
@@ -134,7 +134,7 @@ bench-lab-n8: lab ## limit, parallel, atomic and staged at N=8, probes every 1 m
 bench-lab-staged: lab ## the staged strategy beside the others at N=8, probes every 1 ms, both backends: results/lab_staged_n8.json, docs/benchmarks.md
 	@mkdir -p results
 	set -o pipefail; cd harness/lab && COT_LAB_BENCH_NAME=lab_staged_n8 COT_LAB_BENCH_SIZES=8 flock /tmp/cutover-priv.lock \
-		$(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 30m . | tee ../../results/bench-lab-staged.txt
+		$(GO) test -run '^$$' -bench '^BenchmarkLabCutover$$' -benchtime 1x -timeout 30m . | tee ../../results/bench-lab-staged.txt
 
 bench-ovs-port-stall: lab ## what one node's OVS port or flow change alone costs its pairs at N=8 and 32: results/ovs_port_stall.json, docs/staged.md
 	@mkdir -p results
@@ -143,12 +143,18 @@ bench-ovs-port-stall: lab ## what one node's OVS port or flow change alone costs
 bench-lab-staged-n32: lab ## the staged strategy one node at a time (--max-parallel 1) beside the others at N=32, probes every 10 ms, both backends: results/lab_staged_n32_10ms.json, docs/benchmarks.md
 	@mkdir -p results
 	set -o pipefail; cd harness/lab && COT_LAB_BENCH_NAME=lab_staged_n32_10ms COT_LAB_BENCH_SIZES=32 COT_LAB_BENCH_INTERVAL=10ms COT_LAB_BENCH_LATE_BUDGET=3s COT_LAB_BENCH_MAX_PARALLEL=1 flock /tmp/cutover-priv.lock \
-		$(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab-staged-n32.txt
+		$(GO) test -run '^$$' -bench '^BenchmarkLabCutover$$' -benchtime 1x -timeout 60m . | tee ../../results/bench-lab-staged-n32.txt
 
 bench-lab-n32: lab ## lab cutover at N=32 with probes every 10 ms (above the 2-core noise floor), both backends: results/lab_cutover_n32_10ms.json, docs/benchmarks.md
 	@mkdir -p results
 	set -o pipefail; cd harness/lab && COT_LAB_BENCH_NAME=lab_cutover_n32_10ms COT_LAB_BENCH_SIZES=32 COT_LAB_BENCH_INTERVAL=10ms COT_LAB_BENCH_LATE_BUDGET=3s flock /tmp/cutover-priv.lock \
-		$(GO) test -run '^$$' -bench BenchmarkLabCutover -benchtime 1x -timeout 60m . | tee ../../results/bench-lab-n32.txt
+		$(GO) test -run '^$$' -bench '^BenchmarkLabCutover$$' -benchtime 1x -timeout 60m . | tee ../../results/bench-lab-n32.txt
+
+bench-lab-n32-rounds: lab ## limit, atomic and staged at N=32 on this machine, probes every 10 ms, both backends, 3 alternating rounds (COT_LAB_BENCH_ROUNDS), with apply-to-answer per node: results/lab_cutover_n32_rounds.json, docs/benchmarks.md (the many-core machine's are hack/manycore-run.sh's)
+	@mkdir -p results
+	set -o pipefail; cd harness/lab && CUTOVER_BENCH_TOOL='make bench-lab-n32-rounds' COT_LAB_BENCH_NAME=lab_cutover_n32_rounds COT_LAB_BENCH_NODES=32 COT_LAB_BENCH_INTERVAL=10ms \
+		COT_LAB_BENCH_LATE_BUDGET=3s COT_LAB_BENCH_ROUNDS=$${COT_LAB_BENCH_ROUNDS:-3} COT_LAB_BENCH_METHODS=$${COT_LAB_BENCH_METHODS:-limit,cutover,staged} flock -w 1800 /tmp/cutover-priv.lock \
+		$(GO) test -run '^$$' -bench BenchmarkLabCutoverRounds -benchtime 1x -timeout 60m . | tee ../../results/bench-lab-n32-rounds.txt
 
 bench-pathcheck: ## underlay path check time (coordctl pathcheck) at N=8, both backends (COT_PATH_BENCH_SIZES to change): results/path_check.json, docs/benchmarks.md
 	@mkdir -p results
