@@ -119,7 +119,8 @@ func coordinatorArgs(cfg Config, inventory, pkiDir string) []string {
 // covers them all), else the coordinator's sample of k (pkg/ringsample):
 // the same distances both ways around the ring of nodes, so that every
 // node probes exactly those that probe it (their answers ride in their
-// probes) and pairs of near and far indexes are both sampled.
+// probes), spread over the ring: a change made node by node in ring
+// order splits far pairs too, as a cluster's traffic sees.
 func ProbePeersOf(n Node, nodes []Node, k int) []Node {
 	self := -1
 	for i, p := range nodes {

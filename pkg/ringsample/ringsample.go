@@ -26,8 +26,16 @@ func Distances(n, k int) []int {
 	h := k / 2          // ≤ half: k ≤ n-1, and n even for an odd k
 	dists := make([]int, 0, k)
 	for j := range h {
-		// Distinct and within 1..half: j*half/h grows by at least 1 per j.
-		d := 1 + j*half/h
+		// Spread over 1..half, both ends taken from two on: a node's
+		// neighbours and its far side are both sampled. One distance is
+		// the middle one, not 1: with neighbours alone a change made node
+		// by node in ring order (the field report's loop over the nodes)
+		// splits only the pairs at its front, and the mesh would measure
+		// far less of it than a cluster's traffic sees.
+		d := (1 + half) / 2
+		if h > 1 {
+			d = 1 + j*(half-1)/(h-1) // distinct: the step is at least 1, as h ≤ half
+		}
 		dists = append(dists, d, n-d)
 	}
 	if k%2 == 1 {

@@ -8,9 +8,10 @@ import (
 
 // Sample is the probe mesh the coordinator hands out with Prepare:
 // for every node, the peers it probes. Nodes are taken sorted and set on
-// a ring; node i probes the nodes at k distances spread evenly over the
-// ring's half (1, 1+m/h, 1+2m/h, …, m the half's length, h = k/2) and the
-// same distances the other way, and, for an odd k, the node opposite.
+// a ring; node i probes the nodes at h = k/2 distances spread evenly
+// over the ring's half (1 to its end for h ≥ 2; its middle for h = 1)
+// and the same distances the other way, and, for an odd k, the node
+// opposite (pkg/ringsample).
 // So the sample is symmetric: every node probes exactly those that probe
 // it, and two agents probing each other answer inside their own probes
 // (one datagram per pair and tick, not two; agent/probe). Both near and

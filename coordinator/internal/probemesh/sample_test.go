@@ -54,19 +54,19 @@ func TestProbeSample(t *testing.T) {
 	}
 }
 
-// The ring spread samples near and far pairs: with 8 nodes and k=3 node 0
-// probes its neighbours (distances 1 and 7) and the node opposite (4);
-// with 16 and k=4, distances 1, 4, 12 and 15.
+// The ring spread: with 8 nodes and k=3 node 0 probes the nodes at the
+// middle distance both ways (2 and 6) and the node opposite (4); with 16
+// and k=4, distances 1, 7, 9 and 15, near and far.
 func TestProbeSampleSpread(t *testing.T) {
 	s := Sample([]string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"}, 3)
-	if got := fmt.Sprint(s["n0"], s["n6"]); got != "[n1 n4 n7] [n2 n5 n7]" {
+	if got := fmt.Sprint(s["n0"], s["n6"]); got != "[n2 n4 n6] [n0 n2 n4]" {
 		t.Errorf("n0, n6 probe %s", got)
 	}
 	pairs := Pairs(s, []string{"n6", "n0"})
-	if got := fmt.Sprint(pairs); got != "[n0→n1 n0→n4 n0→n7 n6→n2 n6→n5 n6→n7]" {
+	if got := fmt.Sprint(pairs); got != "[n0→n2 n0→n4 n0→n6 n6→n0 n6→n2 n6→n4]" {
 		t.Errorf("pairs %s", got)
 	}
-	if got := fmt.Sprint(Sample([]string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p"}, 4)["a"]); got != "[b e m p]" {
+	if got := fmt.Sprint(Sample([]string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p"}, 4)["a"]); got != "[b h j p]" {
 		t.Errorf("16 nodes, k=4: a probes %s", got)
 	}
 }
