@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cutover-dev/cutover/agent/operation"
 	"github.com/cutover-dev/cutover/harness/lab"
 	"github.com/cutover-dev/cutover/pkg/vxlan"
 )
@@ -100,7 +101,7 @@ func kernelLimitNode(spec string) int {
 	if m.At == 0 {
 		return fail(fmt.Errorf("waiting for the instant: got %+v", m))
 	}
-	time.Sleep(time.Until(time.Unix(0, m.At)))
+	operation.PreciseSleepUntil(time.Unix(0, m.At)) // as the agent wakes for its instant
 	began := time.Now()
 	w, err := k.RecreateArmed(armed)
 	done := time.Now()
