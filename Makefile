@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOLANGCI_VERSION := v2.15.0 # pinned in tools/go.mod
 
-.PHONY: images agent-debs release release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n8 bench-lab-n32 bench-lab-n32-rounds bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged bench-lab-staged-n32 bench-ovs-port-stall bench-coordinator-ab cluster-tools cluster-e2e
+.PHONY: images agent-debs release release-manifests help build lab kube-tools fuzz-smoke test test-unit test-priv lint fmt vet proto proto-check tools bench clean demo bench-lab bench-lab-n8 bench-lab-n32 bench-lab-n32-rounds bench-lab-ovs-n16-rounds bench-kernel-commit bench-ovs-flip bench-agent lab-late lab-meter bench-pathcheck bench-coordinator bench-lab-staged bench-lab-staged-n32 bench-ovs-port-stall bench-coordinator-ab cluster-tools cluster-e2e
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -144,6 +144,12 @@ bench-lab-staged-n32: lab ## the staged strategy one node at a time (--max-paral
 	@mkdir -p results
 	set -o pipefail; cd harness/lab && COT_LAB_BENCH_NAME=lab_staged_n32_10ms COT_LAB_BENCH_SIZES=32 COT_LAB_BENCH_INTERVAL=10ms COT_LAB_BENCH_LATE_BUDGET=3s COT_LAB_BENCH_MAX_PARALLEL=1 flock /tmp/cutover-priv.lock \
 		$(GO) test -run '^$$' -bench '^BenchmarkLabCutover$$' -benchtime 1x -timeout 60m . | tee ../../results/bench-lab-staged-n32.txt
+
+bench-lab-ovs-n16-rounds: lab ## OVS at N=16, probes every 1 ms (the largest OVS lab this machine runs at 1 ms without losing probes idle): limit, atomic and staged in 3 alternating rounds (COT_LAB_BENCH_ROUNDS), on which the agents' OVS advice to strategy auto rests: results/lab_ovs_n16_rounds.json, docs/benchmarks.md
+	@mkdir -p results
+	set -o pipefail; cd harness/lab && CUTOVER_BENCH_TOOL='make bench-lab-ovs-n16-rounds' COT_LAB_BENCH_NAME=lab_ovs_n16_rounds COT_LAB_BENCH_NODES=16 COT_LAB_BENCH_INTERVAL=1ms COT_LAB_BENCH_BACKENDS=ovs \
+		COT_LAB_BENCH_ROUNDS=$${COT_LAB_BENCH_ROUNDS:-3} COT_LAB_BENCH_METHODS=limit,cutover,staged flock -w 1800 /tmp/cutover-priv.lock \
+		$(GO) test -run '^$$' -bench BenchmarkLabCutoverRounds -benchtime 1x -timeout 40m . | tee ../../results/bench-lab-ovs-n16-rounds.txt
 
 bench-lab-n32: lab ## lab cutover at N=32 with probes every 10 ms (above the 2-core noise floor), both backends: results/lab_cutover_n32_10ms.json, docs/benchmarks.md
 	@mkdir -p results

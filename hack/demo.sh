@@ -66,7 +66,7 @@ trap 'exit 130' INT TERM
 
 step "bringing up $NODES nodes (lab $NAME)"
 # The coordinator runs the product's --default-strategy (auto): on this OVS
-# lab it picks atomic and says why (OVS without --ovs-standing-redirects).
+# lab it picks staged and says why (docs/staged.md, Strategy auto).
 "$LAB" up --name "$NAME" --nodes "$NODES" --probe-interval 10ms --default-strategy auto | grep -v ' pid '
 
 # Let the probe mesh settle (first packets resolve ARP through the tunnel).

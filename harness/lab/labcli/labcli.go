@@ -343,14 +343,20 @@ func labHints(l *lab.Lab) string {
 	if l.Config().Port == port {
 		port = 4789
 	}
+	// The coordinator's default strategy decides how a cutover that names
+	// none moves the nodes: the lab's atomic, or the product's auto.
+	how := "at once"
+	if l.Config().DefaultStrategy == "auto" {
+		how = "(strategy auto: the report says which ran)"
+	}
 	return fmt.Sprintf(`
 next:
-  cutover-lab cutover%[1]s --port %[2]d     # move every node to port %[2]d at once, with a report
+  cutover-lab cutover%[1]s --port %[2]d     # move every node to port %[2]d %[4]s, with a report
   cutover-lab rollback%[1]s                 # put every node back on the port before the last operation
   cutover-lab status%[1]s                   # ports read back from every node's dataplane
   cutover-lab exec%[1]s n1 -- %[3]s
   cutover-lab down%[1]s
-`, sel, port, readbackHint(l.Config().Backend))
+`, sel, port, readbackHint(l.Config().Backend), how)
 }
 
 func readbackHint(backend string) string {
