@@ -200,13 +200,13 @@ func TestChangeRecordStaged(t *testing.T) {
 func TestChangeRecordAuto(t *testing.T) {
 	r := sampleRecord(3, coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED)
 	r.Request.Strategy = "auto"
-	r.Strategy, r.StrategyReason = "atomic", "auto: atomic, staged does not lose less on 1 of 3 node(s): OVS without --ovs-standing-redirects (n2)"
+	r.Strategy, r.StrategyReason = "atomic", "auto: atomic, staged does not lose less on 1 of 3 node(s): openshift-sdn: the profile refuses the staged strategy (n2)"
 	var b bytes.Buffer
 	if err := writeRecordHTML(&b, r, time.Unix(0, t0+5e9)); err != nil {
 		t.Fatal(err)
 	}
 	page := b.String()
-	for _, w := range []string{"<dt>strategy</dt>", "auto (staged where every node accepts it", "<dt>strategy run</dt>", "atomic (auto: atomic, staged does not lose less on 1 of 3 node(s): OVS without --ovs-standing-redirects (n2))"} {
+	for _, w := range []string{"<dt>strategy</dt>", "auto (staged where every node accepts it", "<dt>strategy run</dt>", "atomic (auto: atomic, staged does not lose less on 1 of 3 node(s): openshift-sdn: the profile refuses the staged strategy (n2))"} {
 		if !strings.Contains(page, w) {
 			t.Errorf("page lacks %q", w)
 		}

@@ -464,7 +464,7 @@ func TestCutoverStaged(t *testing.T) {
 func TestCutoverAuto(t *testing.T) {
 	evs := sampleEvents(coordinatorv1.OperationState_OPERATION_STATE_SUCCEEDED)
 	rep := evs[len(evs)-1].GetReport()
-	rep.Strategy, rep.StrategyReason = "atomic", "auto: atomic, staged does not lose less on 1 of 3 node(s): OVS without --ovs-standing-redirects (n2)"
+	rep.Strategy, rep.StrategyReason = "atomic", "auto: atomic, staged does not lose less on 1 of 3 node(s): openshift-sdn: the profile refuses the staged strategy (n2)"
 	f := &fakeCoord{events: evs}
 	addr, _ := serve(t, f, nil)
 	code, stdout, stderr := run(t, "--coordinator", addr, "--insecure", "cutover", "--port", "4889", "--strategy", "auto")
@@ -475,7 +475,7 @@ func TestCutoverAuto(t *testing.T) {
 	if got := f.lastRequest(); !proto.Equal(got, want) {
 		t.Errorf("request %v, want %v", got, want)
 	}
-	if w := "strategy: atomic (auto: atomic, staged does not lose less on 1 of 3 node(s): OVS without --ovs-standing-redirects (n2))"; !strings.Contains(stdout, w) {
+	if w := "strategy: atomic (auto: atomic, staged does not lose less on 1 of 3 node(s): openshift-sdn: the profile refuses the staged strategy (n2))"; !strings.Contains(stdout, w) {
 		t.Errorf("stdout lacks %q:\n%s", w, stdout)
 	}
 }

@@ -36,7 +36,7 @@ func bigPlan(n int) *coordinatorv1.PlanResponse {
 	// A strategy reason and a path-check summary as long as the field's:
 	// each wraps to the terminal like the rest.
 	p.Strategy = "atomic"
-	p.StrategyReason = "auto: atomic, staged does not lose less on 3 of 200 node(s): OVS without --ovs-standing-redirects (worker-001.cluster.example, worker-002.cluster.example, worker-003.cluster.example); the others would run staged"
+	p.StrategyReason = "auto: atomic, staged does not lose less on 3 of 200 node(s): openshift-sdn: the profile refuses the staged strategy (worker-001.cluster.example, worker-002.cluster.example, worker-003.cluster.example); the others would run staged"
 	p.PathCheck = &coordinatorv1.PathCheckResult{Port: 4889, Vnis: []uint32{0, 1, 4096}, ReferenceVni: 16777214, OverlayMtu: 1450, Sizes: []uint32{100, 1400, 1500},
 		Sampling: "each node sends to and receives from the same 3 peers (k=3 of 199)", Nodes: uint32(n), TookMicros: 1834}
 	kernel := []string{
