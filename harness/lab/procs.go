@@ -116,11 +116,14 @@ func coordinatorArgs(cfg Config, inventory, pkiDir string) []string {
 }
 
 // ProbePeersOf is the peers node n probes: all others when k is 0 (or
-// covers them all), else the coordinator's sample of k (pkg/ringsample):
-// the same distances both ways around the ring of nodes, so that every
-// node probes exactly those that probe it (their answers ride in their
-// probes), spread over the ring: a change made node by node in ring
-// order splits far pairs too, as a cluster's traffic sees.
+// covers them all), else a sample of k (pkg/ringsample): the same
+// distances both ways around the ring of nodes, so that every node probes
+// exactly those that probe it (their answers ride in their probes),
+// spread over the ring: a change made node by node in ring order splits
+// far pairs too, as a cluster's traffic sees. The ring is in index order;
+// the coordinator's sample sets the names sorted, which is the same order
+// below 10 nodes only (n10 sorts before n2): from 10 nodes on, a Prepare
+// hands some agents peers they did not probe before.
 func ProbePeersOf(n Node, nodes []Node, k int) []Node {
 	self := -1
 	for i, p := range nodes {
