@@ -40,6 +40,19 @@ if [[ ! -e /usr/share/openvswitch/vswitch.ovsschema ]]; then
 	cp "$b/share/vswitch.ovsschema" /usr/share/openvswitch/
 fi
 ulimit -n 65536 2>/dev/null || true
+# The lab's nodes share this kernel's neighbour table: N nodes hold
+# N×(N−1) dynamic entries, past the default gc_thresh3 (1024) from 33 nodes
+# on, and the lab refuses to come up (harness/lab/neigh.go). The machine is
+# lent bare and given back, so raise the limits for the largest size here.
+big=0
+for n in ${COT_MANYCORE_SIZES:-32}; do ((n > big)) && big=$n; done
+need=$((big * (big - 1)))
+if (($(</proc/sys/net/ipv4/neigh/default/gc_thresh3) < 4 * need)); then
+	echo "$need" > /proc/sys/net/ipv4/neigh/default/gc_thresh1
+	echo "$((2 * need))" > /proc/sys/net/ipv4/neigh/default/gc_thresh2
+	echo "$((4 * need))" > /proc/sys/net/ipv4/neigh/default/gc_thresh3
+fi
+echo "neighbour table: gc_thresh1/2/3 $(</proc/sys/net/ipv4/neigh/default/gc_thresh1) $(</proc/sys/net/ipv4/neigh/default/gc_thresh2) $(</proc/sys/net/ipv4/neigh/default/gc_thresh3)"
 path="$b/tools:$PATH"
 if [[ "${COT_MANYCORE_STRICT:-0}" == 1 ]]; then
 	path="$b/tools"

@@ -38,6 +38,9 @@ func Up(ctx context.Context, cfg Config) (*Lab, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkNeighbours(cfg.Nodes, readNeighThresh3); err != nil {
+		return nil, err
+	}
 	var err error
 	if cfg.Dir, err = filepath.Abs(cfg.Dir); err != nil {
 		return nil, &ConfigError{"Dir", cfg.Dir, err.Error()}

@@ -1,7 +1,11 @@
 package lab
 
 import (
+	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -128,5 +132,62 @@ func TestMeshString(t *testing.T) {
 	}
 	if icmpChecksum(echoRequest(1, 1)) != 0 {
 		t.Fatal("echo request checksum does not verify")
+	}
+}
+
+func TestCheckNeighbours(t *testing.T) {
+	limit := func(n int) func() (int, error) { return func() (int, error) { return n, nil } }
+	for _, tc := range []struct {
+		nodes, limit int
+		ok           bool
+	}{
+		{32, 1024, true}, // 992: the largest lab a default kernel holds
+		{33, 1024, false},
+		{64, 1024, false},
+		{64, 4032, true},
+		{64, 16384, true},
+		{1, 0, true},
+	} {
+		err := checkNeighbours(tc.nodes, limit(tc.limit))
+		var ce *ConfigError
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%d nodes, gc_thresh3 %d: %v, want accepted", tc.nodes, tc.limit, err)
+		case !tc.ok && (!errors.As(err, &ce) || ce.Field != "Nodes" || ce.Value != strconv.Itoa(tc.nodes) ||
+			!strings.Contains(ce.Reason, "gc_thresh3") || !strings.Contains(ce.Reason, strconv.Itoa(tc.limit))):
+			t.Errorf("%d nodes, gc_thresh3 %d: %v, want a ConfigError on Nodes naming the sysctl and its value", tc.nodes, tc.limit, err)
+		}
+	}
+	if err := checkNeighbours(64, func() (int, error) { return 0, os.ErrNotExist }); err != nil {
+		t.Errorf("unreadable gc_thresh3: %v, want the check skipped", err)
+	}
+}
+
+// TestUpRefusesPastNeighbourTable: Up reads this kernel's limit and refuses
+// a lab that would overflow it before it makes anything.
+func TestUpRefusesPastNeighbourTable(t *testing.T) {
+	limit, err := readNeighThresh3()
+	if err != nil {
+		t.Skipf("%s: %v: no limit to check against", NeighThresh3, err)
+	}
+	if neighNeed(MaxNodes) <= limit {
+		t.Skipf("gc_thresh3 is %d here: a %d-node lab fits (CI's fresh machine has the default 1024)", limit, MaxNodes)
+	}
+	dir := filepath.Join(t.TempDir(), "lab")
+	// Cancelled: without the check, Up fails at its first command and
+	// tears down rather than building 64 nodes.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	l, err := Up(ctx, Config{Name: "nbrtest", Nodes: MaxNodes, Dir: dir})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "Nodes" {
+		if l != nil {
+			_ = l.Down(context.Background())
+		}
+		t.Fatalf("Up of %d nodes with gc_thresh3 %d: %v, want a ConfigError on Nodes", MaxNodes, limit, err)
+	}
+	t.Logf("%v", err)
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lab dir %s: %v, want nothing made", dir, err)
 	}
 }
