@@ -21,7 +21,8 @@
 #            dispatches on its name: the wrapper passes the name);
 #   xtables/ iptables' extensions (XTABLES_LIBDIR);
 #   share/   OVS's database schema;
-#   COMMIT   the tree's commit (COT_BENCH_COMMIT: no git there).
+#   COMMIT   the tree's commit (COT_BENCH_COMMIT, which the results record:
+#            the binaries were built from it, whatever git says there).
 # hack/manycore-run.sh runs the benchmarks from it on that machine; its
 # results name the machine (16 cores) and the commit.
 set -euo pipefail

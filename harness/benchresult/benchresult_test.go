@@ -305,6 +305,14 @@ func TestCollectDirty(t *testing.T) {
 	if p := benchresult.Collect(t.TempDir()); p.Commit != "unknown" || !strings.Contains(p.Note, "git") {
 		t.Fatalf("outside a repository: %+v, want commit unknown and a note naming git", p)
 	}
+	// A bundle's commit wins over the tree's (dirty here): its binaries
+	// were built from it, and outside a repository too.
+	t.Setenv(benchresult.EnvCommit, "0123abc")
+	for _, dir := range []string{root, t.TempDir()} {
+		if p := benchresult.Collect(dir); p.Commit != "0123abc" || !strings.Contains(p.Note, benchresult.EnvCommit) {
+			t.Fatalf("%s with %s set: %+v, want the bundle's commit and a note naming it", dir, benchresult.EnvCommit, p)
+		}
+	}
 }
 
 type fakeTB struct {

@@ -56,8 +56,11 @@ type Provenance struct {
 	Note string `json:"note,omitempty"`
 }
 
-// EnvCommit names the commit a results file records where git cannot
-// tell (a bundle run on a machine without git).
+// EnvCommit names the commit a results file records in place of the
+// tree's: a bundle (hack/manycore-bundle.sh) measures binaries built from
+// the commit it recorded, whatever git says where it runs. The lent
+// machine's copy of the tree has git, at the session's first commit with
+// later ones as changes: git there named a commit that was not measured.
 const EnvCommit = "COT_BENCH_COMMIT"
 
 // Collect returns the provenance of a run in the repository at root, now.
@@ -68,12 +71,10 @@ func Collect(root string) Provenance {
 	var notes []string
 	p := Provenance{UTC: time.Now().UTC().Format(time.RFC3339), Cores: runtime.NumCPU(), Tool: tool(root)}
 	p.Commit = "unknown"
-	if c, err := gitCommit(root); err != nil && os.Getenv(EnvCommit) != "" {
-		// A machine without git (the many-core machine) runs a bundle
-		// that recorded its commit when it was made (hack/manycore-bundle.sh).
-		p.Commit = os.Getenv(EnvCommit)
-		notes = append(notes, "commit from "+EnvCommit+", set by the bundle that ran: "+err.Error())
-	} else if err != nil {
+	if c := os.Getenv(EnvCommit); c != "" {
+		p.Commit = c
+		notes = append(notes, "commit from "+EnvCommit+": the bundle that ran was built from it")
+	} else if c, err := gitCommit(root); err != nil {
 		notes = append(notes, err.Error())
 	} else {
 		p.Commit = c
