@@ -423,14 +423,18 @@ func (s *Service) probeStats(reset bool) *agentv1.ProbeStatsResponse {
 	stats, stall := mesh.Snapshot(reset)
 	resp.MaxStallMicros = stall.Microseconds()
 	for _, st := range stats {
-		resp.Peers = append(resp.Peers, &agentv1.PeerProbeStats{
+		p := &agentv1.PeerProbeStats{
 			Peer: st.Peer, Address: st.Address, Sent: st.Sent, Received: st.Received,
 			Lost: st.Lost, LongestGapMicros: st.LongestGap.Microseconds(),
 			ProbingSinceUnixNano:     unixNano(st.Since),
 			LastAnswerUnixNano:       unixNano(st.LastAnswer),
 			LastAnsweredSentUnixNano: unixNano(st.LastAnsweredSent),
 			LongestGapFromUnixNano:   unixNano(st.LongestGapFrom),
-		})
+		}
+		for _, r := range st.Losses {
+			p.LossRuns = append(p.LossRuns, &agentv1.LossRun{FirstSentUnixNano: r.First.UnixNano(), LastSentUnixNano: r.Last.UnixNano(), Count: r.Count})
+		}
+		resp.Peers = append(resp.Peers, p)
 	}
 	return resp
 }

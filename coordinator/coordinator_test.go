@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,7 +35,11 @@ func TestCutoverHappy(t *testing.T) {
 	// n3's worst gap begins after every phase but the last one ended: the
 	// report places it in the phase running when the counters are read.
 	gapFrom := time.Now().Add(time.Hour)
-	l.fakes["n3"].SetPeers([]*agentv1.PeerProbeStats{{Peer: "n4", Sent: 100, Received: 98, Lost: 2, LongestGapMicros: 1500, LongestGapFromUnixNano: gapFrom.UnixNano()}})
+	// Its two lost probes: one sent an hour before the operation, one with
+	// the gap (the report counts each in the phase it was sent in).
+	before := time.Now().Add(-time.Hour).UnixNano()
+	l.fakes["n3"].SetPeers([]*agentv1.PeerProbeStats{{Peer: "n4", Sent: 100, Received: 98, Lost: 2, LongestGapMicros: 1500, LongestGapFromUnixNano: gapFrom.UnixNano(),
+		LossRuns: []*agentv1.LossRun{{FirstSentUnixNano: before, LastSentUnixNano: before, Count: 1}, {FirstSentUnixNano: gapFrom.UnixNano(), LastSentUnixNano: gapFrom.UnixNano(), Count: 1}}}})
 	l.fakes["n3"].SetStall(42 * time.Millisecond) // its agent fell behind its mesh
 	rep, msgs, err := l.cutover(&coordinatorv1.CutoverRequest{Port: 4889, OperationId: "op1"})
 	if err != nil {
@@ -83,6 +88,9 @@ func TestCutoverHappy(t *testing.T) {
 		}
 		if off := time.Duration(d.LongestGapFromUnixNano - gapFrom.UnixNano()).Abs(); d.LongestGapPhase != "finalize" || off > 50*time.Millisecond {
 			t.Errorf("n3→n4 worst gap: phase %q, %v off what the agent said", d.LongestGapPhase, off)
+		}
+		if got := fmt.Sprint(d.LostByPhase); !strings.Contains(got, `lost:1`) || len(d.LostByPhase) != 2 || d.LostByPhase[0].Phase != "" || d.LostByPhase[1].Phase != "finalize" {
+			t.Errorf("n3→n4 lost by phase %s, want 1 before the operation and 1 in the finalize", got)
 		}
 	}
 	st, err := l.client.Status(context.Background(), &coordinatorv1.StatusRequest{})

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -184,6 +185,31 @@ type Stats struct {
 	// sent: an answer to a probe sent after an instant proves the round
 	// trip worked after it, whatever was in flight before.
 	LastAnsweredSent time.Time
+	// Losses are the Lost probes as runs of consecutive sends, oldest
+	// first: what places each lost probe in an operation's phases, where
+	// LongestGapFrom places only the longest wait (a pair whose answers
+	// were delayed in one phase and lost in another waited longest in the
+	// first). Their counts add up to Lost.
+	Losses []LossRun
+}
+
+// LossRun is a run of lost probes to one peer: consecutive sends, none
+// answered in time, First and Last the first and the last one's send time
+// (the mesh's clock).
+type LossRun struct {
+	First, Last time.Time
+	Count       uint64
+}
+
+// maxLossRuns bounds a peer's runs between two resets. Past it the last
+// run takes every further loss: its span then covers answered probes
+// too, and the count stays exact.
+const maxLossRuns = 64
+
+// lossRun is LossRun in the mesh's own form (send times as UnixNano).
+type lossRun struct {
+	first, last int64
+	count       uint64
 }
 
 type peerState struct {
@@ -203,6 +229,35 @@ type peerState struct {
 	gapFrom                  time.Time // start of the current gap window (reset or last answer)
 	longest                  time.Duration
 	longestFrom              time.Time // start of the longest gap
+	// runs are the lost probes since the last reset (Stats.Losses);
+	// runNext is the seq that would extend the last run.
+	runs    []lossRun
+	runNext uint64
+}
+
+// noteLossLocked adds the lost probe seq, sent at sentAt, to ps.runs.
+func (ps *peerState) noteLossLocked(seq uint64, sentAt int64) {
+	if n := len(ps.runs); n > 0 && (seq == ps.runNext || n == maxLossRuns) {
+		r := &ps.runs[n-1]
+		r.last, r.count = max(r.last, sentAt), r.count+1
+	} else {
+		ps.runs = append(ps.runs, lossRun{first: sentAt, last: sentAt, count: 1})
+	}
+	ps.runNext = seq + 1
+}
+
+// unnoteLossLocked takes back a probe counted lost, sent at sentAt, whose
+// answer turned out to have arrived in time. The run keeps its span.
+func (ps *peerState) unnoteLossLocked(sentAt int64) {
+	for i := range ps.runs {
+		if r := &ps.runs[i]; r.first <= sentAt && sentAt <= r.last {
+			if r.count--; r.count == 0 {
+				ps.runs = slices.Delete(ps.runs, i, i+1)
+				ps.runNext = 0 // the seq that would extend the last run may be gone
+			}
+			return
+		}
+	}
 }
 
 // Mesh is a running probe mesh. Its methods are safe for concurrent use.
@@ -344,6 +399,7 @@ func (m *Mesh) onReplyLocked(from netip.AddrPort, seq uint64, sentAt int64, arri
 		}
 		ps.lost--
 		ps.received++
+		ps.unnoteLossLocked(sentAt)
 	}
 	ps.answered[slot] = true
 	if arrived.After(ps.gapFrom) {
@@ -390,6 +446,7 @@ func (m *Mesh) settleLocked(ps *peerState, now time.Time) {
 		} else {
 			ps.lost++
 			ps.totalLost++
+			ps.noteLossLocked(ps.settled, ps.sentAt[slot])
 		}
 		ps.settled++
 	}
@@ -430,11 +487,15 @@ func (m *Mesh) Snapshot(reset bool) ([]Stats, time.Duration) {
 		if ps.lastAnsweredSent != 0 {
 			st.LastAnsweredSent = time.Unix(0, ps.lastAnsweredSent)
 		}
+		for _, r := range ps.runs {
+			st.Losses = append(st.Losses, LossRun{First: time.Unix(0, r.first), Last: time.Unix(0, r.last), Count: r.count})
+		}
 		out = append(out, st)
 		if reset {
 			ps.settled, ps.base = ps.nextSeq, ps.nextSeq
 			ps.received, ps.lost, ps.longest = 0, 0, 0
 			ps.gapFrom, ps.longestFrom = now, time.Time{}
+			ps.runs, ps.runNext = ps.runs[:0], 0
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Peer < out[j].Peer })

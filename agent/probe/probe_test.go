@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -588,4 +589,66 @@ func TestStopWakesTheBlockedReader(t *testing.T) {
 	default:
 	}
 	stop(t, cancel, done)
+}
+
+// The lost probes come back as runs of consecutive sends with their send
+// times, adding up to Lost: an answer taken back shrinks its run, a reset
+// forgets them, and past maxLossRuns the last run takes the rest.
+func TestLossRuns(t *testing.T) {
+	m, now, peer := fakeClockMesh(t, time.Millisecond)
+	ps := m.peers[peer]
+	var sent []time.Time
+	// send sends one probe a millisecond; answer says whether its answer
+	// arrives 0.5 ms later.
+	send := func(answer bool) {
+		m.mu.Lock()
+		seq := ps.nextSeq
+		ps.nextSeq++
+		ps.sentAt[seq%window] = now.UnixNano()
+		ps.answered[seq%window] = false
+		m.settleLocked(ps, *now)
+		m.mu.Unlock()
+		sent = append(sent, *now)
+		if answer {
+			m.onReply(peer, seq, now.UnixNano(), now.Add(500*time.Microsecond))
+		}
+		*now = now.Add(time.Millisecond)
+	}
+	pattern := "aallllaaalaaallaa" // probes 2-5, 9 and 13-14 lost
+	for _, c := range pattern {
+		send(c == 'a')
+	}
+	// Settle them all (the timeout is 100 ms), within a second of the
+	// sends: a stamp further off than that is not the mesh's clock.
+	*now = now.Add(200 * time.Millisecond)
+	st := m.Stats(false)[0]
+	want := []LossRun{{sent[2], sent[5], 4}, {sent[9], sent[9], 1}, {sent[13], sent[14], 2}}
+	if st.Lost != 7 || !slices.Equal(st.Losses, want) {
+		t.Fatalf("lost %d, runs %v; want 7 in %v", st.Lost, st.Losses, want)
+	}
+	// Probe 3's answer was read late but had arrived in time: taken back.
+	m.onReply(peer, 3, sent[3].UnixNano(), sent[3].Add(time.Millisecond))
+	st = m.Stats(true)[0]
+	if want[0].Count = 3; st.Lost != 6 || !slices.Equal(st.Losses, want) {
+		t.Fatalf("after the taken-back answer: lost %d, runs %v; want 6 in %v", st.Lost, st.Losses, want)
+	}
+	if st = m.Stats(false)[0]; st.Lost != 0 || len(st.Losses) != 0 {
+		t.Fatalf("after a reset: %+v, want no losses", st)
+	}
+	// More separate losses than maxLossRuns: the count stays exact.
+	sent = sent[:0]
+	for range maxLossRuns + 10 {
+		send(false)
+		send(true)
+	}
+	*now = now.Add(time.Second)
+	st = m.Stats(false)[0]
+	var sum uint64
+	for _, r := range st.Losses {
+		sum += r.Count
+	}
+	last := st.Losses[len(st.Losses)-1]
+	if len(st.Losses) != maxLossRuns || sum != st.Lost || st.Lost != maxLossRuns+10 || last.Count != 11 || !last.Last.Equal(sent[len(sent)-2]) {
+		t.Fatalf("%d runs adding up to %d of %d lost, last %+v; want %d runs, the last of 11 ending at the last lost send", len(st.Losses), sum, st.Lost, last, maxLossRuns)
+	}
 }

@@ -44,12 +44,15 @@ func sampleReport(state coordinatorv1.OperationState) *coordinatorv1.Report {
 			{Node: "node-three.example", AgentPhase: "PHASE_FINALIZED", Port: 4889, ApplyNanos: 1_499_999, ClockOffsetNanos: 0, ProbeStallMicros: 9_999},
 		},
 		Disruption: []*coordinatorv1.PairDisruption{
-			{From: "n1", To: "n2", Sent: 1200, Lost: 1, LongestGapMicros: 2_150, LongestGapPhase: "commit"},
+			// Delayed in the prepare, lost at the commit and after it.
+			{From: "n1", To: "n2", Sent: 1200, Lost: 3, LongestGapMicros: 2_150, LongestGapPhase: "prepare",
+				LostByPhase: []*coordinatorv1.PhaseLoss{{Phase: "commit", Lost: 2}, {Phase: "verify", Lost: 1}}},
 			{From: "n2", To: "n1", Sent: 1200, Lost: 0, LongestGapMicros: 1_000},
 		},
 		ProbesSent:       2400,
-		ProbesLost:       1,
+		ProbesLost:       3,
 		LongestGapMicros: 2_150,
+		LostByPhase:      []*coordinatorv1.PhaseLoss{{Phase: "commit", Lost: 2}, {Phase: "verify", Lost: 1}},
 	}
 }
 

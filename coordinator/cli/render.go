@@ -202,11 +202,15 @@ func renderReport(w io.Writer, r *coordinatorv1.Report) {
 	if len(r.GetDisruption()) > 0 || r.GetProbesSent() > 0 {
 		_, _ = fmt.Fprintln(w, "\nprobe disruption:")
 		t := newTable(w)
-		_, _ = fmt.Fprintln(t, "  FROM\tTO\tSENT\tLOST\tLONGEST GAP(ms)\tIN PHASE")
+		// LOST IN: the phases the lost probes were sent in; GAP BEGAN IN:
+		// where the pair waited longest, which is not where it lost when
+		// its answers were only delayed there.
+		_, _ = fmt.Fprintln(t, "  FROM\tTO\tSENT\tLOST\tLOST IN\tLONGEST GAP(ms)\tGAP BEGAN IN")
 		for _, d := range r.GetDisruption() {
-			_, _ = fmt.Fprintf(t, "  %s\t%s\t%d\t%d\t%s\t%s\n", d.GetFrom(), d.GetTo(), d.GetSent(), d.GetLost(), fmtMillis(d.GetLongestGapMicros()*1000), orDash(d.GetLongestGapPhase()))
+			_, _ = fmt.Fprintf(t, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.GetFrom(), d.GetTo(), d.GetSent(), d.GetLost(), fmtPhaseLosses(d.GetLostByPhase()),
+				fmtMillis(d.GetLongestGapMicros()*1000), orDash(d.GetLongestGapPhase()))
 		}
-		_, _ = fmt.Fprintf(t, "  total\t\t%d\t%d\t%s\n", r.GetProbesSent(), r.GetProbesLost(), fmtMillis(r.GetLongestGapMicros()*1000))
+		_, _ = fmt.Fprintf(t, "  total\t\t%d\t%d\t%s\t%s\n", r.GetProbesSent(), r.GetProbesLost(), fmtPhaseLosses(r.GetLostByPhase()), fmtMillis(r.GetLongestGapMicros()*1000))
 		_ = t.Flush()
 		renderStalls(w, r)
 	}
@@ -301,4 +305,21 @@ func abbreviateNodes(ns []string, n int) string {
 		return strings.Join(ns, ",")
 	}
 	return strings.Join(ns[:n], ",") + fmt.Sprintf(",… (%d more)", len(ns)-n)
+}
+
+// fmtPhaseLosses is "commit 5, finalize 2" ("before" for probes sent
+// before the first phase began), "-" for none.
+func fmtPhaseLosses(ls []*coordinatorv1.PhaseLoss) string {
+	if len(ls) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(ls))
+	for _, l := range ls {
+		ph := l.GetPhase()
+		if ph == "" {
+			ph = "before"
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", ph, l.GetLost()))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -1,6 +1,7 @@
 package lab_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,8 +54,14 @@ type cutoverFigure struct {
 	// LossVsLimit is cutover's (lost+1)/(limit's lost+1) in the same run
 	// (OVS; the target: <= 1.5).
 	LossVsLimit float64 `json:"loss_vs_limit,omitempty"`
+	// LostByPhase (coordctl rows) is the report's lost probes by the
+	// phase each was sent in (Report.lost_by_phase; "before" ahead of
+	// the first phase): where the loss happened.
+	LostByPhase map[string]uint64 `json:"lost_by_phase,omitempty"`
 	// LostByGapPhase (coordctl rows) adds each losing pair's lost probes
-	// to the phase its longest gap began in: where the loss comes from.
+	// to the phase its longest gap began in: where the pair waited
+	// longest, which is not where it lost when its answers were only
+	// delayed there (LostByPhase is).
 	LostByGapPhase map[string]uint64 `json:"lost_by_worst_gap_phase,omitempty"`
 	// IdleLostSameWall (staged) is what the lab lost idling as long as
 	// the staged change took, right after it: its noise floor.
@@ -210,7 +217,7 @@ func printFigure(f cutoverFigure, idleSame bool) {
 		extra += "; warning: " + w
 	}
 	fmt.Printf("    %s N=%d %-10s lost %d/%d (max %d, mean %.2f per pair), longest gap %.1f ms, spread %.2f ms, wall %.0f ms (idle noise %d lost/s)%s%s\n",
-		f.Backend, f.Nodes, f.Method, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost, byPhase(f.LostByGapPhase), extra)
+		f.Backend, f.Nodes, f.Method, f.Lost, f.Sent, f.MaxPairLost, f.MeanPairLost, f.LongestGapMS, f.SpreadMS, f.WallMS, f.IdleLost, byPhase("lost by phase", f.LostByPhase)+byPhase("lost by worst-gap phase", f.LostByGapPhase), extra)
 }
 
 // benchLab is a lab up for a benchmark, with what its ways of changing
@@ -344,6 +351,12 @@ func (bl *benchLab) coordctl(method string, args ...string) (cutoverFigure, *coo
 	}
 	f := figure(bl.base, method, reportPairs(rep), spread, time.Duration(rep.GetEndedUnixNano()-rep.GetStartedUnixNano()))
 	f.LostByGapPhase = lostByGapPhase(rep)
+	for _, l := range rep.GetLostByPhase() {
+		if f.LostByPhase == nil {
+			f.LostByPhase = map[string]uint64{}
+		}
+		f.LostByPhase[cmp.Or(l.GetPhase(), "before")] += l.GetLost()
+	}
 	for _, w := range rep.GetWarnings() {
 		if !strings.HasPrefix(w, pathCheckOffWarning) {
 			f.Warnings = append(f.Warnings, w)
@@ -653,7 +666,7 @@ func lostByGapPhase(rep *coordinatorv1.Report) map[string]uint64 {
 	return m
 }
 
-func byPhase(m map[string]uint64) string {
+func byPhase(what string, m map[string]uint64) string {
 	if len(m) == 0 {
 		return ""
 	}
@@ -662,7 +675,7 @@ func byPhase(m map[string]uint64) string {
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
-	return "; lost by worst-gap phase: " + strings.Join(parts, ", ")
+	return "; " + what + ": " + strings.Join(parts, ", ")
 }
 
 func reportPairs(rep *coordinatorv1.Report) []lab.PairStats {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -181,9 +182,35 @@ func (e *e2eLab) wantDisruption(rep *coordinatorv1.Report) {
 	for _, p := range spreadProblems(rep) {
 		e.t.Error(p)
 	}
+	wantLossPlaced(e.t, rep)
 	e.t.Logf("operation %s %s %d→%d: commit spread %s, effect spread %s, probes lost %d/%d (worst pair %d), longest gap %s",
 		rep.GetOperationId(), rep.GetState(), rep.GetFromPort(), rep.GetToPort(),
 		time.Duration(rep.GetCommitSpreadNanos()), time.Duration(rep.GetEffectSpreadNanos()), rep.GetProbesLost(), rep.GetProbesSent(), worst, gap)
+}
+
+// wantLossPlaced checks that the report places every lost probe in a
+// phase: each pair's lost_by_phase adds up to its lost, and the report's
+// to the pairs', phase by phase.
+func wantLossPlaced(t *testing.T, rep *coordinatorv1.Report) {
+	t.Helper()
+	sum := map[string]uint64{}
+	for _, d := range rep.GetDisruption() {
+		var n uint64
+		for _, l := range d.GetLostByPhase() {
+			n += l.GetLost()
+			sum[l.GetPhase()] += l.GetLost()
+		}
+		if n != d.GetLost() {
+			t.Errorf("%s: pair %s→%s lost %d, placed in phases %d (%v)", rep.GetOperationId(), d.GetFrom(), d.GetTo(), d.GetLost(), n, d.GetLostByPhase())
+		}
+	}
+	got := map[string]uint64{}
+	for _, l := range rep.GetLostByPhase() {
+		got[l.GetPhase()] += l.GetLost()
+	}
+	if !maps.Equal(got, sum) {
+		t.Errorf("%s: report's lost by phase %v, the pairs' add up to %v", rep.GetOperationId(), got, sum)
+	}
 }
 
 // warmProbes waits until every pair's probes are answered, so the

@@ -3,6 +3,7 @@ package lab_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -61,6 +62,24 @@ func TestProbeVerifyDarkNodeOVS(t *testing.T) {
 	}
 	t.Logf("rolled back: %s", rep.GetError())
 	wantPorts(t, e.l, portMap(e.l, 4789, nil))
+	// Nothing used 4889 before the flip: n2's pairs lost their probes from
+	// the commit on, and the report places them there.
+	for _, d := range rep.GetDisruption() {
+		if d.GetFrom() != "n2" && d.GetTo() != "n2" {
+			continue
+		}
+		var after uint64
+		for _, l := range d.GetLostByPhase() {
+			if !slices.Contains([]string{"", "preflight", "prepare"}, l.GetPhase()) {
+				after += l.GetLost()
+			}
+		}
+		if after == 0 || 2*after <= d.GetLost() {
+			t.Errorf("pair %s→%s: %d lost, %d of them placed from the commit on (%v), want most", d.GetFrom(), d.GetTo(), d.GetLost(), after, d.GetLostByPhase())
+		}
+	}
+	wantLossPlaced(t, rep)
+	t.Logf("lost %d, by phase %v", rep.GetProbesLost(), rep.GetLostByPhase())
 
 	// The same fault, verifier off: the run the bug would have given.
 	if _, err := e.l.KillCoordinator(syscall.SIGTERM); err != nil {

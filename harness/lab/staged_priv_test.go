@@ -429,6 +429,7 @@ func (e *e2eLab) wantStagedLoss(rep *coordinatorv1.Report) {
 			e.t.Errorf("%s: pair %s→%s lost %d probes, bound %d (longest gap %s, begun in %s)", rep.GetOperationId(), d.GetFrom(), d.GetTo(), d.GetLost(), maxStagedLostPerPair, time.Duration(d.GetLongestGapMicros())*time.Microsecond, d.GetLongestGapPhase())
 		}
 	}
+	wantLossPlaced(e.t, rep)
 	e.t.Logf("staged %s %s %d→%d: probes lost %d/%d (worst pair %d), longest gap %s, %d batch(es)",
 		rep.GetOperationId(), rep.GetState(), rep.GetFromPort(), rep.GetToPort(), rep.GetProbesLost(), rep.GetProbesSent(), worst,
 		time.Duration(rep.GetLongestGapMicros())*time.Microsecond, len(rep.GetBatches()))

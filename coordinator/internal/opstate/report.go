@@ -362,9 +362,25 @@ func (op *Op) NoteReadBack(node string, info *agentv1.InfoResponse) {
 	}
 }
 
+// PairRead is one pair's probe figures as read from its sender's agent:
+// the report's row, and the agent's runs of lost sends on the
+// coordinator's clock, which place its losses in the phases.
+type PairRead struct {
+	Pair *coordinatorv1.PairDisruption
+	Runs []LossSpan
+}
+
+// LossSpan is a run of consecutive lost probes (agent LossRun): the first
+// and the last one's send time on the coordinator's clock, and how many.
+type LossSpan struct {
+	First, Last int64
+	Count       uint64
+}
+
 // NoteDisruption records the probe mesh's figures as read: the pairs, the
-// totals and the longest gap's phase, and each agent's longest stall.
-func (op *Op) NoteDisruption(pairs []*coordinatorv1.PairDisruption, stalls map[string]int64) {
+// totals, the longest gap's phase and the phases the losses were sent in,
+// and each agent's longest stall.
+func (op *Op) NoteDisruption(reads []PairRead, stalls map[string]int64) {
 	op.Mu.Lock()
 	defer op.Mu.Unlock()
 	for n, st := range stalls {
@@ -373,16 +389,64 @@ func (op *Op) NoteDisruption(pairs []*coordinatorv1.PairDisruption, stalls map[s
 		}
 	}
 	r := op.report
-	r.Disruption = pairs
+	running := string(op.CurStep)
+	r.Disruption = make([]*coordinatorv1.PairDisruption, 0, len(reads))
 	r.ProbesSent, r.ProbesLost, r.LongestGapMicros = 0, 0, 0
-	for _, p := range pairs {
+	total := map[string]uint64{}
+	for _, rd := range reads {
+		p := rd.Pair
 		if p.LongestGapMicros > 0 {
-			p.LongestGapPhase = phaseAt(r.Phases, p.LongestGapFromUnixNano, string(op.CurStep))
+			p.LongestGapPhase = phaseAt(r.Phases, p.LongestGapFromUnixNano, running)
 		}
+		byPhase := map[string]uint64{}
+		for _, s := range rd.Runs {
+			for i := range s.Count {
+				byPhase[phaseAt(r.Phases, s.sendTime(i), running)]++
+			}
+		}
+		p.LostByPhase = phaseLosses(byPhase, r.Phases, running)
+		for ph, n := range byPhase {
+			total[ph] += n
+		}
+		r.Disruption = append(r.Disruption, p)
 		r.ProbesSent += p.Sent
 		r.ProbesLost += p.Lost
 		r.LongestGapMicros = max(r.LongestGapMicros, p.LongestGapMicros)
 	}
+	r.LostByPhase = phaseLosses(total, r.Phases, running)
+}
+
+// sendTime is when the i-th probe of s (0-based) was sent: the run's
+// probes are consecutive sends, one an interval apart, so spread evenly
+// between its first and its last. (A run past the agent's cap of runs
+// covers answered probes too: there it is an estimate.)
+func (s LossSpan) sendTime(i uint64) int64 {
+	if s.Count < 2 {
+		return s.First
+	}
+	return s.First + int64(float64(s.Last-s.First)*float64(i)/float64(s.Count-1))
+}
+
+// phaseLosses orders by: before the first phase (""), the phases in the
+// report's order, then the one running.
+func phaseLosses(by map[string]uint64, phases []*coordinatorv1.PhaseDuration, running string) []*coordinatorv1.PhaseLoss {
+	if len(by) == 0 {
+		return nil
+	}
+	order := []string{""}
+	for _, p := range phases {
+		order = append(order, p.GetPhase())
+	}
+	order = append(order, running)
+	var out []*coordinatorv1.PhaseLoss
+	seen := map[string]bool{} // a phase can run twice (a staged batch's verify)
+	for _, ph := range order {
+		if n, ok := by[ph]; ok && !seen[ph] {
+			seen[ph] = true
+			out = append(out, &coordinatorv1.PhaseLoss{Phase: ph, Lost: n})
+		}
+	}
+	return out
 }
 
 // BatchDone stamps batch b (1-based) of the report: switched (every node

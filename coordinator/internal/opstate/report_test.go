@@ -1,7 +1,10 @@
 package opstate
 
 import (
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	coordinatorv1 "github.com/cutover-dev/cutover/proto/coordinator/v1"
 )
@@ -31,5 +34,44 @@ func TestPhaseAt(t *testing.T) {
 	}
 	if got := phaseAt([]*coordinatorv1.PhaseDuration{ph("commit", 0, 5)}, 10, "x"); got != "" {
 		t.Errorf("phases without starts: %q, want none", got)
+	}
+}
+
+// NoteDisruption counts each lost probe in the phase it was sent in: a
+// run's probes spread evenly over its span, so a run across a boundary
+// splits, and the report's total adds the pairs up in the phases' order.
+func TestNoteDisruptionLostByPhase(t *testing.T) {
+	op := New("op1", "cutover", 4789, 4889, []string{"a", "b"}, time.Second, time.Second, 1)
+	op.report.Phases = []*coordinatorv1.PhaseDuration{
+		{Phase: "prepare", StartedUnixNano: 1000, Nanos: 1000}, // 1000..2000
+		{Phase: "commit", StartedUnixNano: 2000, Nanos: 100},   // 2000..2100
+	}
+	op.CurStep = "verify"
+	pair := func(from, to string, lost uint64) *coordinatorv1.PairDisruption {
+		return &coordinatorv1.PairDisruption{From: from, To: to, Sent: 100, Lost: lost}
+	}
+	op.NoteDisruption([]PairRead{
+		// 10 probes 1950..2040 ms, 10 apart: 5 in the prepare, 5 in the commit;
+		// then one while verify runs.
+		{Pair: pair("a", "b", 11), Runs: []LossSpan{{First: 1950, Last: 2040, Count: 10}, {First: 5000, Last: 5000, Count: 1}}},
+		// One before the first phase began, one in the commit.
+		{Pair: pair("b", "a", 2), Runs: []LossSpan{{First: 500, Last: 500, Count: 1}, {First: 2050, Last: 2050, Count: 1}}},
+		{Pair: pair("a", "c", 0)},
+	}, nil)
+	str := func(ls []*coordinatorv1.PhaseLoss) string {
+		var out []string
+		for _, l := range ls {
+			out = append(out, fmt.Sprintf("%s=%d", l.GetPhase(), l.GetLost()))
+		}
+		return strings.Join(out, " ")
+	}
+	r := op.report
+	for i, want := range []string{"prepare=5 commit=5 verify=1", "=1 commit=1", ""} {
+		if got := str(r.Disruption[i].LostByPhase); got != want {
+			t.Errorf("%s→%s: lost by phase %q, want %q", r.Disruption[i].From, r.Disruption[i].To, got, want)
+		}
+	}
+	if got, want := str(r.LostByPhase), "=1 prepare=5 commit=6 verify=1"; got != want || r.ProbesLost != 13 {
+		t.Errorf("report: lost %d by phase %q, want 13 as %q", r.ProbesLost, got, want)
 	}
 }

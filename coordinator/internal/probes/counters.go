@@ -90,7 +90,7 @@ func (c *Mesh) statsOf(op *opstate.Op, nodes []string, reset, settleThenAgain bo
 	ctx, cancel := context.WithTimeout(c.ctx, min(probeStatsBound, op.Step))
 	defer cancel()
 	var mu sync.Mutex
-	var pairs []*coordinatorv1.PairDisruption
+	var pairs []opstate.PairRead
 	var missed []string
 	stalls := map[string]int64{}
 	fleet.FanOut(nodes, func(n string) {
@@ -107,9 +107,14 @@ func (c *Mesh) statsOf(op *opstate.Op, nodes []string, reset, settleThenAgain bo
 		mu.Lock()
 		defer mu.Unlock()
 		stalls[n] = r.GetMaxStallMicros()
+		off := op.Offsets[n].Offset.Nanoseconds()
 		for _, p := range r.Peers {
-			pairs = append(pairs, &coordinatorv1.PairDisruption{From: n, To: p.Peer, Sent: p.Sent, Lost: p.Lost, LongestGapMicros: p.LongestGapMicros,
-				LongestGapFromUnixNano: opstate.CoordClock(p.GetLongestGapFromUnixNano(), op.Offsets[n].Offset.Nanoseconds())})
+			rd := opstate.PairRead{Pair: &coordinatorv1.PairDisruption{From: n, To: p.Peer, Sent: p.Sent, Lost: p.Lost, LongestGapMicros: p.LongestGapMicros,
+				LongestGapFromUnixNano: opstate.CoordClock(p.GetLongestGapFromUnixNano(), off)}}
+			for _, l := range p.GetLossRuns() {
+				rd.Runs = append(rd.Runs, opstate.LossSpan{First: opstate.CoordClock(l.GetFirstSentUnixNano(), off), Last: opstate.CoordClock(l.GetLastSentUnixNano(), off), Count: l.GetCount()})
+			}
+			pairs = append(pairs, rd)
 		}
 	})
 	if len(missed) > 0 && c.ctx.Err() == nil {
@@ -132,7 +137,8 @@ func (c *Mesh) statsOf(op *opstate.Op, nodes []string, reset, settleThenAgain bo
 		case <-c.ctx.Done():
 		}
 	}
-	slices.SortFunc(pairs, func(a, b *coordinatorv1.PairDisruption) int {
+	slices.SortFunc(pairs, func(x, y opstate.PairRead) int {
+		a, b := x.Pair, y.Pair
 		if a.From != b.From {
 			return strings.Compare(a.From, b.From)
 		}

@@ -1552,8 +1552,13 @@ type PeerProbeStats struct {
 	LastAnsweredSentUnixNano int64 `protobuf:"varint,9,opt,name=last_answered_sent_unix_nano,json=lastAnsweredSentUnixNano,proto3" json:"last_answered_sent_unix_nano,omitempty"`
 	// When the longest gap began (the answer before it, or the last reset).
 	LongestGapFromUnixNano int64 `protobuf:"varint,10,opt,name=longest_gap_from_unix_nano,json=longestGapFromUnixNano,proto3" json:"longest_gap_from_unix_nano,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// The lost probes as runs of consecutive sends, oldest first: their
+	// counts add up to lost, and their send times place each loss in the
+	// operation's phases. At most 64; past that the last run takes the
+	// rest, its span then covering answered probes too.
+	LossRuns      []*LossRun `protobuf:"bytes,11,rep,name=loss_runs,json=lossRuns,proto3" json:"loss_runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PeerProbeStats) Reset() {
@@ -1656,6 +1661,74 @@ func (x *PeerProbeStats) GetLongestGapFromUnixNano() int64 {
 	return 0
 }
 
+func (x *PeerProbeStats) GetLossRuns() []*LossRun {
+	if x != nil {
+		return x.LossRuns
+	}
+	return nil
+}
+
+// LossRun: consecutive probes to one peer, none answered in time.
+type LossRun struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	FirstSentUnixNano int64                  `protobuf:"varint,1,opt,name=first_sent_unix_nano,json=firstSentUnixNano,proto3" json:"first_sent_unix_nano,omitempty"` // the agent's clock
+	LastSentUnixNano  int64                  `protobuf:"varint,2,opt,name=last_sent_unix_nano,json=lastSentUnixNano,proto3" json:"last_sent_unix_nano,omitempty"`
+	Count             uint64                 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *LossRun) Reset() {
+	*x = LossRun{}
+	mi := &file_agent_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LossRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LossRun) ProtoMessage() {}
+
+func (x *LossRun) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LossRun.ProtoReflect.Descriptor instead.
+func (*LossRun) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LossRun) GetFirstSentUnixNano() int64 {
+	if x != nil {
+		return x.FirstSentUnixNano
+	}
+	return 0
+}
+
+func (x *LossRun) GetLastSentUnixNano() int64 {
+	if x != nil {
+		return x.LastSentUnixNano
+	}
+	return 0
+}
+
+func (x *LossRun) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 type PathCheckRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	CheckId        string                 `protobuf:"bytes,1,opt,name=check_id,json=checkId,proto3" json:"check_id,omitempty"`                       // carried in every frame's nonce
@@ -1684,7 +1757,7 @@ type PathCheckRequest struct {
 
 func (x *PathCheckRequest) Reset() {
 	*x = PathCheckRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1769,7 @@ func (x *PathCheckRequest) String() string {
 func (*PathCheckRequest) ProtoMessage() {}
 
 func (x *PathCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1782,7 @@ func (x *PathCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathCheckRequest.ProtoReflect.Descriptor instead.
 func (*PathCheckRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PathCheckRequest) GetCheckId() string {
@@ -1799,7 +1872,7 @@ type PathPeer struct {
 
 func (x *PathPeer) Reset() {
 	*x = PathPeer{}
-	mi := &file_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1884,7 @@ func (x *PathPeer) String() string {
 func (*PathPeer) ProtoMessage() {}
 
 func (x *PathPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1897,7 @@ func (x *PathPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathPeer.ProtoReflect.Descriptor instead.
 func (*PathPeer) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PathPeer) GetName() string {
@@ -1853,7 +1926,7 @@ type PathCheckResponse struct {
 
 func (x *PathCheckResponse) Reset() {
 	*x = PathCheckResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1938,7 @@ func (x *PathCheckResponse) String() string {
 func (*PathCheckResponse) ProtoMessage() {}
 
 func (x *PathCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +1951,7 @@ func (x *PathCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathCheckResponse.ProtoReflect.Descriptor instead.
 func (*PathCheckResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PathCheckResponse) GetNode() string {
@@ -1936,7 +2009,7 @@ type PathProbeResult struct {
 
 func (x *PathProbeResult) Reset() {
 	*x = PathProbeResult{}
-	mi := &file_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2021,7 @@ func (x *PathProbeResult) String() string {
 func (*PathProbeResult) ProtoMessage() {}
 
 func (x *PathProbeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2034,7 @@ func (x *PathProbeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathProbeResult.ProtoReflect.Descriptor instead.
 func (*PathProbeResult) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PathProbeResult) GetPeer() string {
@@ -2153,7 +2226,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x0etimeout_micros\x18\x06 \x01(\x03R\rtimeoutMicros\x12\x1d\n" +
 	"\n" +
 	"off_reason\x18\a \x01(\tR\toffReason\x12(\n" +
-	"\x10max_stall_micros\x18\b \x01(\x03R\x0emaxStallMicros\"\x96\x03\n" +
+	"\x10max_stall_micros\x18\b \x01(\x03R\x0emaxStallMicros\"\xce\x03\n" +
 	"\x0ePeerProbeStats\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
@@ -2165,7 +2238,12 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x15last_answer_unix_nano\x18\b \x01(\x03R\x12lastAnswerUnixNano\x12>\n" +
 	"\x1clast_answered_sent_unix_nano\x18\t \x01(\x03R\x18lastAnsweredSentUnixNano\x12:\n" +
 	"\x1alongest_gap_from_unix_nano\x18\n" +
-	" \x01(\x03R\x16longestGapFromUnixNano\"\x92\x03\n" +
+	" \x01(\x03R\x16longestGapFromUnixNano\x126\n" +
+	"\tloss_runs\x18\v \x03(\v2\x19.cutover.agent.v1.LossRunR\blossRuns\"\x7f\n" +
+	"\aLossRun\x12/\n" +
+	"\x14first_sent_unix_nano\x18\x01 \x01(\x03R\x11firstSentUnixNano\x12-\n" +
+	"\x13last_sent_unix_nano\x18\x02 \x01(\x03R\x10lastSentUnixNano\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x04R\x05count\"\x92\x03\n" +
 	"\x10PathCheckRequest\x12\x19\n" +
 	"\bcheck_id\x18\x01 \x01(\tR\acheckId\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x120\n" +
@@ -2242,7 +2320,7 @@ func file_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_agent_v1_agent_proto_goTypes = []any{
 	(Phase)(0),                 // 0: cutover.agent.v1.Phase
 	(*InfoRequest)(nil),        // 1: cutover.agent.v1.InfoRequest
@@ -2265,16 +2343,17 @@ var file_agent_v1_agent_proto_goTypes = []any{
 	(*ProbeStatsRequest)(nil),  // 18: cutover.agent.v1.ProbeStatsRequest
 	(*ProbeStatsResponse)(nil), // 19: cutover.agent.v1.ProbeStatsResponse
 	(*PeerProbeStats)(nil),     // 20: cutover.agent.v1.PeerProbeStats
-	(*PathCheckRequest)(nil),   // 21: cutover.agent.v1.PathCheckRequest
-	(*PathPeer)(nil),           // 22: cutover.agent.v1.PathPeer
-	(*PathCheckResponse)(nil),  // 23: cutover.agent.v1.PathCheckResponse
-	(*PathProbeResult)(nil),    // 24: cutover.agent.v1.PathProbeResult
-	nil,                        // 25: cutover.agent.v1.InfoResponse.LabelsEntry
-	(*v1.Frame)(nil),           // 26: cutover.callstream.v1.Frame
+	(*LossRun)(nil),            // 21: cutover.agent.v1.LossRun
+	(*PathCheckRequest)(nil),   // 22: cutover.agent.v1.PathCheckRequest
+	(*PathPeer)(nil),           // 23: cutover.agent.v1.PathPeer
+	(*PathCheckResponse)(nil),  // 24: cutover.agent.v1.PathCheckResponse
+	(*PathProbeResult)(nil),    // 25: cutover.agent.v1.PathProbeResult
+	nil,                        // 26: cutover.agent.v1.InfoResponse.LabelsEntry
+	(*v1.Frame)(nil),           // 27: cutover.callstream.v1.Frame
 }
 var file_agent_v1_agent_proto_depIdxs = []int32{
 	17, // 0: cutover.agent.v1.InfoResponse.operation:type_name -> cutover.agent.v1.OperationStatus
-	25, // 1: cutover.agent.v1.InfoResponse.labels:type_name -> cutover.agent.v1.InfoResponse.LabelsEntry
+	26, // 1: cutover.agent.v1.InfoResponse.labels:type_name -> cutover.agent.v1.InfoResponse.LabelsEntry
 	19, // 2: cutover.agent.v1.InfoResponse.probe_stats:type_name -> cutover.agent.v1.ProbeStatsResponse
 	2,  // 3: cutover.agent.v1.PreflightResponse.info:type_name -> cutover.agent.v1.InfoResponse
 	7,  // 4: cutover.agent.v1.PreflightResponse.atomic:type_name -> cutover.agent.v1.AtomicCheck
@@ -2283,38 +2362,39 @@ var file_agent_v1_agent_proto_depIdxs = []int32{
 	17, // 7: cutover.agent.v1.CommitResponse.status:type_name -> cutover.agent.v1.OperationStatus
 	0,  // 8: cutover.agent.v1.OperationStatus.phase:type_name -> cutover.agent.v1.Phase
 	20, // 9: cutover.agent.v1.ProbeStatsResponse.peers:type_name -> cutover.agent.v1.PeerProbeStats
-	22, // 10: cutover.agent.v1.PathCheckRequest.peers:type_name -> cutover.agent.v1.PathPeer
-	22, // 11: cutover.agent.v1.PathCheckRequest.listen_for:type_name -> cutover.agent.v1.PathPeer
-	24, // 12: cutover.agent.v1.PathCheckResponse.results:type_name -> cutover.agent.v1.PathProbeResult
-	1,  // 13: cutover.agent.v1.AgentService.Info:input_type -> cutover.agent.v1.InfoRequest
-	3,  // 14: cutover.agent.v1.AgentService.Clock:input_type -> cutover.agent.v1.ClockRequest
-	5,  // 15: cutover.agent.v1.AgentService.Preflight:input_type -> cutover.agent.v1.PreflightRequest
-	8,  // 16: cutover.agent.v1.AgentService.Prepare:input_type -> cutover.agent.v1.PrepareRequest
-	11, // 17: cutover.agent.v1.AgentService.Commit:input_type -> cutover.agent.v1.CommitRequest
-	13, // 18: cutover.agent.v1.AgentService.Confirm:input_type -> cutover.agent.v1.ConfirmRequest
-	14, // 19: cutover.agent.v1.AgentService.Rollback:input_type -> cutover.agent.v1.RollbackRequest
-	15, // 20: cutover.agent.v1.AgentService.Finalize:input_type -> cutover.agent.v1.FinalizeRequest
-	16, // 21: cutover.agent.v1.AgentService.Status:input_type -> cutover.agent.v1.StatusRequest
-	18, // 22: cutover.agent.v1.AgentService.ProbeStats:input_type -> cutover.agent.v1.ProbeStatsRequest
-	21, // 23: cutover.agent.v1.AgentService.PathCheck:input_type -> cutover.agent.v1.PathCheckRequest
-	26, // 24: cutover.agent.v1.AgentService.Calls:input_type -> cutover.callstream.v1.Frame
-	2,  // 25: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
-	4,  // 26: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
-	6,  // 27: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
-	10, // 28: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
-	12, // 29: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
-	17, // 30: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
-	17, // 31: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
-	17, // 32: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
-	17, // 33: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
-	19, // 34: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
-	23, // 35: cutover.agent.v1.AgentService.PathCheck:output_type -> cutover.agent.v1.PathCheckResponse
-	26, // 36: cutover.agent.v1.AgentService.Calls:output_type -> cutover.callstream.v1.Frame
-	25, // [25:37] is the sub-list for method output_type
-	13, // [13:25] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	21, // 10: cutover.agent.v1.PeerProbeStats.loss_runs:type_name -> cutover.agent.v1.LossRun
+	23, // 11: cutover.agent.v1.PathCheckRequest.peers:type_name -> cutover.agent.v1.PathPeer
+	23, // 12: cutover.agent.v1.PathCheckRequest.listen_for:type_name -> cutover.agent.v1.PathPeer
+	25, // 13: cutover.agent.v1.PathCheckResponse.results:type_name -> cutover.agent.v1.PathProbeResult
+	1,  // 14: cutover.agent.v1.AgentService.Info:input_type -> cutover.agent.v1.InfoRequest
+	3,  // 15: cutover.agent.v1.AgentService.Clock:input_type -> cutover.agent.v1.ClockRequest
+	5,  // 16: cutover.agent.v1.AgentService.Preflight:input_type -> cutover.agent.v1.PreflightRequest
+	8,  // 17: cutover.agent.v1.AgentService.Prepare:input_type -> cutover.agent.v1.PrepareRequest
+	11, // 18: cutover.agent.v1.AgentService.Commit:input_type -> cutover.agent.v1.CommitRequest
+	13, // 19: cutover.agent.v1.AgentService.Confirm:input_type -> cutover.agent.v1.ConfirmRequest
+	14, // 20: cutover.agent.v1.AgentService.Rollback:input_type -> cutover.agent.v1.RollbackRequest
+	15, // 21: cutover.agent.v1.AgentService.Finalize:input_type -> cutover.agent.v1.FinalizeRequest
+	16, // 22: cutover.agent.v1.AgentService.Status:input_type -> cutover.agent.v1.StatusRequest
+	18, // 23: cutover.agent.v1.AgentService.ProbeStats:input_type -> cutover.agent.v1.ProbeStatsRequest
+	22, // 24: cutover.agent.v1.AgentService.PathCheck:input_type -> cutover.agent.v1.PathCheckRequest
+	27, // 25: cutover.agent.v1.AgentService.Calls:input_type -> cutover.callstream.v1.Frame
+	2,  // 26: cutover.agent.v1.AgentService.Info:output_type -> cutover.agent.v1.InfoResponse
+	4,  // 27: cutover.agent.v1.AgentService.Clock:output_type -> cutover.agent.v1.ClockResponse
+	6,  // 28: cutover.agent.v1.AgentService.Preflight:output_type -> cutover.agent.v1.PreflightResponse
+	10, // 29: cutover.agent.v1.AgentService.Prepare:output_type -> cutover.agent.v1.PrepareResponse
+	12, // 30: cutover.agent.v1.AgentService.Commit:output_type -> cutover.agent.v1.CommitResponse
+	17, // 31: cutover.agent.v1.AgentService.Confirm:output_type -> cutover.agent.v1.OperationStatus
+	17, // 32: cutover.agent.v1.AgentService.Rollback:output_type -> cutover.agent.v1.OperationStatus
+	17, // 33: cutover.agent.v1.AgentService.Finalize:output_type -> cutover.agent.v1.OperationStatus
+	17, // 34: cutover.agent.v1.AgentService.Status:output_type -> cutover.agent.v1.OperationStatus
+	19, // 35: cutover.agent.v1.AgentService.ProbeStats:output_type -> cutover.agent.v1.ProbeStatsResponse
+	24, // 36: cutover.agent.v1.AgentService.PathCheck:output_type -> cutover.agent.v1.PathCheckResponse
+	27, // 37: cutover.agent.v1.AgentService.Calls:output_type -> cutover.callstream.v1.Frame
+	26, // [26:38] is the sub-list for method output_type
+	14, // [14:26] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_agent_v1_agent_proto_init() }
@@ -2328,7 +2408,7 @@ func file_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_v1_agent_proto_rawDesc), len(file_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

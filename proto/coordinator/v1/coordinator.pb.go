@@ -1335,8 +1335,13 @@ type PairDisruption struct {
 	// agent's measured offset) and the phase running then ("" unknown).
 	LongestGapFromUnixNano int64  `protobuf:"varint,6,opt,name=longest_gap_from_unix_nano,json=longestGapFromUnixNano,proto3" json:"longest_gap_from_unix_nano,omitempty"`
 	LongestGapPhase        string `protobuf:"bytes,7,opt,name=longest_gap_phase,json=longestGapPhase,proto3" json:"longest_gap_phase,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Where the lost probes were lost: each counted in the phase it was
+	// sent in (the agents' runs of lost sends, through their offsets), the
+	// phases in the report's order; they add up to lost. A pair read from
+	// an agent that does not report its runs has none.
+	LostByPhase   []*PhaseLoss `protobuf:"bytes,8,rep,name=lost_by_phase,json=lostByPhase,proto3" json:"lost_by_phase,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PairDisruption) Reset() {
@@ -1418,6 +1423,66 @@ func (x *PairDisruption) GetLongestGapPhase() string {
 	return ""
 }
 
+func (x *PairDisruption) GetLostByPhase() []*PhaseLoss {
+	if x != nil {
+		return x.LostByPhase
+	}
+	return nil
+}
+
+// PhaseLoss: probes lost in one phase ("" before the first phase began).
+type PhaseLoss struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Phase         string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	Lost          uint64                 `protobuf:"varint,2,opt,name=lost,proto3" json:"lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PhaseLoss) Reset() {
+	*x = PhaseLoss{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PhaseLoss) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PhaseLoss) ProtoMessage() {}
+
+func (x *PhaseLoss) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PhaseLoss.ProtoReflect.Descriptor instead.
+func (*PhaseLoss) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PhaseLoss) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *PhaseLoss) GetLost() uint64 {
+	if x != nil {
+		return x.Lost
+	}
+	return 0
+}
+
 type Report struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	OperationId       string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
@@ -1434,6 +1499,9 @@ type Report struct {
 	ProbesSent        uint64                 `protobuf:"varint,12,opt,name=probes_sent,json=probesSent,proto3" json:"probes_sent,omitempty"`
 	ProbesLost        uint64                 `protobuf:"varint,13,opt,name=probes_lost,json=probesLost,proto3" json:"probes_lost,omitempty"`
 	LongestGapMicros  int64                  `protobuf:"varint,14,opt,name=longest_gap_micros,json=longestGapMicros,proto3" json:"longest_gap_micros,omitempty"`
+	// probes_lost by the phase each was sent in, summed over the pairs
+	// (PairDisruption.lost_by_phase).
+	LostByPhase []*PhaseLoss `protobuf:"bytes,17,rep,name=lost_by_phase,json=lostByPhase,proto3" json:"lost_by_phase,omitempty"`
 	// "cutover", or "rollback" for the reverse cutover that rolls back an
 	// operation which had already succeeded (its nodes are finalized, so the
 	// prior port is reopened everywhere first and flipped at one instant).
@@ -1494,7 +1562,7 @@ type Report struct {
 
 func (x *Report) Reset() {
 	*x = Report{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1574,7 @@ func (x *Report) String() string {
 func (*Report) ProtoMessage() {}
 
 func (x *Report) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1587,7 @@ func (x *Report) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Report.ProtoReflect.Descriptor instead.
 func (*Report) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Report) GetOperationId() string {
@@ -1618,6 +1686,13 @@ func (x *Report) GetLongestGapMicros() int64 {
 		return x.LongestGapMicros
 	}
 	return 0
+}
+
+func (x *Report) GetLostByPhase() []*PhaseLoss {
+	if x != nil {
+		return x.LostByPhase
+	}
+	return nil
 }
 
 func (x *Report) GetKind() string {
@@ -1765,7 +1840,7 @@ type StagedBatch struct {
 
 func (x *StagedBatch) Reset() {
 	*x = StagedBatch{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1852,7 @@ func (x *StagedBatch) String() string {
 func (*StagedBatch) ProtoMessage() {}
 
 func (x *StagedBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1865,7 @@ func (x *StagedBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedBatch.ProtoReflect.Descriptor instead.
 func (*StagedBatch) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StagedBatch) GetNodes() []string {
@@ -1831,7 +1906,7 @@ type LateNode struct {
 
 func (x *LateNode) Reset() {
 	*x = LateNode{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1918,7 @@ func (x *LateNode) String() string {
 func (*LateNode) ProtoMessage() {}
 
 func (x *LateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1931,7 @@ func (x *LateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LateNode.ProtoReflect.Descriptor instead.
 func (*LateNode) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LateNode) GetNode() string {
@@ -1889,7 +1964,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +1976,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +1989,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StatusRequest) GetOperationId() string {
@@ -1933,7 +2008,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2020,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2033,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{16}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RollbackRequest) GetOperationId() string {
@@ -2095,7 +2170,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\abackend\x18U \x01(\tR\abackend\x12\x16\n" +
 	"\x06device\x18V \x01(\tR\x06device\x12,\n" +
 	"\x12probe_stall_micros\x18\\ \x01(\x03R\x10probeStallMicros\x12\x16\n" +
-	"\x06staged\x18] \x01(\tR\x06staged\"\xf2\x01\n" +
+	"\x06staged\x18] \x01(\tR\x06staged\"\xb9\x02\n" +
 	"\x0ePairDisruption\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
@@ -2103,7 +2178,11 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x04lost\x18\x04 \x01(\x04R\x04lost\x12,\n" +
 	"\x12longest_gap_micros\x18\x05 \x01(\x03R\x10longestGapMicros\x12:\n" +
 	"\x1alongest_gap_from_unix_nano\x18\x06 \x01(\x03R\x16longestGapFromUnixNano\x12*\n" +
-	"\x11longest_gap_phase\x18\a \x01(\tR\x0flongestGapPhase\"\xb7\v\n" +
+	"\x11longest_gap_phase\x18\a \x01(\tR\x0flongestGapPhase\x12E\n" +
+	"\rlost_by_phase\x18\b \x03(\v2!.cutover.coordinator.v1.PhaseLossR\vlostByPhase\"5\n" +
+	"\tPhaseLoss\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x12\n" +
+	"\x04lost\x18\x02 \x01(\x04R\x04lost\"\xfe\v\n" +
 	"\x06Report\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12<\n" +
 	"\x05state\x18\x02 \x01(\x0e2&.cutover.coordinator.v1.OperationStateR\x05state\x12\x1b\n" +
@@ -2123,7 +2202,8 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"probesSent\x12\x1f\n" +
 	"\vprobes_lost\x18\r \x01(\x04R\n" +
 	"probesLost\x12,\n" +
-	"\x12longest_gap_micros\x18\x0e \x01(\x03R\x10longestGapMicros\x12\x12\n" +
+	"\x12longest_gap_micros\x18\x0e \x01(\x03R\x10longestGapMicros\x12E\n" +
+	"\rlost_by_phase\x18\x11 \x03(\v2!.cutover.coordinator.v1.PhaseLossR\vlostByPhase\x12\x12\n" +
 	"\x04kind\x18\x0f \x01(\tR\x04kind\x120\n" +
 	"\x14reverts_operation_id\x18\x10 \x01(\tR\x12revertsOperationId\x12\x1a\n" +
 	"\bwarnings\x18( \x03(\tR\bwarnings\x12\x1d\n" +
@@ -2188,7 +2268,7 @@ func file_coordinator_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_coordinator_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(OperationState)(0),        // 0: cutover.coordinator.v1.OperationState
 	(*ListAgentsRequest)(nil),  // 1: cutover.coordinator.v1.ListAgentsRequest
@@ -2203,46 +2283,49 @@ var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(*PhaseDuration)(nil),      // 10: cutover.coordinator.v1.PhaseDuration
 	(*NodeResult)(nil),         // 11: cutover.coordinator.v1.NodeResult
 	(*PairDisruption)(nil),     // 12: cutover.coordinator.v1.PairDisruption
-	(*Report)(nil),             // 13: cutover.coordinator.v1.Report
-	(*StagedBatch)(nil),        // 14: cutover.coordinator.v1.StagedBatch
-	(*LateNode)(nil),           // 15: cutover.coordinator.v1.LateNode
-	(*StatusRequest)(nil),      // 16: cutover.coordinator.v1.StatusRequest
-	(*RollbackRequest)(nil),    // 17: cutover.coordinator.v1.RollbackRequest
-	nil,                        // 18: cutover.coordinator.v1.Agent.LabelsEntry
+	(*PhaseLoss)(nil),          // 13: cutover.coordinator.v1.PhaseLoss
+	(*Report)(nil),             // 14: cutover.coordinator.v1.Report
+	(*StagedBatch)(nil),        // 15: cutover.coordinator.v1.StagedBatch
+	(*LateNode)(nil),           // 16: cutover.coordinator.v1.LateNode
+	(*StatusRequest)(nil),      // 17: cutover.coordinator.v1.StatusRequest
+	(*RollbackRequest)(nil),    // 18: cutover.coordinator.v1.RollbackRequest
+	nil,                        // 19: cutover.coordinator.v1.Agent.LabelsEntry
 }
 var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
-	18, // 0: cutover.coordinator.v1.Agent.labels:type_name -> cutover.coordinator.v1.Agent.LabelsEntry
+	19, // 0: cutover.coordinator.v1.Agent.labels:type_name -> cutover.coordinator.v1.Agent.LabelsEntry
 	2,  // 1: cutover.coordinator.v1.ListAgentsResponse.agents:type_name -> cutover.coordinator.v1.Agent
 	5,  // 2: cutover.coordinator.v1.PlanResponse.nodes:type_name -> cutover.coordinator.v1.NodePlan
 	7,  // 3: cutover.coordinator.v1.PlanResponse.path_check:type_name -> cutover.coordinator.v1.PathCheckResult
 	8,  // 4: cutover.coordinator.v1.PathCheckResult.pairs:type_name -> cutover.coordinator.v1.PathPair
-	13, // 5: cutover.coordinator.v1.OperationEvent.report:type_name -> cutover.coordinator.v1.Report
-	0,  // 6: cutover.coordinator.v1.Report.state:type_name -> cutover.coordinator.v1.OperationState
-	10, // 7: cutover.coordinator.v1.Report.phases:type_name -> cutover.coordinator.v1.PhaseDuration
-	11, // 8: cutover.coordinator.v1.Report.nodes:type_name -> cutover.coordinator.v1.NodeResult
-	12, // 9: cutover.coordinator.v1.Report.disruption:type_name -> cutover.coordinator.v1.PairDisruption
-	15, // 10: cutover.coordinator.v1.Report.late_nodes:type_name -> cutover.coordinator.v1.LateNode
-	4,  // 11: cutover.coordinator.v1.Report.request:type_name -> cutover.coordinator.v1.CutoverRequest
-	6,  // 12: cutover.coordinator.v1.Report.plan:type_name -> cutover.coordinator.v1.PlanResponse
-	9,  // 13: cutover.coordinator.v1.Report.events:type_name -> cutover.coordinator.v1.OperationEvent
-	14, // 14: cutover.coordinator.v1.Report.batches:type_name -> cutover.coordinator.v1.StagedBatch
-	1,  // 15: cutover.coordinator.v1.CoordinatorService.ListAgents:input_type -> cutover.coordinator.v1.ListAgentsRequest
-	4,  // 16: cutover.coordinator.v1.CoordinatorService.Plan:input_type -> cutover.coordinator.v1.CutoverRequest
-	4,  // 17: cutover.coordinator.v1.CoordinatorService.Cutover:input_type -> cutover.coordinator.v1.CutoverRequest
-	16, // 18: cutover.coordinator.v1.CoordinatorService.Status:input_type -> cutover.coordinator.v1.StatusRequest
-	17, // 19: cutover.coordinator.v1.CoordinatorService.Rollback:input_type -> cutover.coordinator.v1.RollbackRequest
-	4,  // 20: cutover.coordinator.v1.CoordinatorService.PathCheck:input_type -> cutover.coordinator.v1.CutoverRequest
-	3,  // 21: cutover.coordinator.v1.CoordinatorService.ListAgents:output_type -> cutover.coordinator.v1.ListAgentsResponse
-	6,  // 22: cutover.coordinator.v1.CoordinatorService.Plan:output_type -> cutover.coordinator.v1.PlanResponse
-	9,  // 23: cutover.coordinator.v1.CoordinatorService.Cutover:output_type -> cutover.coordinator.v1.OperationEvent
-	13, // 24: cutover.coordinator.v1.CoordinatorService.Status:output_type -> cutover.coordinator.v1.Report
-	9,  // 25: cutover.coordinator.v1.CoordinatorService.Rollback:output_type -> cutover.coordinator.v1.OperationEvent
-	7,  // 26: cutover.coordinator.v1.CoordinatorService.PathCheck:output_type -> cutover.coordinator.v1.PathCheckResult
-	21, // [21:27] is the sub-list for method output_type
-	15, // [15:21] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	14, // 5: cutover.coordinator.v1.OperationEvent.report:type_name -> cutover.coordinator.v1.Report
+	13, // 6: cutover.coordinator.v1.PairDisruption.lost_by_phase:type_name -> cutover.coordinator.v1.PhaseLoss
+	0,  // 7: cutover.coordinator.v1.Report.state:type_name -> cutover.coordinator.v1.OperationState
+	10, // 8: cutover.coordinator.v1.Report.phases:type_name -> cutover.coordinator.v1.PhaseDuration
+	11, // 9: cutover.coordinator.v1.Report.nodes:type_name -> cutover.coordinator.v1.NodeResult
+	12, // 10: cutover.coordinator.v1.Report.disruption:type_name -> cutover.coordinator.v1.PairDisruption
+	13, // 11: cutover.coordinator.v1.Report.lost_by_phase:type_name -> cutover.coordinator.v1.PhaseLoss
+	16, // 12: cutover.coordinator.v1.Report.late_nodes:type_name -> cutover.coordinator.v1.LateNode
+	4,  // 13: cutover.coordinator.v1.Report.request:type_name -> cutover.coordinator.v1.CutoverRequest
+	6,  // 14: cutover.coordinator.v1.Report.plan:type_name -> cutover.coordinator.v1.PlanResponse
+	9,  // 15: cutover.coordinator.v1.Report.events:type_name -> cutover.coordinator.v1.OperationEvent
+	15, // 16: cutover.coordinator.v1.Report.batches:type_name -> cutover.coordinator.v1.StagedBatch
+	1,  // 17: cutover.coordinator.v1.CoordinatorService.ListAgents:input_type -> cutover.coordinator.v1.ListAgentsRequest
+	4,  // 18: cutover.coordinator.v1.CoordinatorService.Plan:input_type -> cutover.coordinator.v1.CutoverRequest
+	4,  // 19: cutover.coordinator.v1.CoordinatorService.Cutover:input_type -> cutover.coordinator.v1.CutoverRequest
+	17, // 20: cutover.coordinator.v1.CoordinatorService.Status:input_type -> cutover.coordinator.v1.StatusRequest
+	18, // 21: cutover.coordinator.v1.CoordinatorService.Rollback:input_type -> cutover.coordinator.v1.RollbackRequest
+	4,  // 22: cutover.coordinator.v1.CoordinatorService.PathCheck:input_type -> cutover.coordinator.v1.CutoverRequest
+	3,  // 23: cutover.coordinator.v1.CoordinatorService.ListAgents:output_type -> cutover.coordinator.v1.ListAgentsResponse
+	6,  // 24: cutover.coordinator.v1.CoordinatorService.Plan:output_type -> cutover.coordinator.v1.PlanResponse
+	9,  // 25: cutover.coordinator.v1.CoordinatorService.Cutover:output_type -> cutover.coordinator.v1.OperationEvent
+	14, // 26: cutover.coordinator.v1.CoordinatorService.Status:output_type -> cutover.coordinator.v1.Report
+	9,  // 27: cutover.coordinator.v1.CoordinatorService.Rollback:output_type -> cutover.coordinator.v1.OperationEvent
+	7,  // 28: cutover.coordinator.v1.CoordinatorService.PathCheck:output_type -> cutover.coordinator.v1.PathCheckResult
+	23, // [23:29] is the sub-list for method output_type
+	17, // [17:23] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }
@@ -2256,7 +2339,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_v1_coordinator_proto_rawDesc), len(file_coordinator_v1_coordinator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
