@@ -109,6 +109,7 @@ type probeTotals struct {
 	Sent, Lost uint64
 	LongestGap string
 	Pairs      int
+	LostIn     string // the phases the lost probes were sent in; "" for none
 }
 
 // chartData is the page script's input. Times are milliseconds since the
@@ -279,6 +280,9 @@ func newRecordView(r *coordinatorv1.Report, now time.Time) *recordView {
 		data.Pairs = append(data.Pairs, [5]float64{at2(d.GetFrom()), at2(d.GetTo()), float64(d.GetSent()), float64(d.GetLost()), float64(d.GetLongestGapMicros()) / 1000})
 	}
 	v.Probes = probeTotals{Sent: r.GetProbesSent(), Lost: r.GetProbesLost(), LongestGap: fmtMillis(r.GetLongestGapMicros()*1000) + " ms", Pairs: len(r.GetDisruption())}
+	if len(r.GetLostByPhase()) > 0 {
+		v.Probes.LostIn = fmtPhaseLosses(r.GetLostByPhase())
+	}
 	for _, l := range r.GetLateNodes() {
 		what := "did not apply"
 		if l.GetApplied() {

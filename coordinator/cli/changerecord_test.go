@@ -52,6 +52,9 @@ func sampleRecord(n int, state coordinatorv1.OperationState) *coordinatorv1.Repo
 			r.ProbesLost += lost
 		}
 	}
+	if r.ProbesLost > 0 {
+		r.LostByPhase = []*coordinatorv1.PhaseLoss{{Phase: "commit", Lost: r.ProbesLost - 1}, {Phase: "verify", Lost: 1}}
+	}
 	return r
 }
 
@@ -84,7 +87,8 @@ func TestChangeRecordHTMLSelfContained(t *testing.T) {
 				t.Errorf("the page references something outside itself: %q", m)
 			}
 			for _, want := range []string{"<style>", "<script>", `id="timeline"`, `id="heatmap"`, "Content-Security-Policy", "default-src 'none'",
-				stateName(st), `"admin" (role admin, serial 42)`, "worker-004.cluster.example", "VXLAN UDP port 4789 → 4889"} {
+				stateName(st), `"admin" (role admin, serial 42)`, "worker-004.cluster.example", "VXLAN UDP port 4789 → 4889",
+				`<span id="lost-in">(sent in: commit 19, verify 1)</span>`} {
 				if !strings.Contains(page, want) && !strings.Contains(page, strings.ReplaceAll(want, `"`, "&#34;")) {
 					t.Errorf("page lacks %q", want)
 				}
