@@ -400,9 +400,7 @@ func (op *Op) NoteDisruption(reads []PairRead, stalls map[string]int64) {
 		}
 		byPhase := map[string]uint64{}
 		for _, s := range rd.Runs {
-			for i := range s.Count {
-				byPhase[phaseAt(r.Phases, s.sendTime(i), running)]++
-			}
+			s.place(func(t int64, n uint64) { byPhase[phaseAt(r.Phases, t, running)] += n })
 		}
 		p.LostByPhase = phaseLosses(byPhase, r.Phases, running)
 		for ph, n := range byPhase {
@@ -416,15 +414,30 @@ func (op *Op) NoteDisruption(reads []PairRead, stalls map[string]int64) {
 	r.LostByPhase = phaseLosses(total, r.Phases, running)
 }
 
-// sendTime is when the i-th probe of s (0-based) was sent: the run's
-// probes are consecutive sends, one an interval apart, so spread evenly
-// between its first and its last. (A run past the agent's cap of runs
-// covers answered probes too: there it is an estimate.)
-func (s LossSpan) sendTime(i uint64) int64 {
-	if s.Count < 2 {
-		return s.First
+// maxPlacePoints bounds the send times one run is placed at: the count
+// comes from an agent, and a run of millions must not cost the coordinator
+// millions of lookups.
+const maxPlacePoints = 4096
+
+// place calls at(t, n) for n of the run's probes sent at t, the n adding up
+// to its count. The run's probes are consecutive sends, one an interval
+// apart, so their send times spread evenly between its first and its last;
+// past maxPlacePoints, each of that many evenly spread times stands for
+// its share. (A run past the agent's cap of runs covers answered probes
+// too: there the placement is an estimate.)
+func (s LossSpan) place(at func(t int64, n uint64)) {
+	points := min(s.Count, maxPlacePoints)
+	for i := range points {
+		t := s.First
+		if points > 1 {
+			t += int64(float64(s.Last-s.First) * float64(i) / float64(points-1))
+		}
+		n := s.Count / points
+		if i < s.Count%points {
+			n++
+		}
+		at(t, n)
 	}
-	return s.First + int64(float64(s.Last-s.First)*float64(i)/float64(s.Count-1))
 }
 
 // phaseLosses orders by: before the first phase (""), the phases in the

@@ -57,6 +57,11 @@ func TestNoteDisruptionLostByPhase(t *testing.T) {
 		// One before the first phase began, one in the commit.
 		{Pair: pair("b", "a", 2), Runs: []LossSpan{{First: 500, Last: 500, Count: 1}, {First: 2050, Last: 2050, Count: 1}}},
 		{Pair: pair("a", "c", 0)},
+		// A run of a billion, as a broken agent might say: placed at
+		// maxPlacePoints times 1999/4095 ms apart (2,049 in the prepare,
+		// 205 in the commit, 1,842 after), each for 244,140 probes and the
+		// first 2,560 for one more, so the count stays whole.
+		{Pair: pair("c", "a", 1e9), Runs: []LossSpan{{First: 1000, Last: 2999, Count: 1e9}}},
 	}, nil)
 	str := func(ls []*coordinatorv1.PhaseLoss) string {
 		var out []string
@@ -66,12 +71,12 @@ func TestNoteDisruptionLostByPhase(t *testing.T) {
 		return strings.Join(out, " ")
 	}
 	r := op.report
-	for i, want := range []string{"prepare=5 commit=5 verify=1", "=1 commit=1", ""} {
+	for i, want := range []string{"prepare=5 commit=5 verify=1", "=1 commit=1", "", "prepare=500244909 commit=50048905 verify=449706186"} {
 		if got := str(r.Disruption[i].LostByPhase); got != want {
 			t.Errorf("%s→%s: lost by phase %q, want %q", r.Disruption[i].From, r.Disruption[i].To, got, want)
 		}
 	}
-	if got, want := str(r.LostByPhase), "=1 prepare=5 commit=6 verify=1"; got != want || r.ProbesLost != 13 {
-		t.Errorf("report: lost %d by phase %q, want 13 as %q", r.ProbesLost, got, want)
+	if got, want := str(r.LostByPhase), "=1 prepare=500244914 commit=50048911 verify=449706187"; got != want || r.ProbesLost != 1e9+13 {
+		t.Errorf("report: lost %d by phase %q, want 1e9+13 as %q", r.ProbesLost, got, want)
 	}
 }
