@@ -67,9 +67,13 @@ func TestPartitionBeforeCommit(t *testing.T) {
 // moment n1 records COMMITTED (before the flip instant), n1 partitioned,
 // the coordinator released. Expected: ROLL BACK — the coordinator never
 // gets n1's answer and rolls back n2 and n3; n1's dead-man reverts it by
-// itself: both undo to 4789 and agree.
+// itself: both undo to 4789 and agree. The commit lead is 1 s so that the
+// freeze lands before the instant on a loaded machine too (the default
+// lead is tens of milliseconds, which a poll can miss).
 func TestPartitionAfterCommit(t *testing.T) {
-	e := newEnv(t, "pac")
+	e := newEnv(t, "pac", func(c *lab.Config) {
+		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-lead-min", "1s")
+	})
 	wait := e.coordctlBG("cutover", "--port", "4889")
 	coord := e.proc("hub")
 	if !spinUntil(15*time.Second, func() bool { return e.phase("n1") == "COMMITTED" }) {
@@ -77,9 +81,13 @@ func TestPartitionAfterCommit(t *testing.T) {
 	}
 	_ = lab.Freeze(coord)
 	err := e.l.Partition(e.ctx, "n1")
+	early := e.record("n1").Applied == ""
 	_ = lab.Thaw(coord)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !early {
+		t.Errorf("n1 had applied before the partition: the fault did not land before the instant")
 	}
 	t.Cleanup(func() { e.heal("n1") })
 	t0 := time.Now()
