@@ -28,11 +28,15 @@ func TestCoordinatorKilled(t *testing.T) {
 		// requests to every agent (lab.DropRequests) before the held agent
 		// is released.
 		dropRequests bool
-		until        func(journalRec) bool
-		restartIn    time.Duration
-		expected     string   // written down before running
-		outcomes     []string // journal outcomes that meet it
-		port         int
+		// holdVerify: the verify step is held open by n3, frozen after it
+		// applied and answered its commit, so the kill lands in verify
+		// (a poll alone races a verify of tens of milliseconds).
+		holdVerify bool
+		until      func(journalRec) bool
+		restartIn  time.Duration
+		expected   string   // written down before running
+		outcomes   []string // journal outcomes that meet it
+		port       int
 	}{
 		{name: "prepare", tag: "ckp", hold: "n3", until: func(j journalRec) bool { return j.Step == "prepare" },
 			expected: "abort: commit never sent", outcomes: []string{"aborted"}, port: fromPort},
@@ -43,9 +47,9 @@ func TestCoordinatorKilled(t *testing.T) {
 		// coordinator finds nobody committed and rolls back.
 		{name: "commit", tag: "ckc", hold: "n3", dropRequests: true, until: func(j journalRec) bool { return j.CommitSent },
 			expected: "roll back: commit journaled as sent, received by no agent", outcomes: []string{"rolled-back"}, port: fromPort},
-		{name: "verify", tag: "ckv", until: func(j journalRec) bool { return j.Step == "verify" },
+		{name: "verify", tag: "ckv", holdVerify: true, until: func(j journalRec) bool { return j.Step == "verify" },
 			expected: "converge: every agent committed, resume at verify", outcomes: []string{"succeeded"}, port: toPort},
-		{name: "verify-restart-after-deadman", tag: "ckd", until: func(j journalRec) bool { return j.Step == "verify" },
+		{name: "verify-restart-after-deadman", tag: "ckd", holdVerify: true, until: func(j journalRec) bool { return j.Step == "verify" },
 			restartIn: deadman + time.Second,
 			expected:  "roll back: the agents' dead-man reverted them first; the journal agrees", outcomes: []string{"rolled-back"}, port: fromPort},
 		{name: "finalize", tag: "ckf", until: func(j journalRec) bool { return j.Step == "finalize" },
@@ -53,9 +57,18 @@ func TestCoordinatorKilled(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, tc.tag)
+			var mod []func(*lab.Config)
+			if tc.holdVerify {
+				mod = append(mod, func(c *lab.Config) {
+					c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-lead-min", "1s")
+				})
+			}
+			e := newEnv(t, tc.tag, mod...)
 			wait := e.coordctlBG("cutover", "--port", "4889")
 			var held lab.Proc
+			if tc.holdVerify {
+				held = e.holdVerify("n3")
+			}
 			if tc.hold != "" {
 				held = e.holdPrepare(tc.hold)
 				e.waitPhase("n1", "PREPARED", 5*time.Second)
@@ -83,6 +96,17 @@ func TestCoordinatorKilled(t *testing.T) {
 				t.Fatal(err)
 			}
 			t0 := time.Now()
+			if tc.holdVerify {
+				var phases []string
+				for _, n := range nodes {
+					if ph := e.phase(n); ph != "COMMITTED" {
+						phases = append(phases, n+" "+ph)
+					}
+				}
+				if len(phases) > 0 {
+					t.Errorf("landing: %s, want every agent COMMITTED (none confirmed)", strings.Join(phases, ", "))
+				}
+			}
 			_ = lab.WaitExit(coord, 5*time.Second)
 			r := wait()
 			if r.code != 6 {
@@ -177,4 +201,46 @@ func TestVswitchdRestartMidCommit(t *testing.T) {
 		t.Errorf("outcome %s exit %d, want succeeded exit 0", out, r.code)
 	}
 	e.fact("ovs-vswitchd restart (n1)", "commit (n1 COMMITTED, flip pending)", "converge: succeeded, exit 0", out+", exit "+itoa(r.code), took)
+}
+
+// holdVerify holds the next operation's verify open: with a commit lead
+// of 1 s (the caller's), once every agent holds its Commit the
+// coordinator is frozen; once every agent applied (they do on their own
+// at the instant, and answer into the frozen coordinator's sockets) node
+// is frozen too, and the coordinator thawed. It reads the answers,
+// journals verify and waits there for node, which the caller thaws.
+func (e *env) holdVerify(node string) lab.Proc {
+	e.t.Helper()
+	coord := e.proc("hub")
+	all := func(ok func(agentRecord) bool) bool {
+		for _, n := range nodes {
+			if !ok(e.record(n)) {
+				return false
+			}
+		}
+		return true
+	}
+	if !spinUntil(15*time.Second, func() bool { return all(func(r agentRecord) bool { return r.Phase == "COMMITTED" }) }) {
+		e.t.Fatalf("not every agent recorded its Commit: %s %+v", node, e.record(node))
+	}
+	if err := lab.Freeze(coord); err != nil {
+		e.t.Fatal(err)
+	}
+	applied := waitUntil(5*time.Second, func() bool { return all(func(r agentRecord) bool { return r.Applied != "" }) })
+	p := e.proc(node)
+	// The commit answer leaves right after the record says applied; give
+	// it a moment before freezing the node.
+	time.Sleep(100 * time.Millisecond)
+	ferr := lab.Freeze(p)
+	if err := lab.Thaw(coord); err != nil {
+		e.t.Fatal(err)
+	}
+	if ferr != nil {
+		e.t.Fatal(ferr)
+	}
+	e.t.Cleanup(func() { _ = lab.Thaw(p) })
+	if !applied {
+		e.t.Fatalf("not every agent applied its commit within 5s: %s %+v", node, e.record(node))
+	}
+	return p
 }
