@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -70,6 +71,11 @@ type footprintFigure struct {
 	// its syscalls and wake-ups.
 	// RestPct is the CPU less KernelPacketPct: the agent's Go code, the
 	// runtime, its wake-ups and the syscalls' own cost.
+	// WakeFloorPct is the wake floor's CPU over the same window
+	// (wakefloor_priv_test.go): a process woken at the mesh's interval
+	// that does nothing else. WakeFloorWakes is its wakes per second.
+	WakeFloorPct    float64     `json:"wake_floor_pct_of_core,omitempty"`
+	WakeFloorWakes  float64     `json:"wake_floor_wakes_per_s,omitempty"`
 	PacketsPerSec   float64     `json:"packets_per_s,omitempty"`
 	PacketCost      *packetCost `json:"packet_cost,omitempty"`
 	KernelPacketPct float64     `json:"kernel_packet_path_pct_of_core,omitempty"`
@@ -192,24 +198,26 @@ type footprintSummary struct {
 	PacketsPerSec   float64 `json:"packets_per_s"`
 	KernelPacketPct float64 `json:"kernel_packet_path_pct_of_core"`
 	RestPct         float64 `json:"rest_pct_of_core"`
+	WakeFloorPct    float64 `json:"wake_floor_pct_of_core"`
 	TargetCPUPct    float64 `json:"target_cpu_pct_of_core"`
 }
 
 func summarize(figs []footprintFigure, probes, agent string) footprintSummary {
-	var cpu, user, sys, wakes, pps, kernel, rest []float64
+	var cpu, user, sys, wakes, pps, kernel, rest, floor []float64
 	target := 0.0
 	for _, f := range figs {
 		if f.Probes == probes && f.Agent == agent {
 			cpu, user, sys = append(cpu, f.CPUMedianPct), append(user, f.UserMedianPct), append(sys, f.SysMedianPct)
 			wakes, pps = append(wakes, f.WakesPerSecMedian), append(pps, f.PacketsPerSec)
 			kernel, rest = append(kernel, f.KernelPacketPct), append(rest, f.RestPct)
+			floor = append(floor, f.WakeFloorPct)
 			target = f.TargetCPUPct
 		}
 	}
 	c := statOf(cpu)
 	return footprintSummary{Probes: probes, Agent: agent, Rounds: c.N, CPUMedianPct: c.Median, CPUMinPct: c.Min, CPUMaxPct: c.Max,
 		UserMedianPct: median(user), SysMedianPct: median(sys), WakesPerSec: median(wakes), PacketsPerSec: median(pps),
-		KernelPacketPct: median(kernel), RestPct: median(rest), TargetCPUPct: target}
+		KernelPacketPct: median(kernel), RestPct: median(rest), WakeFloorPct: median(floor), TargetCPUPct: target}
 }
 
 // footprintBase is the last commit whose probe mesh sent every answer
@@ -281,6 +289,19 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 		waitLog(b, l, "probe peers of the last operation dropped", 30*time.Second)
 		time.Sleep(time.Second)
 	}
+	// The wake floor runs beside every probing row, this tree's and the
+	// base's alike (it shares the cores with them).
+	var floor *exec.Cmd
+	var floorUser0, floorSys0, floorSw0 uint64
+	if strings.HasPrefix(probes, "probing") {
+		if floor, err = startWakeFloor(cfg.ProbeInterval); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = stopWakeFloor(floor) }()
+		time.Sleep(time.Second) // its start-up is not the floor
+		floorUser0, floorSys0 = cpuTicks(b, floor.Process.Pid)
+		floorSw0 = ctxSwitches(b, floor.Process.Pid)
+	}
 	user0, sys0, sw0, out0 := make([]uint64, n), make([]uint64, n), make([]uint64, n), make([]uint64, n)
 	for i, p := range agents {
 		user0[i], sys0[i] = cpuTicks(b, p.PID)
@@ -308,6 +329,15 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 			b.Fatalf("%s exited during the window", p)
 		}
 	}
+	var floorPct, floorWakes float64
+	if floor != nil {
+		u, st := cpuTicks(b, floor.Process.Pid)
+		floorPct = pct(u - floorUser0 + st - floorSys0)
+		floorWakes = float64(ctxSwitches(b, floor.Process.Pid)-floorSw0) / elapsed.Seconds()
+		if err := stopWakeFloor(floor); err != nil {
+			b.Fatalf("wake floor: %v", err)
+		}
+	}
 	// Calibrated once the window's counters are read: its seconds of
 	// packets and the agents' ticks meanwhile are not the window's.
 	var cost *packetCost
@@ -319,6 +349,7 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 		Probes: probes, Agent: agent, Nodes: n, ProbePeers: cfg.ProbePeers, IntervalMS: float64(cfg.ProbeInterval) / 1e6, WindowS: elapsed.Seconds(),
 		RSSMedianMB: median(rssMax), RSSMaxMB: maxOf(rssMax), CPUMedianPct: median(cpuPct), CPUMaxPct: maxOf(cpuPct),
 		UserMedianPct: median(userPct), SysMedianPct: median(sysPct), CPUSumPct: sum(cpuPct), WakesPerSecMedian: median(wakes),
+		WakeFloorPct: floorPct, WakeFloorWakes: floorWakes,
 		TargetRSSMB: 30, TargetCPUPct: map[string]float64{"probing": 1, "probing-1ms": 5}[probes],
 		SharedCoreNote: fmt.Sprintf("%d agents and their kernels share %d cores; CPU is per agent process (utime+stime)", n, runtime.NumCPU()),
 	}
@@ -339,8 +370,8 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 		f.KernelPacketPct = 100 * f.PacketsPerSec * (cost.SendUS + cost.RecvUS) / 1e6
 		f.RestPct = f.CPUMedianPct - f.KernelPacketPct
 	}
-	b.Logf("%s agent at rest, probes %s, N=%d, %s window: RSS median %.1f MB max %.1f MB (target <= 30); CPU median %.2f%% max %.2f%% of a core (target <= %.1f%%; user %.2f%%, sys %.2f%% median), all %d agents %.1f%%; %.0f wakes/s median; its packets' kernel path %.2f%%, the rest %.2f%%",
-		agent, probes, n, elapsed.Round(time.Second), f.RSSMedianMB, f.RSSMaxMB, f.CPUMedianPct, f.CPUMaxPct, f.TargetCPUPct, f.UserMedianPct, f.SysMedianPct, n, f.CPUSumPct, f.WakesPerSecMedian, f.KernelPacketPct, f.RestPct)
+	b.Logf("%s agent at rest, probes %s, N=%d, %s window: RSS median %.1f MB max %.1f MB (target <= 30); CPU median %.2f%% max %.2f%% of a core (target <= %.1f%%; user %.2f%%, sys %.2f%% median), all %d agents %.1f%%; %.0f wakes/s median; its packets' kernel path %.2f%%, the rest %.2f%%; the wake floor %.2f%% (%.0f wakes/s)",
+		agent, probes, n, elapsed.Round(time.Second), f.RSSMedianMB, f.RSSMaxMB, f.CPUMedianPct, f.CPUMaxPct, f.TargetCPUPct, f.UserMedianPct, f.SysMedianPct, n, f.CPUSumPct, f.WakesPerSecMedian, f.KernelPacketPct, f.RestPct, f.WakeFloorPct, f.WakeFloorWakes)
 	return f
 }
 

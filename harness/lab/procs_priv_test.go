@@ -17,6 +17,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(kernelLimitEnv); spec != "" {
 		os.Exit(kernelLimitNode(spec)) // a kernel limit node, not a test run
 	}
+	if spec := os.Getenv(wakeFloorEnv); spec != "" {
+		os.Exit(wakeFloor(spec)) // the footprint's wake floor, not a test run
+	}
 	code := m.Run()
 	labtest.Cleanup()
 	os.Exit(code)
