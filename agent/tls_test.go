@@ -142,14 +142,30 @@ func TestTLSReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	// presented returns the serial of the certificate a new handshake
-	// gets from the agent.
+	// gets from the agent, once the agent's side of the handshake is done
+	// too. The client's side ends first: the agent checks the client's
+	// certificate after that, which reads the files again (the interval is
+	// 1 ms), and a renewal written meanwhile was read half done, a second
+	// refused reload (a CI run counted 2 where the test wants 1).
 	presented := func() string {
 		t.Helper()
-		c, err := tls.Dial("tcp", gl.Addr().String(), tc)
+		h2 := tc.Clone()
+		h2.NextProtos = []string{"h2"} // gRPC's server closes a connection without it
+		c, err := tls.Dial("tcp", gl.Addr().String(), h2)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
+		// The agent's gRPC server sends its HTTP/2 settings only once its
+		// handshake is complete; the client preface asks for them.
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		var b [1]byte
+		if _, err := c.Read(b[:]); err != nil {
+			t.Fatalf("no answer from the agent after the handshake: %v", err)
+		}
 		return c.ConnectionState().PeerCertificates[0].SerialNumber.String()
 	}
 	serial := func() string {
