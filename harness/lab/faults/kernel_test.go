@@ -26,7 +26,7 @@ func TestAgentFrozenAtCommitKernel(t *testing.T) {
 		// The product's lateness budget, not the lab's wider one (as
 		// TestLateCommit's rollback case).
 		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-late-policy", "rollback",
-			"--commit-late-budget", "200ms", "--commit-answer-deadline", "1s")
+			"--commit-late-budget", "200ms", "--commit-answer-deadline", "1s", "--commit-lead-min", lateLead.String())
 	})
 	e.sample()
 	p := e.proc("n2")
@@ -41,9 +41,13 @@ func TestAgentFrozenAtCommitKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	frozeAt := time.Now()
+	early := e.record("n2").Applied == ""
 	time.AfterFunc(6*time.Second, thaw)
 	r := wait()
 	thaw()
+	if !early {
+		t.Errorf("n2 had applied its commit when it was frozen: the freeze landed after the instant")
+	}
 	t.Logf("coordctl exit %d:\n%s", r.code, r.out)
 	if got := lateOutcome(t, r.out, r.code); got != "ROLLED_BACK" || r.code != 1 {
 		t.Fatalf("outcome %s exit %d, want ROLLED_BACK exit 1", got, r.code)

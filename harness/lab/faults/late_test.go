@@ -84,11 +84,27 @@ func TestLateCommit(t *testing.T) {
 	}
 }
 
+// lateLead is the commit lead of the late cases: the freeze lands on
+// seeing the commit journaled and must come before the instant, and the
+// default lead (tens of ms) is shorter than a loaded machine may take to
+// run the test's poll. Each freeze (1 s, 6 s) outlasts it by more than the
+// lateness budget, so n2 is late in every case.
+const lateLead = 500 * time.Millisecond
+
+// instantOr is the commit instant as n1 applied it (its record), or
+// fallback when n1 has none.
+func instantOr(e *env, fallback time.Time) time.Time {
+	if at, err := time.Parse(time.RFC3339Nano, e.record("n1").Applied); err == nil {
+		return at
+	}
+	return fallback
+}
+
 func lateCase(t *testing.T, policy string, freeze time.Duration) {
 	e := newEnv(t, "lt", func(c *lab.Config) {
 		// The product's lateness budget, not the lab's wider one.
 		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-late-policy", policy,
-			"--commit-late-budget", "200ms", "--commit-answer-deadline", "1s")
+			"--commit-late-budget", "200ms", "--commit-answer-deadline", "1s", "--commit-lead-min", lateLead.String())
 		// The harness's 6 s prepare timeout is as long as the 6 s freeze:
 		// n2 would thaw to its own prepare timeout (an abort, not a late
 		// commit) or to the Commit waiting for it, whichever the runtime
@@ -130,9 +146,15 @@ func lateCase(t *testing.T, policy string, freeze time.Duration) {
 	if freeze > 0 {
 		time.AfterFunc(freeze, thaw)
 	}
+	early := e.record("n2").Applied == ""
 	r := wait()
 	thaw()
-	port, split := e.consistent(frozeAt, 0)
+	if !early {
+		t.Errorf("n2 had applied its commit when it was frozen: the freeze landed after the instant")
+	}
+	// The split begins at the instant, when n1 and n3 flip without n2:
+	// n1's apply, not the freeze (lateLead earlier).
+	port, split := e.consistent(instantOr(e, frozeAt), 0)
 	fig := lateFigure{Policy: policy, Freeze: freeze.String(), Exit: r.code, Port: port,
 		SplitMS: float64(split.Microseconds()) / 1000, TookMS: float64(r.took.Microseconds()) / 1000}
 	if freeze == 0 {
