@@ -127,20 +127,20 @@ func TestPrepareHandsProbePeers(t *testing.T) {
 	ctx := context.Background()
 	tun0 := ifaddr.Fake{"tun0": {pfx("127.0.0.1/8")}}
 	ca := testConfig(t)
-	ca.ProbePort = 39481
+	ca.ProbePort = 32481
 	ca.ProbeInterval = 2 * time.Millisecond
 	ca.ProbeTimeout = 50 * time.Millisecond
-	ca.ProbePeers = "static=127.0.0.1:39489" // nobody there: replaced by Prepare
+	ca.ProbePeers = "static=127.0.0.1:32489" // nobody there: replaced by Prepare
 	cb := testConfig(t)
 	cb.NodeName = "node-2"
-	cb.ProbePort = 39482
+	cb.ProbePort = 32482
 	a := startAgent(t, ca, newFake(), WithInterfaceAddrs(tun0))
 	b := startAgent(t, cb, newFake(), WithInterfaceAddrs(tun0))
 
 	ia := waitInfo(t, a, func(r *agentv1.InfoResponse) bool { return r.GetProbeAddress() != "" })
 	ib := waitInfo(t, b, func(r *agentv1.InfoResponse) bool { return r.GetProbeAddress() != "" })
-	if ia.GetProbeAddress() != "127.0.0.1:39481" || ib.GetProbeAddress() != "127.0.0.1:39482" || ia.GetProbeOffReason() != "" {
-		t.Fatalf("probe addresses %q (%q) and %q, want 127.0.0.1:39481 and :39482", ia.GetProbeAddress(), ia.GetProbeOffReason(), ib.GetProbeAddress())
+	if ia.GetProbeAddress() != "127.0.0.1:32481" || ib.GetProbeAddress() != "127.0.0.1:32482" || ia.GetProbeOffReason() != "" {
+		t.Fatalf("probe addresses %q (%q) and %q, want 127.0.0.1:32481 and :32482", ia.GetProbeAddress(), ia.GetProbeOffReason(), ib.GetProbeAddress())
 	}
 
 	// Bad peers fail the Prepare, naming the entry, and change nothing.
@@ -186,8 +186,8 @@ func TestPrepareHandsProbePeers(t *testing.T) {
 	}
 	r := answered(before)
 	p := r.GetPeers()[0]
-	if p.GetPeer() != "node-2" || p.GetAddress() != "127.0.0.1:39482" || p.GetProbingSinceUnixNano() < before ||
-		p.GetLastAnswerUnixNano() < p.GetLastAnsweredSentUnixNano() || r.GetAddress() != "127.0.0.1:39481" ||
+	if p.GetPeer() != "node-2" || p.GetAddress() != "127.0.0.1:32482" || p.GetProbingSinceUnixNano() < before ||
+		p.GetLastAnswerUnixNano() < p.GetLastAnsweredSentUnixNano() || r.GetAddress() != "127.0.0.1:32481" ||
 		r.GetNowUnixNano() < p.GetLastAnswerUnixNano() || r.GetTimeoutMicros() != 50_000 {
 		t.Fatalf("after Prepare with peers: %v", r)
 	}
@@ -239,12 +239,12 @@ func TestPrepareHandsProbePeers(t *testing.T) {
 func TestProbePeersLingerOut(t *testing.T) {
 	ctx := context.Background()
 	ca := testConfig(t)
-	ca.ProbePort = 39483
+	ca.ProbePort = 32483
 	ca.ProbeInterval = 2 * time.Millisecond
 	ca.ProbeTimeout = 50 * time.Millisecond
-	ca.ProbePeers = "static=127.0.0.1:39490"
+	ca.ProbePeers = "static=127.0.0.1:32490"
 	ca.ProbeLinger = 300 * time.Millisecond
-	a, bAddr := probingPair(t, ca, 39484)
+	a, bAddr := probingPair(t, ca, 32484)
 	peerNow := func() string {
 		r, err := a.client.ProbeStats(ctx, &agentv1.ProbeStatsRequest{})
 		if err != nil || len(r.GetPeers()) != 1 {
@@ -279,9 +279,9 @@ func TestProbePeersLingerOut(t *testing.T) {
 func TestProbePeersPark(t *testing.T) {
 	ctx := context.Background()
 	ca := testConfig(t)
-	ca.ProbePort = 39485
-	ca.ProbePeers = "static=127.0.0.1:39491"
-	a, bAddr := probingPair(t, ca, 39486)
+	ca.ProbePort = 32485
+	ca.ProbePeers = "static=127.0.0.1:32491"
+	a, bAddr := probingPair(t, ca, 32486)
 	probing := func(req *agentv1.ProbeStatsRequest) string {
 		t.Helper()
 		r, err := a.client.ProbeStats(ctx, req)

@@ -10,16 +10,19 @@ import (
 )
 
 // Two agents probe each other over loopback; ProbeStats reports the
-// figures and a reset starts them again from zero.
+// figures and a reset starts them again from zero. The probe ports here
+// and in overlayprobe_test.go are 324xx: below the ephemeral range, which
+// a socket bound to port 0 elsewhere could take first, and apart from
+// package probe's 314xx, whose tests run at the same time.
 func TestProbeStatsOverTwoAgents(t *testing.T) {
 	ca := testConfig(t)
-	ca.ProbeListen = "127.0.0.1:39471"
-	ca.ProbePeers = "node-2=127.0.0.1:39472"
+	ca.ProbeListen = "127.0.0.1:32471"
+	ca.ProbePeers = "node-2=127.0.0.1:32472"
 	ca.ProbeInterval = 2 * time.Millisecond
 	ca.ProbeTimeout = 50 * time.Millisecond
 	cb := testConfig(t)
 	cb.NodeName = "node-2"
-	cb.ProbeListen = "127.0.0.1:39472"
+	cb.ProbeListen = "127.0.0.1:32472"
 	a := startAgent(t, ca, newFake())
 	startAgent(t, cb, newFake())
 

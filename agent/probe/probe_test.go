@@ -14,6 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
+// The tests bind fixed loopback ports below the kernel's ephemeral range
+// (32768-60999 by default), where a socket bound to port 0 elsewhere (the
+// tests of other packages run at the same time) cannot take them first:
+// 314xx here, 324xx in package agent.
 func startMesh(t *testing.T, cfg Config) (*Mesh, context.CancelFunc, chan error) {
 	t.Helper()
 	m, err := New(cfg)
@@ -37,8 +41,8 @@ func stop(t *testing.T, cancel context.CancelFunc, done chan error) {
 // Two meshes on loopback probe each other; then B goes silent for a while and
 // the figures must show exactly that outage: losses and a long gap.
 func TestMeshCountsAnswersLossesAndGaps(t *testing.T) {
-	a := netip.MustParseAddrPort("127.0.0.1:39461")
-	b := netip.MustParseAddrPort("127.0.0.1:39462")
+	a := netip.MustParseAddrPort("127.0.0.1:31461")
+	b := netip.MustParseAddrPort("127.0.0.1:31462")
 	cfgA := Config{Listen: a, Peers: []Peer{{Name: "b", Addr: b}}, Interval: 2 * time.Millisecond, Timeout: 50 * time.Millisecond}
 	cfgB := Config{Listen: b, Interval: 2 * time.Millisecond}
 	ma, cancelA, doneA := startMesh(t, cfgA)
@@ -271,9 +275,9 @@ func TestStatsAnswerTimes(t *testing.T) {
 // The peer set changes under a running mesh while stats and metrics are
 // read (run with -race): probing follows the newest set.
 func TestSetPeersWhileRunning(t *testing.T) {
-	a := netip.MustParseAddrPort("127.0.0.1:39463")
-	b := netip.MustParseAddrPort("127.0.0.1:39464")
-	c := netip.MustParseAddrPort("127.0.0.1:39465") // nobody answers
+	a := netip.MustParseAddrPort("127.0.0.1:31463")
+	b := netip.MustParseAddrPort("127.0.0.1:31464")
+	c := netip.MustParseAddrPort("127.0.0.1:31465") // nobody answers
 	ma, cancelA, doneA := startMesh(t, Config{Listen: a, Interval: time.Millisecond, Timeout: 50 * time.Millisecond})
 	defer stop(t, cancelA, doneA)
 	_, cancelB, doneB := startMesh(t, Config{Listen: b, Interval: time.Millisecond})
@@ -474,8 +478,8 @@ func TestRxStampOnLoopback(t *testing.T) {
 	if !rxStampsSupported {
 		t.Skip("no SO_TIMESTAMPNS here")
 	}
-	a := netip.MustParseAddrPort("127.0.0.1:39471")
-	b := netip.MustParseAddrPort("127.0.0.1:39472")
+	a := netip.MustParseAddrPort("127.0.0.1:31471")
+	b := netip.MustParseAddrPort("127.0.0.1:31472")
 	ma, cancelA, doneA := startMesh(t, Config{Listen: a, Peers: []Peer{{Name: "b", Addr: b}}, Interval: 5 * time.Millisecond, Timeout: 100 * time.Millisecond})
 	_, cancelB, doneB := startMesh(t, Config{Listen: b, Interval: 5 * time.Millisecond, Timeout: 100 * time.Millisecond})
 	time.Sleep(200 * time.Millisecond)
@@ -490,8 +494,8 @@ func TestRxStampOnLoopback(t *testing.T) {
 // A mesh started without peers (an agent between operations) idles without
 // a ticker; SetPeers must wake it and probing must start at once.
 func TestIdleMeshWakesOnSetPeers(t *testing.T) {
-	a := netip.MustParseAddrPort("127.0.0.1:39466")
-	b := netip.MustParseAddrPort("127.0.0.1:39467")
+	a := netip.MustParseAddrPort("127.0.0.1:31466")
+	b := netip.MustParseAddrPort("127.0.0.1:31467")
 	ma, cancelA, doneA := startMesh(t, Config{Listen: a, Interval: time.Millisecond, Timeout: 50 * time.Millisecond})
 	defer stop(t, cancelA, doneA)
 	_, cancelB, doneB := startMesh(t, Config{Listen: b, Interval: time.Millisecond})
@@ -573,7 +577,7 @@ func TestStallMeasuresTheAgentFallingBehind(t *testing.T) {
 // timeout, and its port is free again at once: a restarted agent (or a
 // mesh moved to a new overlay address and back) binds it.
 func TestStopWakesTheBlockedReader(t *testing.T) {
-	a := netip.MustParseAddrPort("127.0.0.1:39481")
+	a := netip.MustParseAddrPort("127.0.0.1:31481")
 	_, cancel, done := startMesh(t, Config{Listen: a, Interval: 10 * time.Millisecond})
 	time.Sleep(50 * time.Millisecond) // the reader blocks in its read
 	begin := time.Now()

@@ -17,8 +17,8 @@ import (
 // are those of answers sent alone (all answered, no gap beyond a few
 // intervals).
 func TestAnswersRideInProbes(t *testing.T) {
-	a := netip.MustParseAddrPort("127.0.0.1:39471")
-	b := netip.MustParseAddrPort("127.0.0.1:39472")
+	a := netip.MustParseAddrPort("127.0.0.1:31471")
+	b := netip.MustParseAddrPort("127.0.0.1:31472")
 	ma, cancelA, doneA := startMesh(t, Config{Listen: a, Peers: []Peer{{Name: "b", Addr: b}}, Interval: 2 * time.Millisecond, Timeout: 50 * time.Millisecond})
 	defer stop(t, cancelA, doneA)
 	mb, cancelB, doneB := startMesh(t, Config{Listen: b, Peers: []Peer{{Name: "a", Addr: a}}, Interval: 2 * time.Millisecond, Timeout: 50 * time.Millisecond})
@@ -82,8 +82,8 @@ type exchange struct {
 // before riding answers for 400 ms, each probing the other every 2 ms.
 func olderAgentExchange(t *testing.T) exchange {
 	t.Helper()
-	a := netip.MustParseAddrPort("127.0.0.1:39473")
-	old := netip.MustParseAddrPort("127.0.0.1:39474")
+	a := netip.MustParseAddrPort("127.0.0.1:31473")
+	old := netip.MustParseAddrPort("127.0.0.1:31474")
 	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(old))
 	if err != nil {
 		t.Skipf("no UDP socket on loopback: %v", err)
