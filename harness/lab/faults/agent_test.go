@@ -186,35 +186,10 @@ func TestAgentKilledBetweenPrepareAndCommitStaysDown(t *testing.T) {
 // agents apply at the instant on their own, and nothing can confirm until
 // n1 is dead and the coordinator thawed.
 func TestAgentKilledAfterCommit(t *testing.T) {
-	e := newEnv(t, "aka", func(c *lab.Config) {
-		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-lead-min", "1s")
-	})
+	e := newEnv(t, "aka", withCommitLead(time.Second))
 	wait := e.coordctlBG("cutover", "--port", "4889")
 	p := e.proc("n1")
-	hub := e.proc("hub")
-	if !spinUntil(15*time.Second, func() bool {
-		for _, n := range nodes {
-			if e.record(n).Phase != "COMMITTED" {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatalf("not every agent recorded its Commit: n1 %+v", e.record("n1"))
-	}
-	if err := lab.Freeze(hub); err != nil {
-		t.Fatal(err)
-	}
-	thawed := false
-	thaw := func() {
-		if !thawed {
-			thawed = true
-			if err := lab.Thaw(hub); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	t.Cleanup(thaw)
+	thaw := e.freezeAtCommit()
 	if !waitUntil(5*time.Second, func() bool { return e.record("n1").Applied != "" }) {
 		t.Fatalf("n1 never applied its commit: %+v", e.record("n1"))
 	}

@@ -59,9 +59,7 @@ func TestCoordinatorKilled(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var mod []func(*lab.Config)
 			if tc.holdVerify {
-				mod = append(mod, func(c *lab.Config) {
-					c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-lead-min", "1s")
-				})
+				mod = append(mod, withCommitLead(time.Second))
 			}
 			e := newEnv(t, tc.tag, mod...)
 			wait := e.coordctlBG("cutover", "--port", "4889")
@@ -203,38 +201,22 @@ func TestVswitchdRestartMidCommit(t *testing.T) {
 	e.fact("ovs-vswitchd restart (n1)", "commit (n1 COMMITTED, flip pending)", "converge: succeeded, exit 0", out+", exit "+itoa(r.code), took)
 }
 
-// holdVerify holds the next operation's verify open: with a commit lead
-// of 1 s (the caller's), once every agent holds its Commit the
-// coordinator is frozen; once every agent applied (they do on their own
-// at the instant, and answer into the frozen coordinator's sockets) node
-// is frozen too, and the coordinator thawed. It reads the answers,
-// journals verify and waits there for node, which the caller thaws.
+// holdVerify holds the next operation's verify open (the caller runs the
+// coordinator withCommitLead): the coordinator frozen at the commit
+// (freezeAtCommit), once every agent applied (they do on their own at the
+// instant, and answer into the frozen coordinator's sockets) node is
+// frozen too, and the coordinator thawed. It reads the answers, journals
+// verify and waits there for node, which the caller thaws.
 func (e *env) holdVerify(node string) lab.Proc {
 	e.t.Helper()
-	coord := e.proc("hub")
-	all := func(ok func(agentRecord) bool) bool {
-		for _, n := range nodes {
-			if !ok(e.record(n)) {
-				return false
-			}
-		}
-		return true
-	}
-	if !spinUntil(15*time.Second, func() bool { return all(func(r agentRecord) bool { return r.Phase == "COMMITTED" }) }) {
-		e.t.Fatalf("not every agent recorded its Commit: %s %+v", node, e.record(node))
-	}
-	if err := lab.Freeze(coord); err != nil {
-		e.t.Fatal(err)
-	}
-	applied := waitUntil(5*time.Second, func() bool { return all(func(r agentRecord) bool { return r.Applied != "" }) })
+	thaw := e.freezeAtCommit()
+	applied := waitUntil(5*time.Second, func() bool { return e.everyAgent(func(r agentRecord) bool { return r.Applied != "" }) })
 	p := e.proc(node)
 	// The commit answer leaves right after the record says applied; give
 	// it a moment before freezing the node.
 	time.Sleep(100 * time.Millisecond)
 	ferr := lab.Freeze(p)
-	if err := lab.Thaw(coord); err != nil {
-		e.t.Fatal(err)
-	}
+	thaw()
 	if ferr != nil {
 		e.t.Fatal(ferr)
 	}

@@ -458,6 +458,49 @@ func (e *env) journal() journalRec {
 	return best
 }
 
+// withCommitLead runs the coordinator with a commit lead of at least d
+// (--commit-lead-min): time enough between the Commit reaching the agents
+// and the instant for a test to act before the instant on a loaded
+// machine, where the default lead is tens of milliseconds.
+func withCommitLead(d time.Duration) func(*lab.Config) {
+	return func(c *lab.Config) {
+		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-lead-min", d.String())
+	}
+}
+
+// everyAgent says whether ok holds for every node's agent record.
+func (e *env) everyAgent(ok func(agentRecord) bool) bool {
+	for _, n := range nodes {
+		if !ok(e.record(n)) {
+			return false
+		}
+	}
+	return true
+}
+
+// freezeAtCommit waits until every agent holds its Commit, the instant
+// still the commit lead away (the coordinator runs withCommitLead), and
+// freezes the coordinator: the agents apply at the instant on their own,
+// and nothing moves on to verify or confirm until the returned thaw (safe
+// to call again; the test's cleanup calls it too).
+func (e *env) freezeAtCommit() (thaw func()) {
+	e.t.Helper()
+	if !spinUntil(15*time.Second, func() bool { return e.everyAgent(func(r agentRecord) bool { return r.Phase == "COMMITTED" }) }) {
+		e.t.Fatalf("not every agent recorded its Commit: n1 %+v", e.record("n1"))
+	}
+	coord := e.proc("hub")
+	if err := lab.Freeze(coord); err != nil {
+		e.t.Fatal(err)
+	}
+	thaw = sync.OnceFunc(func() {
+		if err := lab.Thaw(coord); err != nil {
+			e.t.Error(err)
+		}
+	})
+	e.t.Cleanup(thaw)
+	return thaw
+}
+
 // spinUntil polls cond as fast as it can (the hooks that land a fault in
 // a phase must act within microseconds of the transition's first durable
 // trace) until it holds or timeout passes.

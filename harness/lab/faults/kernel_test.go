@@ -26,8 +26,8 @@ func TestAgentFrozenAtCommitKernel(t *testing.T) {
 		// The product's lateness budget, not the lab's wider one (as
 		// TestLateCommit's rollback case).
 		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-late-policy", "rollback",
-			"--commit-late-budget", "200ms", "--commit-answer-deadline", "1s", "--commit-lead-min", lateLead.String())
-	})
+			"--commit-late-budget", "200ms", "--commit-answer-deadline", "1s")
+	}, withCommitLead(lateLead))
 	e.sample()
 	p := e.proc("n2")
 	var thawOnce sync.Once

@@ -104,14 +104,14 @@ func lateCase(t *testing.T, policy string, freeze time.Duration) {
 	e := newEnv(t, "lt", func(c *lab.Config) {
 		// The product's lateness budget, not the lab's wider one.
 		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-late-policy", policy,
-			"--commit-late-budget", "200ms", "--commit-answer-deadline", "1s", "--commit-lead-min", lateLead.String())
+			"--commit-late-budget", "200ms", "--commit-answer-deadline", "1s")
 		// The harness's 6 s prepare timeout is as long as the 6 s freeze:
 		// n2 would thaw to its own prepare timeout (an abort, not a late
 		// commit) or to the Commit waiting for it, whichever the runtime
 		// ran first. The product's is 5 min; 30 s keeps every freeze here
 		// a late commit.
 		c.ExtraAgentArgs = append(c.ExtraAgentArgs, "--prepare-timeout", "30s")
-	})
+	}, withCommitLead(lateLead))
 	e.sample()
 	p := e.proc("n2")
 	thawed := false

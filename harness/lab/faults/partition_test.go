@@ -71,9 +71,7 @@ func TestPartitionBeforeCommit(t *testing.T) {
 // freeze lands before the instant on a loaded machine too (the default
 // lead is tens of milliseconds, which a poll can miss).
 func TestPartitionAfterCommit(t *testing.T) {
-	e := newEnv(t, "pac", func(c *lab.Config) {
-		c.ExtraCoordinatorArgs = append(c.ExtraCoordinatorArgs, "--commit-lead-min", "1s")
-	})
+	e := newEnv(t, "pac", withCommitLead(time.Second))
 	wait := e.coordctlBG("cutover", "--port", "4889")
 	coord := e.proc("hub")
 	if !spinUntil(15*time.Second, func() bool { return e.phase("n1") == "COMMITTED" }) {
