@@ -12,12 +12,30 @@
 # and its log to $OUT (results/ without one). The files' provenance names the
 # machine (its cores) and the bundle's commit. Copy them into results/ here.
 #
+# With "footprint" in COT_MANYCORE_BENCH ("lab footprint" by default) it then
+# runs BenchmarkAgentFootprint (make bench-agent's: the agent's CPU probing at
+# the default rate and at 1 ms in an 8-node lab, beside the wake floor and a
+# null syscall's cost) with this tree's agent alone (that machine has no Go
+# to build the base), COT_MANYCORE_FOOTPRINT_ROUNDS rounds (2), and writes
+# results/agent_footprint_manycore.json: what the probe mesh costs where a
+# wake and a syscall cost what that machine charges, not this one.
+#
 # COT_MANYCORE_STRICT=1 runs the benchmark with PATH holding the bundle's
 # tools alone: on a machine that has the tools it shows that the bundle
 # lacks none (harness/lab TestManycoreBundle, which also names another
 # bundle with COT_MANYCORE_BUNDLE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bench="${COT_MANYCORE_BENCH:-lab footprint}"
+for w in $bench; do
+	case "$w" in
+	lab | footprint) ;;
+	*)
+		echo "manycore-run: COT_MANYCORE_BENCH=\"$bench\": $w: want lab, footprint or both" >&2
+		exit 2
+		;;
+	esac
+done
 b="${COT_MANYCORE_BUNDLE:-$PWD/.manycore}"
 if [[ ! -e "$b/bin/lab.test.xz" && ! -x "$b/bin/lab.test" ]]; then
 	echo "manycore-run: no bundle in $b: run make manycore-bundle here and carry .manycore" >&2
@@ -58,20 +76,40 @@ if [[ "${COT_MANYCORE_STRICT:-0}" == 1 ]]; then
 	path="$b/tools"
 fi
 rc=0
-for n in ${COT_MANYCORE_SIZES:-32}; do
-	name="lab_cutover_n${n}_manycore"
+if [[ " $bench " == *" lab "* ]]; then
+	for n in ${COT_MANYCORE_SIZES:-32}; do
+		name="lab_cutover_n${n}_manycore"
+		echo "== $name: $(nproc) cores, commit $commit, $(date -u +%FT%TZ)"
+		(
+			cd harness/lab
+			env PATH="$path" CI=true COT_LAB_BIN="$b/bin" COT_BENCH_COMMIT="$commit" \
+				CUTOVER_BENCH_TOOL="hack/manycore-run.sh (COT_MANYCORE_SIZES=$n)" \
+				COT_LAB_BENCH_NAME="$name" COT_LAB_BENCH_NODES="$n" COT_LAB_BENCH_ROUNDS="${COT_MANYCORE_ROUNDS:-3}" \
+				"$b/bin/lab.test" -test.run '^$' -test.bench BenchmarkLabCutoverRounds -test.benchtime 1x \
+				-test.timeout "${COT_MANYCORE_TIMEOUT:-9m}" -test.v
+		) > "$out/$name.txt" 2>&1 || rc=$?
+		tail -n 40 "$out/$name.txt"
+		if [[ -e "$res/$name.json" && "$out" != "$res" ]]; then
+			cp "$res/$name.json" "$out/"
+		fi
+	done
+fi
+if [[ " $bench " == *" footprint "* ]]; then
+	name=agent_footprint_manycore
 	echo "== $name: $(nproc) cores, commit $commit, $(date -u +%FT%TZ)"
 	(
 		cd harness/lab
 		env PATH="$path" CI=true COT_LAB_BIN="$b/bin" COT_BENCH_COMMIT="$commit" \
-			CUTOVER_BENCH_TOOL="hack/manycore-run.sh (COT_MANYCORE_SIZES=$n)" \
-			COT_LAB_BENCH_NAME="$name" COT_LAB_BENCH_NODES="$n" COT_LAB_BENCH_ROUNDS="${COT_MANYCORE_ROUNDS:-3}" \
-			"$b/bin/lab.test" -test.run '^$' -test.bench BenchmarkLabCutoverRounds -test.benchtime 1x \
+			CUTOVER_BENCH_TOOL="hack/manycore-run.sh (COT_MANYCORE_BENCH=footprint)" \
+			COT_FOOTPRINT_NAME="$name" COT_FOOTPRINT_BASE=none \
+			COT_FOOTPRINT_PROBES="${COT_MANYCORE_FOOTPRINT_PROBES:-probing,probing-1ms}" \
+			COT_FOOTPRINT_ROUNDS="${COT_MANYCORE_FOOTPRINT_ROUNDS:-2}" \
+			"$b/bin/lab.test" -test.run '^$' -test.bench BenchmarkAgentFootprint -test.benchtime 1x \
 			-test.timeout "${COT_MANYCORE_TIMEOUT:-9m}" -test.v
 	) > "$out/$name.txt" 2>&1 || rc=$?
-	tail -n 40 "$out/$name.txt"
+	tail -n 20 "$out/$name.txt"
 	if [[ -e "$res/$name.json" && "$out" != "$res" ]]; then
 		cp "$res/$name.json" "$out/"
 	fi
-done
+fi
 exit "$rc"

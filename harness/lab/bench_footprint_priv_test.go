@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/cutover-dev/cutover/harness/lab"
 	"github.com/cutover-dev/cutover/harness/lab/labtest"
 	"github.com/cutover-dev/cutover/harness/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's utime and stime: 100
@@ -97,15 +99,37 @@ type footprintFigure struct {
 // footprintBase, in COT_FOOTPRINT_ROUNDS (3) rounds alternating with this
 // tree's, and the file gives this tree's figures over the base's, round by
 // round, with their median and range.
+// Beside them it measures what this machine charges for a syscall
+// (null_syscall_ns), before the rows and after: the mesh makes about six
+// a tick, and on a virtual machine one may cost ten times or more what it
+// does on bare metal.
+//
+// COT_FOOTPRINT_BASE=none runs this tree's agent alone (no Go or git
+// needed: the many-core machine, hack/manycore-run.sh);
+// COT_FOOTPRINT_PROBES picks the rows (probing,probing-1ms,idle,off);
+// COT_FOOTPRINT_NAME names the file (agent_footprint).
 // Figures, not a pass/fail: results/agent_footprint.json.
 func BenchmarkAgentFootprint(b *testing.B) {
-	testenv.RequirePrivileged(b, append(ovsBins, "go", "git")...)
+	rev := cmp.Or(os.Getenv("COT_FOOTPRINT_BASE"), footprintBase)
+	need := ovsBins
+	if rev != footprintBaseNone {
+		need = append(need, "go", "git") // labtest.AgentAt builds the base
+	}
+	testenv.RequirePrivileged(b, need...)
+	probesRun, err := footprintProbes(os.Getenv("COT_FOOTPRINT_PROBES"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	name := cmp.Or(os.Getenv("COT_FOOTPRINT_NAME"), "agent_footprint")
 	bin := labtest.Binaries(b)
 	window := envDur("COT_FOOTPRINT_WINDOW", 20*time.Second)
-	rev := cmp.Or(os.Getenv("COT_FOOTPRINT_BASE"), footprintBase)
-	base := labtest.AgentAt(b, rev)
-	baseName := "base " + rev[:min(len(rev), 12)]
+	var base, baseName string
+	if rev != footprintBaseNone {
+		base = labtest.AgentAt(b, rev)
+		baseName = "base " + rev[:min(len(rev), 12)]
+	}
 	rounds := envInt("COT_FOOTPRINT_ROUNDS", 3)
+	syscallNS := []float64{nullSyscallNS()}
 	var figs []footprintFigure
 	// The probing rates run the base agent and this tree's one in
 	// alternating rounds, base first: the machine is shared, and only
@@ -116,12 +140,16 @@ func BenchmarkAgentFootprint(b *testing.B) {
 		round              int
 	}
 	var runs []row
-	for _, probes := range []string{"probing", "probing-1ms"} {
-		for r := 1; r <= rounds; r++ {
-			runs = append(runs, row{probes, baseName, base, r}, row{probes, "this", filepath.Join(bin, "agent"), r})
+	for _, probes := range probesRun {
+		if !strings.HasPrefix(probes, "probing") {
+			runs = append(runs, row{probes, "this", filepath.Join(bin, "agent"), 1})
+			continue
 		}
-		if probes == "probing" {
-			runs = append(runs, row{"idle", "this", filepath.Join(bin, "agent"), 1}, row{"off", "this", filepath.Join(bin, "agent"), 1})
+		for r := 1; r <= rounds; r++ {
+			if base != "" {
+				runs = append(runs, row{probes, baseName, base, r})
+			}
+			runs = append(runs, row{probes, "this", filepath.Join(bin, "agent"), r})
 		}
 	}
 	for _, r := range runs {
@@ -135,6 +163,8 @@ func BenchmarkAgentFootprint(b *testing.B) {
 			}
 		})
 	}
+	syscallNS = append(syscallNS, nullSyscallNS())
+	b.Logf("a null syscall (getppid) costs %.0f ns before the rows, %.0f ns after", syscallNS[0], syscallNS[1])
 	// Every probing row takes the per-packet cost calibrated on its rate,
 	// for the packets it sent.
 	costs := map[string]*packetCost{}
@@ -177,10 +207,59 @@ func BenchmarkAgentFootprint(b *testing.B) {
 			summary = append(summary, summarize(figs, probes, agent))
 		}
 	}
-	benchresult.Save(b, "agent_footprint.json", map[string]any{
-		"benchmark": "agent_footprint", "cpus": runtime.NumCPU(), "base": rev, "rounds": rounds, "figures": figs,
-		"summary": summary, "ratio_this_to_base": ratios,
+	if base == "" {
+		// No base: each rate's summary is this tree's alone.
+		for _, probes := range []string{"probing", "probing-1ms"} {
+			if slices.Contains(probesRun, probes) {
+				summary = append(summary, summarize(figs, probes, "this"))
+			}
+		}
+	}
+	benchresult.Save(b, name+".json", map[string]any{
+		"benchmark": name, "cpus": runtime.NumCPU(), "base": rev, "rounds": rounds, "figures": figs,
+		"summary": summary, "ratio_this_to_base": ratios, "null_syscall_ns": syscallNS,
 	})
+}
+
+// footprintBaseNone, as COT_FOOTPRINT_BASE, runs no base agent.
+const footprintBaseNone = "none"
+
+// footprintProbes is COT_FOOTPRINT_PROBES's rows, in the benchmark's
+// order: every row when it is empty.
+func footprintProbes(spec string) ([]string, error) {
+	all := []string{"probing", "idle", "off", "probing-1ms"}
+	if spec == "" {
+		return all, nil
+	}
+	want := strings.Split(spec, ",")
+	for _, p := range want {
+		if !slices.Contains(all, p) {
+			return nil, fmt.Errorf("COT_FOOTPRINT_PROBES=%q: row %q: want a comma-separated list of %s", spec, p, strings.Join(all, ", "))
+		}
+	}
+	var rows []string
+	for _, p := range all {
+		if slices.Contains(want, p) {
+			rows = append(rows, p)
+		}
+	}
+	return rows, nil
+}
+
+// nullSyscallNS is what this machine charges for the cheapest syscall
+// (getppid, raw: no scheduler hand-off), in ns: the median of 5 runs of
+// 100,000 calls.
+func nullSyscallNS() float64 {
+	var runs []float64
+	for range 5 {
+		const n = 100_000
+		t0 := time.Now()
+		for range n {
+			unix.RawSyscall(unix.SYS_GETPPID, 0, 0, 0)
+		}
+		runs = append(runs, float64(time.Since(t0).Nanoseconds())/n)
+	}
+	return median(runs)
 }
 
 // footprintSummary is one agent's rounds at one probing rate: the median
