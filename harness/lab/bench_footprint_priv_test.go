@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,7 +38,8 @@ type footprintFigure struct {
 	Probes string `json:"probes"`
 	// Agent is whose agent ran: "this" (the tree's) or "base <rev>" (the
 	// code before answers rode in probes, built from footprintBase),
-	// measured in the same run to compare by ratio.
+	// measured in the same run to compare by ratio; or "mesh floor", whose
+	// figures are the mesh floor's nodes' (the agents ran with probes off).
 	Agent        string  `json:"agent"`
 	Round        int     `json:"round"`
 	Nodes        int     `json:"nodes"`
@@ -98,7 +100,10 @@ type footprintFigure struct {
 // and <= 5 % at 1 ms. The probing rates also run the agent of
 // footprintBase, in COT_FOOTPRINT_ROUNDS (3) rounds alternating with this
 // tree's, and the file gives this tree's figures over the base's, round by
-// round, with their median and range.
+// round, with their median and range. Each probing round also runs the
+// mesh floor (wakefloor_priv_test.go): a process per node that sends the
+// agents' datagrams to the same peers at the same rate and does nothing
+// else, and the file gives this tree's figures over the floor's too.
 // Beside them it measures what this machine charges for a syscall
 // (null_syscall_ns), before the rows and after: the mesh makes about six
 // a tick, and on a virtual machine one may cost ten times or more what it
@@ -149,7 +154,7 @@ func BenchmarkAgentFootprint(b *testing.B) {
 			if base != "" {
 				runs = append(runs, row{probes, baseName, base, r})
 			}
-			runs = append(runs, row{probes, "this", filepath.Join(bin, "agent"), r})
+			runs = append(runs, row{probes, "this", filepath.Join(bin, "agent"), r}, row{probes, meshFloorAgent, filepath.Join(bin, "agent"), r})
 		}
 	}
 	for _, r := range runs {
@@ -179,46 +184,55 @@ func BenchmarkAgentFootprint(b *testing.B) {
 			figs[i].RestPct = figs[i].CPUMedianPct - figs[i].KernelPacketPct
 		}
 	}
-	var ratios []footprintRatio
+	var ratios, toFloor []footprintRatio
 	var summary []footprintSummary
 	for _, probes := range []string{"probing", "probing-1ms"} {
-		rr := footprintRatio{Probes: probes}
-		var cpu, user, sys, wakes []float64
-		for _, f := range figs {
-			if f.Probes != probes || f.Agent != "this" {
-				continue
-			}
-			for _, g := range figs {
-				if g.Probes == probes && g.Agent == baseName && g.Round == f.Round {
-					cpu, user = append(cpu, f.CPUMedianPct/g.CPUMedianPct), append(user, f.UserMedianPct/g.UserMedianPct)
-					sys, wakes = append(sys, f.SysMedianPct/g.SysMedianPct), append(wakes, f.WakesPerSecMedian/g.WakesPerSecMedian)
-				}
-			}
-		}
-		if len(cpu) == 0 {
+		if !slices.Contains(probesRun, probes) {
 			continue
 		}
-		c := statOf(cpu)
-		rr.CPU, rr.User, rr.Sys, rr.Wakes = c.Median, median(user), median(sys), median(wakes)
-		rr.CPUMin, rr.CPUMax, rr.CPURounds = c.Min, c.Max, cpu
-		ratios = append(ratios, rr)
-		b.Logf("probes %s: this/base CPU %.2f (%.2f-%.2f over %d rounds), wakes %.2f", probes, rr.CPU, rr.CPUMin, rr.CPUMax, len(cpu), rr.Wakes)
-		for _, agent := range []string{baseName, "this"} {
-			summary = append(summary, summarize(figs, probes, agent))
+		if rr, ok := ratioOf(figs, probes, "this", baseName); ok {
+			ratios = append(ratios, rr)
+			b.Logf("probes %s: this/base CPU %.2f (%.2f-%.2f over %d rounds), wakes %.2f", probes, rr.CPU, rr.CPUMin, rr.CPUMax, len(rr.CPURounds), rr.Wakes)
 		}
-	}
-	if base == "" {
-		// No base: each rate's summary is this tree's alone.
-		for _, probes := range []string{"probing", "probing-1ms"} {
-			if slices.Contains(probesRun, probes) {
-				summary = append(summary, summarize(figs, probes, "this"))
+		if rr, ok := ratioOf(figs, probes, "this", meshFloorAgent); ok {
+			toFloor = append(toFloor, rr)
+			b.Logf("probes %s: this/mesh floor CPU %.2f (%.2f-%.2f over %d rounds), wakes %.2f", probes, rr.CPU, rr.CPUMin, rr.CPUMax, len(rr.CPURounds), rr.Wakes)
+		}
+		for _, agent := range []string{baseName, "this", meshFloorAgent} {
+			if agent != "" {
+				summary = append(summary, summarize(figs, probes, agent))
 			}
 		}
 	}
 	benchresult.Save(b, name+".json", map[string]any{
 		"benchmark": name, "cpus": runtime.NumCPU(), "base": rev, "rounds": rounds, "figures": figs,
-		"summary": summary, "ratio_this_to_base": ratios, "null_syscall_ns": syscallNS,
+		"summary": summary, "ratio_this_to_base": ratios, "ratio_this_to_mesh_floor": toFloor, "null_syscall_ns": syscallNS,
 	})
+}
+
+// ratioOf is agent's figures over other's at a rate, round by round, with
+// their median and range; false when other has no rows.
+func ratioOf(figs []footprintFigure, probes, agent, other string) (footprintRatio, bool) {
+	rr := footprintRatio{Probes: probes}
+	var cpu, user, sys, wakes []float64
+	for _, f := range figs {
+		if f.Probes != probes || f.Agent != agent {
+			continue
+		}
+		for _, g := range figs {
+			if g.Probes == probes && g.Agent == other && g.Round == f.Round {
+				cpu, user = append(cpu, f.CPUMedianPct/g.CPUMedianPct), append(user, f.UserMedianPct/g.UserMedianPct)
+				sys, wakes = append(sys, f.SysMedianPct/g.SysMedianPct), append(wakes, f.WakesPerSecMedian/g.WakesPerSecMedian)
+			}
+		}
+	}
+	if len(cpu) == 0 {
+		return rr, false
+	}
+	c := statOf(cpu)
+	rr.CPU, rr.User, rr.Sys, rr.Wakes = c.Median, median(user), median(sys), median(wakes)
+	rr.CPUMin, rr.CPUMax, rr.CPURounds = c.Min, c.Max, cpu
+	return rr, true
 }
 
 // footprintBaseNone, as COT_FOOTPRINT_BASE, runs no base agent.
@@ -331,7 +345,7 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 	cfg := lab.Config{
 		Name: fmt.Sprintf("f%d", os.Getpid()%100000), Nodes: n, Backend: lab.BackendKernelVXLAN, Dir: filepath.Join(d, "lab"),
 		StartProcesses: true, AgentBin: agentBin, CoordinatorBin: filepath.Join(bin, "coordinator"),
-		ProbeInterval: 10 * time.Millisecond, ProbePeers: 3, NoProbes: probes == "off",
+		ProbeInterval: 10 * time.Millisecond, ProbePeers: 3, NoProbes: probes == "off" || agent == meshFloorAgent,
 	}
 	if probes == "probing-1ms" {
 		cfg.ProbeInterval, cfg.ProbePeers = time.Millisecond, 2
@@ -351,14 +365,19 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 			b.Error(err)
 		}
 	}()
-	var agents []lab.Proc
+	var agents []measured
 	for _, p := range l.Procs() {
 		if p.Role == "agent" {
-			agents = append(agents, p)
+			agents = append(agents, measured{p.String(), p.PID, p.Alive})
 		}
 	}
 	if len(agents) != n {
 		b.Fatalf("%d agents running, want %d", len(agents), n)
+	}
+	if agent == meshFloorAgent {
+		// The agents run with probes off; the mesh floor's nodes probe
+		// instead, and are what the row measures.
+		agents = startMeshFloor(b, ctx, l, cfg.ProbeInterval, cfg.ProbePeers)
 	}
 	time.Sleep(3 * time.Second) // start-up allocations and the first probes settle
 	if probes == "idle" {
@@ -383,15 +402,15 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 	}
 	user0, sys0, sw0, out0 := make([]uint64, n), make([]uint64, n), make([]uint64, n), make([]uint64, n)
 	for i, p := range agents {
-		user0[i], sys0[i] = cpuTicks(b, p.PID)
-		sw0[i] = ctxSwitches(b, p.PID)
-		out0[i] = udpOut(b, p.PID)
+		user0[i], sys0[i] = cpuTicks(b, p.pid)
+		sw0[i] = ctxSwitches(b, p.pid)
+		out0[i] = udpOut(b, p.pid)
 	}
 	t0 := time.Now()
 	rssMax := make([]float64, n)
 	for time.Since(t0) < window {
 		for i, p := range agents {
-			rssMax[i] = max(rssMax[i], rssMB(b, p.PID))
+			rssMax[i] = max(rssMax[i], rssMB(b, p.pid))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -399,13 +418,13 @@ func measureFootprint(b *testing.B, bin, agentBin, agent, probes string, n int, 
 	cpuPct, userPct, sysPct, wakes, pps := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 	pct := func(ticks uint64) float64 { return 100 * float64(ticks) / clockTicks / elapsed.Seconds() }
 	for i, p := range agents {
-		u, st := cpuTicks(b, p.PID)
+		u, st := cpuTicks(b, p.pid)
 		userPct[i], sysPct[i] = pct(u-user0[i]), pct(st-sys0[i])
 		cpuPct[i] = pct(u - user0[i] + st - sys0[i])
-		wakes[i] = float64(ctxSwitches(b, p.PID)-sw0[i]) / elapsed.Seconds()
-		pps[i] = float64(udpOut(b, p.PID)-out0[i]) / elapsed.Seconds()
-		if !p.Alive() {
-			b.Fatalf("%s exited during the window", p)
+		wakes[i] = float64(ctxSwitches(b, p.pid)-sw0[i]) / elapsed.Seconds()
+		pps[i] = float64(udpOut(b, p.pid)-out0[i]) / elapsed.Seconds()
+		if !p.alive() {
+			b.Fatalf("%s exited during the window", p.name)
 		}
 	}
 	var floorPct, floorWakes float64
@@ -586,4 +605,54 @@ func maxOf(v []float64) float64 {
 		m = max(m, x)
 	}
 	return m
+}
+
+// meshFloorAgent is the rows' agent name for the mesh floor
+// (wakefloor_priv_test.go): no agent probes, the floor's nodes do.
+const meshFloorAgent = "mesh floor"
+
+// measured is a process a row measures: an agent, or a mesh floor node.
+type measured struct {
+	name  string
+	pid   int
+	alive func() bool
+}
+
+// startMeshFloor starts a mesh floor node in every node's namespace,
+// probing the pairs the agents would (lab.ProbePeersOf) every interval,
+// and stops them when b ends.
+func startMeshFloor(b *testing.B, ctx context.Context, l *lab.Lab, interval time.Duration, k int) []measured {
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	nodes := l.Nodes()
+	var out []measured
+	for _, n := range nodes {
+		spec := []string{interval.String(), netip.AddrPortFrom(n.OverlayIP, meshFloorPort).String()}
+		for _, p := range lab.ProbePeersOf(n, nodes, k) {
+			spec = append(spec, netip.AddrPortFrom(p.OverlayIP, meshFloorPort).String())
+		}
+		cmd, err := l.Command(ctx, n.Name, self, "-test.run=^$")
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmd.Env = append(cmd.Env, meshFloorEnv+"="+strings.Join(spec, ","))
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			b.Fatalf("mesh floor on %s: %v", n.Name, err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		b.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+		out = append(out, measured{"mesh floor on " + n.Name, cmd.Process.Pid, func() bool {
+			select {
+			case <-exited:
+				return false
+			default:
+				return true
+			}
+		}})
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package lab_test
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,18 +94,21 @@ func TestManycoreBundle(t *testing.T) {
 	if len(fp.NullSyscallNS) != 2 || fp.NullSyscallNS[0] <= 0 || fp.NullSyscallNS[1] <= 0 {
 		t.Errorf("null_syscall_ns %v: want the cost before the rows and after", fp.NullSyscallNS)
 	}
-	if len(fp.Figures) != 1 || fp.Figures[0].Probes != "probing" || fp.Figures[0].Agent != "this" ||
+	if len(fp.Figures) != 2 || fp.Figures[0].Probes != "probing" || fp.Figures[0].Agent != "this" ||
 		fp.Figures[0].CPUMedianPct <= 0 || fp.Figures[0].WakeFloorPct <= 0 || fp.Figures[0].PacketCost == nil {
-		t.Errorf("footprint rows %+v: want one, this agent probing, with its CPU, the wake floor and the packet cost", fp.Figures)
+		t.Errorf("footprint rows %+v: want this agent probing first, with its CPU, the wake floor and the packet cost", fp.Figures)
+	} else if f := fp.Figures[1]; f.Agent != meshFloorAgent || f.CPUMedianPct <= 0 || f.PacketsPerSec < 200 {
+		t.Errorf("footprint row %+v: want the mesh floor's, its nodes sending 3 datagrams every 10 ms", f)
 	}
-	if len(fp.Summary) != 1 || fp.Summary[0].Agent != "this" {
-		t.Errorf("footprint summary %+v: want this agent's alone", fp.Summary)
+	if len(fp.Summary) != 2 || fp.Summary[0].Agent != "this" || fp.Summary[1].Agent != meshFloorAgent {
+		t.Errorf("footprint summary %+v: want this agent's and the mesh floor's", fp.Summary)
 	}
 	// A bench the script does not know is refused by name, before anything runs.
 	bad := exec.Command(filepath.Join(root, "hack/manycore-run.sh"))
 	bad.Env = append(os.Environ(), "COT_MANYCORE_BUNDLE="+bundle, "COT_MANYCORE_BENCH=lab pingpong", "OUT="+filepath.Join(dir, "bad"))
 	out, err = bad.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), `COT_MANYCORE_BENCH="lab pingpong": pingpong`) {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), `COT_MANYCORE_BENCH="lab pingpong": pingpong`) {
 		t.Errorf("COT_MANYCORE_BENCH=lab pingpong: %v\n%s\nwant exit 2 naming the value", err, out)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "bad")); err == nil {

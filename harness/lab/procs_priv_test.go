@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(wakeFloorEnv); spec != "" {
 		os.Exit(wakeFloor(spec)) // the footprint's wake floor, not a test run
 	}
+	if spec := os.Getenv(meshFloorEnv); spec != "" {
+		os.Exit(meshFloor(spec)) // a node of the footprint's mesh floor, not a test run
+	}
 	code := m.Run()
 	labtest.Cleanup()
 	os.Exit(code)
