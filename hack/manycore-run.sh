@@ -76,40 +76,36 @@ if [[ "${COT_MANYCORE_STRICT:-0}" == 1 ]]; then
 	path="$b/tools"
 fi
 rc=0
-if [[ " $bench " == *" lab "* ]]; then
-	for n in ${COT_MANYCORE_SIZES:-32}; do
-		name="lab_cutover_n${n}_manycore"
-		echo "== $name: $(nproc) cores, commit $commit, $(date -u +%FT%TZ)"
-		(
-			cd harness/lab
-			env PATH="$path" CI=true COT_LAB_BIN="$b/bin" COT_BENCH_COMMIT="$commit" \
-				CUTOVER_BENCH_TOOL="hack/manycore-run.sh (COT_MANYCORE_SIZES=$n)" \
-				COT_LAB_BENCH_NAME="$name" COT_LAB_BENCH_NODES="$n" COT_LAB_BENCH_ROUNDS="${COT_MANYCORE_ROUNDS:-3}" \
-				"$b/bin/lab.test" -test.run '^$' -test.bench BenchmarkLabCutoverRounds -test.benchtime 1x \
-				-test.timeout "${COT_MANYCORE_TIMEOUT:-9m}" -test.v
-		) > "$out/$name.txt" 2>&1 || rc=$?
-		tail -n 40 "$out/$name.txt"
-		if [[ -e "$res/$name.json" && "$out" != "$res" ]]; then
-			cp "$res/$name.json" "$out/"
-		fi
-	done
-fi
-if [[ " $bench " == *" footprint "* ]]; then
-	name=agent_footprint_manycore
+# run_bench NAME BENCHMARK LINES VAR=VALUE...: BENCHMARK from the bundle's test
+# binary with the bundle's tools and the variables given, its log in
+# $out/NAME.txt (the last LINES shown here) and its results file beside it.
+run_bench() {
+	local name=$1 benchmark=$2 lines=$3
+	shift 3
 	echo "== $name: $(nproc) cores, commit $commit, $(date -u +%FT%TZ)"
 	(
 		cd harness/lab
-		env PATH="$path" CI=true COT_LAB_BIN="$b/bin" COT_BENCH_COMMIT="$commit" \
-			CUTOVER_BENCH_TOOL="hack/manycore-run.sh (COT_MANYCORE_BENCH=footprint)" \
-			COT_FOOTPRINT_NAME="$name" COT_FOOTPRINT_BASE=none \
-			COT_FOOTPRINT_PROBES="${COT_MANYCORE_FOOTPRINT_PROBES:-probing,probing-1ms}" \
-			COT_FOOTPRINT_ROUNDS="${COT_MANYCORE_FOOTPRINT_ROUNDS:-2}" \
-			"$b/bin/lab.test" -test.run '^$' -test.bench BenchmarkAgentFootprint -test.benchtime 1x \
+		env PATH="$path" CI=true COT_LAB_BIN="$b/bin" COT_BENCH_COMMIT="$commit" "$@" \
+			"$b/bin/lab.test" -test.run '^$' -test.bench "$benchmark" -test.benchtime 1x \
 			-test.timeout "${COT_MANYCORE_TIMEOUT:-9m}" -test.v
 	) > "$out/$name.txt" 2>&1 || rc=$?
-	tail -n 20 "$out/$name.txt"
+	tail -n "$lines" "$out/$name.txt"
 	if [[ -e "$res/$name.json" && "$out" != "$res" ]]; then
 		cp "$res/$name.json" "$out/"
 	fi
+}
+if [[ " $bench " == *" lab "* ]]; then
+	for n in ${COT_MANYCORE_SIZES:-32}; do
+		run_bench "lab_cutover_n${n}_manycore" BenchmarkLabCutoverRounds 40 \
+			CUTOVER_BENCH_TOOL="hack/manycore-run.sh (COT_MANYCORE_SIZES=$n)" \
+			COT_LAB_BENCH_NAME="lab_cutover_n${n}_manycore" COT_LAB_BENCH_NODES="$n" COT_LAB_BENCH_ROUNDS="${COT_MANYCORE_ROUNDS:-3}"
+	done
+fi
+if [[ " $bench " == *" footprint "* ]]; then
+	run_bench agent_footprint_manycore BenchmarkAgentFootprint 20 \
+		CUTOVER_BENCH_TOOL="hack/manycore-run.sh (COT_MANYCORE_BENCH=footprint)" \
+		COT_FOOTPRINT_NAME=agent_footprint_manycore COT_FOOTPRINT_BASE=none \
+		COT_FOOTPRINT_PROBES="${COT_MANYCORE_FOOTPRINT_PROBES:-probing,probing-1ms}" \
+		COT_FOOTPRINT_ROUNDS="${COT_MANYCORE_FOOTPRINT_ROUNDS:-2}"
 fi
 exit "$rc"
