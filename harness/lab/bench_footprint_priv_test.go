@@ -105,9 +105,8 @@ type footprintFigure struct {
 // agents' datagrams to the same peers at the same rate and does nothing
 // else, and the file gives this tree's figures over the floor's too.
 // Beside them it measures what this machine charges for a syscall
-// (null_syscall_ns), before the rows and after: the mesh makes about six
-// a tick, and on a virtual machine one may cost ten times or more what it
-// does on bare metal.
+// (null_syscall_ns), before the rows and after: the mesh makes six a tick,
+// and a virtual machine may charge far more for one than bare metal does.
 //
 // COT_FOOTPRINT_BASE=none runs this tree's agent alone (no Go or git
 // needed: the many-core machine, hack/manycore-run.sh);
@@ -116,7 +115,7 @@ type footprintFigure struct {
 // Figures, not a pass/fail: results/agent_footprint.json.
 func BenchmarkAgentFootprint(b *testing.B) {
 	rev := cmp.Or(os.Getenv("COT_FOOTPRINT_BASE"), footprintBase)
-	need := ovsBins
+	need := slices.Clone(ovsBins) // appended to: not the shared list's array
 	if rev != footprintBaseNone {
 		need = append(need, "go", "git") // labtest.AgentAt builds the base
 	}
