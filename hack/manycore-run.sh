@@ -96,15 +96,17 @@ run_bench() {
 }
 if [[ " $bench " == *" lab "* ]]; then
 	for n in ${COT_MANYCORE_SIZES:-32}; do
-		run_bench "lab_cutover_n${n}_manycore" BenchmarkLabCutoverRounds 40 \
+		name="lab_cutover_n${n}_manycore"
+		run_bench "$name" BenchmarkLabCutoverRounds 40 \
 			CUTOVER_BENCH_TOOL="hack/manycore-run.sh (COT_MANYCORE_SIZES=$n)" \
-			COT_LAB_BENCH_NAME="lab_cutover_n${n}_manycore" COT_LAB_BENCH_NODES="$n" COT_LAB_BENCH_ROUNDS="${COT_MANYCORE_ROUNDS:-3}"
+			COT_LAB_BENCH_NAME="$name" COT_LAB_BENCH_NODES="$n" COT_LAB_BENCH_ROUNDS="${COT_MANYCORE_ROUNDS:-3}"
 	done
 fi
 if [[ " $bench " == *" footprint "* ]]; then
-	run_bench agent_footprint_manycore BenchmarkAgentFootprint 20 \
+	name=agent_footprint_manycore
+	run_bench "$name" BenchmarkAgentFootprint 20 \
 		CUTOVER_BENCH_TOOL="hack/manycore-run.sh (COT_MANYCORE_BENCH=footprint)" \
-		COT_FOOTPRINT_NAME=agent_footprint_manycore COT_FOOTPRINT_BASE=none \
+		COT_FOOTPRINT_NAME="$name" COT_FOOTPRINT_BASE=none \
 		COT_FOOTPRINT_PROBES="${COT_MANYCORE_FOOTPRINT_PROBES:-probing,probing-1ms}" \
 		COT_FOOTPRINT_ROUNDS="${COT_MANYCORE_FOOTPRINT_ROUNDS:-2}"
 fi
